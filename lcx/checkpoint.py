@@ -1,0 +1,91 @@
+"""Orbax checkpoints holding params, optimizer state, step and the data iterator's position.
+
+Saving the iterator state with the weights is what makes resume exact: the restarted run sees
+precisely the batches the uninterrupted one would have. Saves are asynchronous; a save killed
+mid-way leaves only a `*.orbax-checkpoint-tmp*` folder that is never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from grain import checkpoint as grain_checkpoint
+
+
+class _IteratorSnapshot:
+  """The iterator state taken at save time, so the async writer never sees a later state."""
+
+  def __init__(self, iterator):
+    self._state = json.dumps(iterator.get_state(), indent=2).encode()
+
+  def get_state(self) -> bytes:
+    return self._state
+
+
+class Checkpointer:
+  """Keep-N interval checkpoints in `workdir/checkpoints`, plus forced saves (end, SIGTERM)."""
+
+  def __init__(self, workdir: str, *, every: int, keep: int, async_save: bool = True):
+    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every,
+                                           enable_async_checkpointing=async_save, create=True)
+    self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def should_save(self, step: int) -> bool:
+    return self.manager.should_save(step)
+
+  def reached_preemption(self, step: int) -> bool:
+    return self.manager.reached_preemption(step)
+
+  def save(self, step: int, state, iterator, meta: dict, *, force: bool = False) -> bool:
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state),
+                              data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
+                              meta=ocp.args.JsonSave(meta))
+    return self.manager.save(step, args=args, force=force)
+
+  def restore(self, step: int, abstract_state, iterator=None):
+    """Restores `state` onto the shardings of `abstract_state`; rewinds `iterator` if given."""
+    items = dict(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
+    if iterator is not None:
+      items["data"] = grain_checkpoint.CheckpointRestore(iterator)
+    restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+    return restored.state, restored.meta
+
+  def meta(self, step: int) -> dict:
+    """The JSON metadata (tokenizer, resolved config) saved with a checkpoint."""
+    return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+
+  def wait(self):
+    self.manager.wait_until_finished()
+
+  def close(self):
+    self.manager.wait_until_finished()
+    self.manager.close()
+
+
+def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
+  """For notebooks: (params as nested dicts of numpy arrays, checkpoint metadata).
+
+  Works on any device layout (one CPU, another mesh size) because it restores to host numpy.
+  """
+  manager = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")))
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no complete checkpoint in {workdir}/checkpoints")
+  meta = manager.item_metadata(step)
+  tree = meta.state["params"] if meta is not None and meta.state is not None else None
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+  restored = manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(item={"params": tree},
+                                   restore_args={"params": restore_args},
+                                   partial_restore=True),
+      meta=ocp.args.JsonRestore()))
+  manager.close()
+  return restored.state["params"], dict(restored.meta, step=step)

@@ -1,0 +1,117 @@
+"""Config checks that run before any compilation, each naming the field and what is allowed.
+
+ml_collections already rejects unknown fields and wrong types on the command line; this module
+checks ranges and cross-field rules, and delegates each sub-dict to the package that owns it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import ml_collections
+
+from lcx import data, positions, sharding
+from lcx.model import DTYPES
+from lcx.positions import patterns, remaps
+
+MLPS = ("gelu", "swiglu")
+DECAYS = ("cosine", "linear", "constant")
+
+# (field, predicate, what is allowed)
+RANGES = [
+    ("seed", lambda v: v >= 0, ">= 0"),
+    ("model.vocab_size", lambda v: v >= 0, ">= 0 (0: the tokenizer's)"),
+    ("model.d_model", lambda v: v >= 1, ">= 1"),
+    ("model.num_layers", lambda v: v >= 1, ">= 1"),
+    ("model.num_heads", lambda v: v >= 1, ">= 1"),
+    ("model.num_kv_heads", lambda v: v >= 1, ">= 1"),
+    ("model.head_dim", lambda v: v >= 1, ">= 1"),
+    ("model.mlp", lambda v: v in MLPS, f"one of {MLPS}"),
+    ("model.mlp_dim", lambda v: v >= 1, ">= 1"),
+    ("model.dtype", lambda v: v in DTYPES, f"one of {tuple(DTYPES)}"),
+    ("model.norm_eps", lambda v: v > 0, "> 0"),
+    ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
+    ("train.steps", lambda v: v >= 0, ">= 0"),
+    ("train.lr", lambda v: v > 0, "> 0"),
+    ("train.min_lr", lambda v: v >= 0, ">= 0"),
+    ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
+    ("train.decay", lambda v: v in DECAYS, f"one of {DECAYS}"),
+    ("train.b1", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.b2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("train.clip_norm", lambda v: v >= 0, ">= 0 (0: no clipping)"),
+    ("train.random_positions", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("train.log_every", lambda v: v >= 1, ">= 1"),
+    ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
+    ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
+    ("eval.multipliers", lambda v: all(m > 0 for m in v), "positive numbers"),
+    ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), "lengths >= 1"),
+    ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
+    ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
+    ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
+]
+
+
+def _get(config, dotted):
+  for key in dotted.split("."):
+    config = config[key]
+  return config
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError on the first bad field; call before building anything."""
+  for field, ok, allowed in RANGES:
+    value = _get(config, field)
+    if not ok(value):
+      raise ValueError(f"{field}={value!r} is not allowed; must be {allowed}")
+  m = config.model
+  if m.num_heads % m.num_kv_heads:
+    raise ValueError(f"model.num_kv_heads={m.num_kv_heads} must divide "
+                     f"model.num_heads={m.num_heads}")
+  if config.train.min_lr > config.train.lr:
+    raise ValueError(f"train.min_lr={config.train.min_lr} must be <= train.lr={config.train.lr}")
+  if config.train.random_positions and config.train.random_positions < config.data.seq_len:
+    raise ValueError(f"train.random_positions={config.train.random_positions} must be 0 (off) "
+                     f"or >= data.seq_len={config.data.seq_len}")
+  data.validate(config.data)
+  dims = positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len)
+  positions.validate(m.position, dims)
+  remaps.validate(m.remap)
+  patterns.validate(m.attention.pattern)
+  sharding.rules_from_config(config.sharding)
+  for length in eval_lengths(config):
+    positions.check_eval_length(m.position, dims, length)
+
+
+def eval_lengths(config) -> list[int]:
+  """Explicit eval.lengths, else eval.multipliers times the training length, ascending."""
+  if config.eval.lengths:
+    return sorted({int(n) for n in config.eval.lengths})
+  return sorted({max(1, int(round(f * config.data.seq_len))) for f in config.eval.multipliers})
+
+
+def resolve(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collections.ConfigDict:
+  """A copy with derived values filled in (vocab size from the tokenizer)."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  if config.model.vocab_size == 0:
+    config.model.vocab_size = vocab_size
+  elif config.model.vocab_size < vocab_size:
+    raise ValueError(f"model.vocab_size={config.model.vocab_size} is smaller than the "
+                     f"tokenizer's {vocab_size}; use 0 to take the tokenizer's")
+  return config
+
+
+def save(config, workdir: str) -> str:
+  """Writes the resolved config to workdir/config.json (and .py-readable repr)."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "config.json")
+  with open(path + ".tmp", "w") as f:
+    json.dump(config.to_dict(), f, indent=2, sort_keys=True, default=list)
+  os.replace(path + ".tmp", path)
+  return path
+
+
+def load(workdir: str) -> ml_collections.ConfigDict:
+  with open(os.path.join(workdir, "config.json")) as f:
+    return ml_collections.ConfigDict(json.load(f))

@@ -1,0 +1,177 @@
+"""Length sweep: perplexity of a checkpoint at several evaluation lengths.
+
+Protocol (ALiBi paper): the validation stream is cut into non-overlapping windows of the eval
+length; each token is scored with the context from its window's start, positions 0..T-1. The
+mean therefore mixes context lengths, so the loss is also reported per position bucket
+([0, L), [L, 2L), [2L, 4L), ... for training length L). Extension methods are eval-time config:
+the same checkpoint evaluated with `model.position.scaling` changed, no retraining.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+from flax import nnx
+
+from lcx import checkpoint, config as config_lib, data, positions, sharding
+from lcx.train import Trainer
+
+# Model fields that must match the checkpoint; everything else may change at evaluation.
+ARCHITECTURE = ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                "mlp", "mlp_dim", "tie_embeddings", "max_len")
+
+
+def position_buckets(train_len: int, length: int) -> list[tuple[int, int]]:
+  """[0, L), [L, 2L), [2L, 4L), ... clipped to the eval length."""
+  edges = [0, train_len]
+  while edges[-1] < length:
+    edges.append(edges[-1] * 2)
+  return [(a, min(b, length)) for a, b in zip(edges[:-1], edges[1:]) if a < length]
+
+
+def windows(stream: np.ndarray, length: int, num_windows: int):
+  """Non-overlapping (inputs, targets) windows of `length` from a token stream."""
+  need = num_windows * length + 1
+  if stream.size < need:
+    raise ValueError(f"eval: {need} validation tokens needed for {num_windows} windows of "
+                     f"{length}, only {stream.size} available; lower eval.num_tokens")
+  inputs = stream[:num_windows * length].reshape(num_windows, length)
+  targets = stream[1:num_windows * length + 1].reshape(num_windows, length)
+  return inputs, targets
+
+
+def _check_architecture(config, saved: dict) -> None:
+  for field in ARCHITECTURE:
+    if saved["model"][field] != config.model[field]:
+      raise ValueError(f"model.{field}={config.model[field]!r} differs from the checkpoint's "
+                       f"{saved['model'][field]!r}; only position scaling, remaps, attention "
+                       "patterns and eval settings may change at evaluation")
+
+
+class Evaluator:
+  """Restores a checkpoint once; scores any length with one compiled program per shape."""
+
+  def __init__(self, config, workdir: str, step: int | None = None):
+    tokenizer = data.get_tokenizer(config.data)
+    config = config_lib.resolve(config, tokenizer.vocab_size)
+    self.config, self.workdir = config, workdir
+    self.mesh = sharding.make_mesh(config.mesh)
+    trainer = Trainer(config, self.mesh)
+    ckpt = checkpoint.Checkpointer(workdir, every=1, keep=config.train.keep_checkpoints)
+    self.step = ckpt.latest_step() if step is None else step
+    if self.step is None:
+      raise FileNotFoundError(f"no checkpoint in {ckpt.directory}; train first (--mode=train)")
+    meta = ckpt.meta(self.step)
+    if meta["tokenizer"] != tokenizer.metadata():
+      ckpt.close()
+      raise ValueError(f"the checkpoint was trained with tokenizer {meta['tokenizer']}, the "
+                       f"config gives {tokenizer.metadata()}: set data.* to match")
+    _check_architecture(config, meta["config"])
+    state, _ = ckpt.restore(self.step, trainer.abstract_state)
+    ckpt.close()
+    self.graphdef, self.params = trainer.graphdef, state["params"]
+    self.rules = trainer.rules
+    self._programs = {}
+
+  def _scorer(self, kernel: str):
+    if kernel not in self._programs:
+      graphdef = self.graphdef
+
+      def nll(params, inputs_BxT, targets_BxT):
+        b, t = inputs_BxT.shape
+        pos_BxT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        logits = nnx.merge(graphdef, params)(inputs_BxT, pos_BxT, jnp.ones_like(inputs_BxT),
+                                             kernel=kernel)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, targets_BxT)
+
+      self._programs[kernel] = jax.jit(nll)
+    return self._programs[kernel]
+
+  def length(self, stream: np.ndarray, length: int) -> dict:
+    """Mean loss at one eval length, overall and per position bucket."""
+    cfg = self.config
+    positions.check_eval_length(cfg.model.position, _dims(cfg), length)
+    num_windows = max(1, cfg.eval.num_tokens // length)
+    inputs, targets = windows(stream, length, num_windows)
+    shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    rows = max(1, cfg.eval.batch_tokens // length)
+    rows = -(-rows // shards) * shards
+    kernel = "chunked" if length >= cfg.eval.chunked_from else "dense"
+    score = self._scorer(kernel)
+    nll_NxT = []
+    for start in range(0, num_windows, rows):
+      x, y = inputs[start:start + rows], targets[start:start + rows]
+      pad = rows - len(x)  # fixed shapes: one compiled program per length
+      x, y = np.pad(x, [(0, pad), (0, 0)]), np.pad(y, [(0, pad), (0, 0)])
+      batch = sharding.global_batch(_process_slice({"x": x, "y": y}), self.mesh, self.rules)
+      out = np.asarray(jax.device_get(score(self.params, batch["x"], batch["y"])))
+      nll_NxT.append(out[:rows - pad])
+    nll_NxT = np.concatenate(nll_NxT)
+    buckets = {f"{a}-{b}": float(nll_NxT[:, a:b].mean())
+               for a, b in position_buckets(cfg.data.seq_len, length)}
+    loss = float(nll_NxT.mean())
+    return {"loss": loss, "perplexity": math.exp(loss), "bits_per_token": loss / math.log(2),
+            "windows": num_windows, "tokens": int(nll_NxT.size), "kernel": kernel,
+            "loss_by_position": buckets}
+
+  def sweep(self, lengths: list[int]) -> dict:
+    cfg = self.config
+    need = max(max(1, cfg.eval.num_tokens // n) * n + 1 for n in lengths)
+    stream = data.validation_tokens(cfg.data, need)
+    results = {}
+    for n in lengths:
+      results[str(n)] = self.length(stream, n)
+      logging.info("length %d: loss %.4f", n, results[str(n)]["loss"])
+    return {"step": self.step, "train_len": cfg.data.seq_len,
+            "position": cfg.model.position.to_dict(), "remap": cfg.model.remap.to_dict(),
+            "lengths": results}
+
+
+def _dims(cfg):
+  m = cfg.model
+  return positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len)
+
+
+def _process_slice(batch: dict) -> dict:
+  """This process's contiguous share of the rows (every process holds the whole batch)."""
+  n, i = jax.process_count(), jax.process_index()
+  return {k: v[i * len(v) // n:(i + 1) * len(v) // n] for k, v in batch.items()}
+
+
+def format_table(results_by_name: dict[str, dict]) -> str:
+  """Perplexity per eval length, one row per run: the 'train short, test long' table."""
+  lengths = sorted({int(n) for r in results_by_name.values() for n in r["lengths"]})
+  train_len = next(iter(results_by_name.values()))["train_len"]
+  head = ["run"] + [f"{n} ({n / train_len:g}x)" for n in lengths]
+  rows = [head]
+  for name, r in results_by_name.items():
+    rows.append([name] + [f"{r['lengths'][str(n)]['perplexity']:.3f}"
+                          if str(n) in r["lengths"] else "-" for n in lengths])
+  widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+  lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+  lines.insert(1, "  ".join("-" * w for w in widths))
+  return "perplexity (per token) by eval length; train length " + str(train_len) + "\n" + \
+      "\n".join(lines)
+
+
+def evaluate(config, workdir: str, step: int | None = None) -> dict:
+  """Runs the sweep, writes workdir/eval/results.json and prints the table."""
+  config_lib.validate(config)
+  evaluator = Evaluator(config, workdir, step)
+  results = evaluator.sweep(config_lib.eval_lengths(config))
+  if jax.process_index() == 0:
+    out_dir = os.path.join(workdir, "eval")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "results.json")
+    with open(path + ".tmp", "w") as f:
+      json.dump(results, f, indent=2)
+    os.replace(path + ".tmp", path)
+    print(format_table({os.path.basename(os.path.normpath(workdir)): results}), flush=True)
+  return results

@@ -1,0 +1,123 @@
+"""The decoder: pre-norm (RMSNorm) causal transformer with a pluggable position scheme.
+
+Positions and segment ids are explicit inputs: packed documents restart at position 0 and never
+attend across documents, and remaps/extension methods act on positions before any hook.
+Every parameter carries logical axis names that `lcx.sharding` maps onto the mesh.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from lcx import attention, positions
+from lcx.positions import patterns, remaps
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _param(rngs, shape, fan_in, axes, scale=1.0):
+  """A normal(0, scale/sqrt(fan_in)) parameter with its logical axis names."""
+  init = jax.random.normal(rngs.params(), shape, jnp.float32) * (scale / fan_in ** 0.5)
+  return nnx.Param(init, logical_axes=axes)
+
+
+class RMSNorm(nnx.Module):
+
+  def __init__(self, dim, eps):
+    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), logical_axes=("embed",))
+    self.eps = eps
+
+  def __call__(self, x_BxLxD):
+    x = x_BxLxD.astype(jnp.float32)
+    x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+    return (x * self.scale[...]).astype(x_BxLxD.dtype)
+
+
+class Attention(nnx.Module):
+
+  def __init__(self, cfg, *, rngs):
+    d, h, g, k = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    self.wq = _param(rngs, (d, h, k), d, ("embed", "heads", "head_dim"))
+    self.wk = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
+    self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
+    self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
+
+  def __call__(self, x_BxLxD, pos_BxL, seg_BxL, *, scheme, remap, pattern, kernel):
+    dt = x_BxLxD.dtype
+    q = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
+    k = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
+    v = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wv[...].astype(dt))
+    out_BxLxHxK = kernel(q, k, v, pos_BxL, seg_BxL, scheme=scheme, remap=remap, pattern=pattern)
+    return jnp.einsum("blhk,hkd->bld", out_BxLxHxK, self.wo[...].astype(dt))
+
+
+class MLP(nnx.Module):
+  """GELU (`w_in` -> gelu -> `w_out`) or SwiGLU (`silu(w_gate) * w_in` -> `w_out`)."""
+
+  def __init__(self, cfg, *, rngs):
+    d, f = cfg.d_model, cfg.mlp_dim
+    self.swiglu = cfg.mlp == "swiglu"
+    self.w_in = _param(rngs, (d, f), d, ("embed", "mlp"))
+    self.w_gate = _param(rngs, (d, f), d, ("embed", "mlp")) if self.swiglu else None
+    self.w_out = _param(rngs, (f, d), f, ("mlp", "embed"))
+
+  def __call__(self, x_BxLxD):
+    dt = x_BxLxD.dtype
+    h_BxLxF = x_BxLxD @ self.w_in[...].astype(dt)
+    if self.swiglu:
+      h_BxLxF = h_BxLxF * jax.nn.silu(x_BxLxD @ self.w_gate[...].astype(dt))
+    else:
+      h_BxLxF = jax.nn.gelu(h_BxLxF)
+    return h_BxLxF @ self.w_out[...].astype(dt)
+
+
+class Block(nnx.Module):
+
+  def __init__(self, cfg, *, rngs):
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.attn = Attention(cfg, rngs=rngs)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.mlp = MLP(cfg, rngs=rngs)
+
+  def __call__(self, x_BxLxD, pos_BxL, seg_BxL, **attn_kwargs):
+    x_BxLxD = x_BxLxD + self.attn(self.attn_norm(x_BxLxD), pos_BxL, seg_BxL, **attn_kwargs)
+    return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD))
+
+
+def dims(cfg) -> positions.Dims:
+  return positions.Dims(d_model=cfg.d_model, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                        max_len=cfg.max_len)
+
+
+class Decoder(nnx.Module):
+  """tokens_BxL, positions_BxL, segments_BxL -> float32 logits_BxLxV."""
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    self.dtype = DTYPES[cfg.dtype]
+    self.embed = nnx.Param(jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
+                           logical_axes=("vocab", "embed"))
+    self.position = positions.build(cfg.position, dims(cfg), rngs=rngs)
+    self.remap = remaps.build(cfg.remap, dims(cfg))
+    self.pattern = patterns.build(cfg.attention.pattern)
+    self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.head = None if cfg.tie_embeddings else _param(
+        rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
+    self.chunk_size = cfg.attention.chunk_size
+
+  def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
+    x_BxLxD = jnp.take(self.embed[...], tokens_BxL, axis=0)
+    x_BxLxD = self.position.embed(x_BxLxD, pos_BxL).astype(self.dtype)
+    attn_kwargs = dict(scheme=self.position, remap=self.remap, pattern=self.pattern,
+                       kernel=attention.get_kernel(kernel, self.chunk_size))
+    for block in self.blocks:
+      x_BxLxD = block(x_BxLxD, pos_BxL, seg_BxL, **attn_kwargs)
+    x_BxLxD = self.final_norm(x_BxLxD)
+    if self.head is None:
+      head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5
+    else:
+      head_DxV = self.head[...]
+    return jnp.einsum("bld,dv->blv", x_BxLxD, head_DxV.astype(self.dtype),
+                      preferred_element_type=jnp.float32)

@@ -1,0 +1,209 @@
+"""The train loop: one linear function in commented sections.
+
+Model and optimizer state are split once into pure pytrees; the jitted step takes and donates
+them with explicit shardings over the ("data", "fsdp", "tensor") mesh. Metrics of step s are
+fetched after step s+1 is dispatched, so the host never stalls the accelerator.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+from flax import nnx
+
+from lcx import checkpoint, config as config_lib, data, positions, sharding
+from lcx.metrics import MetricWriter
+from lcx.model import Decoder
+
+
+class NonFiniteLossError(RuntimeError):
+  """Raised when a step's loss or gradient norm is NaN or Inf; checkpoints stay untouched."""
+
+
+def learning_rate(train_cfg) -> optax.Schedule:
+  """Linear warmup to `lr`, then cosine/linear decay to `min_lr` at `steps` (or constant)."""
+  c = train_cfg
+  warmup = optax.linear_schedule(0.0, c.lr, max(c.warmup_steps, 1))
+  decay_steps = max(c.steps - c.warmup_steps, 1)
+  decays = {
+      "cosine": optax.cosine_decay_schedule(c.lr, decay_steps, alpha=c.min_lr / c.lr),
+      "linear": optax.linear_schedule(c.lr, c.min_lr, decay_steps),
+      "constant": optax.constant_schedule(c.lr),
+  }
+  return optax.join_schedules([warmup, decays[c.decay]], [c.warmup_steps])
+
+
+def optimizer(train_cfg) -> optax.GradientTransformation:
+  """AdamW with weight decay on matrices only (not norms, not biases), after clipping."""
+  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+  tx = optax.adamw(learning_rate(train_cfg), b1=train_cfg.b1, b2=train_cfg.b2,
+                   weight_decay=train_cfg.weight_decay, mask=decay_mask)
+  if train_cfg.clip_norm > 0:
+    tx = optax.chain(optax.clip_by_global_norm(train_cfg.clip_norm), tx)
+  return tx
+
+
+def loss_fn(model, batch, pos_BxL):
+  """Mean next-token cross entropy over tokens with loss_mask > 0."""
+  logits_BxLxV = model(batch["inputs"], pos_BxL, batch["segment_ids"])
+  nll_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, batch["targets"])
+  mask_BxL = batch["loss_mask"].astype(jnp.float32)
+  return (nll_BxL * mask_BxL).sum() / jnp.maximum(mask_BxL.sum(), 1.0)
+
+
+def make_step(graphdef, tx, config):
+  """The pure train step: (params, opt_state, batch, step) -> (params, opt_state, metrics)."""
+  schedule = learning_rate(config.train)
+  key = jax.random.key(config.seed)
+  random_max = config.train.random_positions
+
+  def step_fn(params, opt_state, batch, step):
+    pos_BxL = batch["positions"]
+    if random_max:
+      pos_BxL = positions.randomized_positions(jax.random.fold_in(key, step), pos_BxL,
+                                               random_max)
+    loss, grads = jax.value_and_grad(
+        lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(step)}
+    return params, opt_state, metrics
+
+  return step_fn
+
+
+def abstract_sharded(tree, mesh, rules):
+  """Shape, dtype and sharding of every leaf: Variables by their logical axes, else replicated."""
+
+  def one(x):
+    if isinstance(x, nnx.Variable):
+      spec = sharding.logical_to_spec(x.get_metadata().get("logical_axes"), rules)
+      value = x.get_value()
+      return x.replace(jax.ShapeDtypeStruct(value.shape, value.dtype,
+                                            sharding=jax.sharding.NamedSharding(mesh, spec)))
+    return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                sharding=jax.sharding.NamedSharding(mesh, jax.P()))
+
+  return jax.tree.map(one, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+class Trainer:
+  """Builds the model, optimizer, sharded state and jitted step for a resolved config."""
+
+  def __init__(self, config, mesh):
+    self.config, self.mesh = config, mesh
+    self.rules = sharding.rules_from_config(config.sharding)
+    self.tx = optimizer(config.train)
+    make_model = lambda: Decoder(config.model, rngs=nnx.Rngs(config.seed))
+    self.graphdef, abstract_params = nnx.split(nnx.eval_shape(make_model), nnx.Param)
+    abstract_opt = jax.eval_shape(self.tx.init, abstract_params)
+    self.abstract_state = abstract_sharded({"params": abstract_params, "opt_state": abstract_opt},
+                                           mesh, self.rules)
+    self.shardings = jax.tree.map(lambda a: a.sharding, self.abstract_state)
+    self._make_model = make_model
+    replicated = jax.sharding.NamedSharding(mesh, jax.P())
+    self.step = jax.jit(make_step(self.graphdef, self.tx, config),
+                        in_shardings=(self.shardings["params"], self.shardings["opt_state"],
+                                      sharding.batch_sharding(mesh, self.rules), replicated),
+                        out_shardings=(self.shardings["params"], self.shardings["opt_state"],
+                                       replicated),
+                        donate_argnums=(0, 1))
+
+  def init_state(self) -> dict:
+    def init():
+      params = nnx.state(self._make_model(), nnx.Param)
+      return {"params": params, "opt_state": self.tx.init(params)}
+
+    return jax.jit(init, out_shardings=self.shardings)()
+
+  def num_params(self) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.abstract_state["params"]))
+
+
+def _install_sigterm_flag() -> dict:
+  """SIGTERM sets a flag the loop checks after each step: save, then exit cleanly."""
+  flag = {"stop": False}
+
+  def handler(signum, frame):
+    del signum, frame
+    logging.warning("SIGTERM received: saving a checkpoint at the current step, then exiting")
+    flag["stop"] = True
+
+  signal.signal(signal.SIGTERM, handler)
+  return flag
+
+
+def _check_finite(step: int, metrics: dict) -> None:
+  bad = {k: v for k, v in metrics.items() if not np.isfinite(v)}
+  if bad:
+    raise NonFiniteLossError(f"non-finite {bad} at step {step}; stopping. The last good "
+                             "checkpoint is intact; lower train.lr or check the data.")
+
+
+def train(config, workdir: str) -> dict:
+  """Trains to config.train.steps, resuming from workdir if a checkpoint is there.
+
+  Returns the metrics of the last logged step.
+  """
+  # --- Setup: data, tokenizer, resolved config, mesh, state. ---
+  config_lib.validate(config)
+  tokenizer = data.get_tokenizer(config.data)
+  config = config_lib.resolve(config, tokenizer.vocab_size)
+  config_lib.save(config, workdir)
+  mesh = sharding.make_mesh(config.mesh)
+  trainer = Trainer(config, mesh)
+  iterator = data.make_train_iterator(config.data, process_index=jax.process_index(),
+                                      process_count=jax.process_count())
+  ckpt = checkpoint.Checkpointer(workdir, every=config.train.checkpoint_every,
+                                 keep=config.train.keep_checkpoints)
+  meta = {"tokenizer": tokenizer.metadata(), "config": config.to_dict()}
+  start = ckpt.latest_step()
+  if start is None:
+    start = 0
+    state = trainer.init_state()
+  else:
+    state, _ = ckpt.restore(start, trainer.abstract_state, iterator)
+    logging.info("resumed from step %d in %s", start, ckpt.directory)
+  logging.info("model: %.2fM parameters; mesh %s", trainer.num_params() / 1e6,
+               dict(mesh.shape))
+
+  # --- Loop. ---
+  writer = MetricWriter(workdir, total=config.train.steps, initial=start,
+                        tokens_per_step=config.data.batch_size * config.data.seq_len)
+  stop = _install_sigterm_flag()
+  pending, last = None, {}
+  try:
+    for step in range(start, config.train.steps):
+      batch = sharding.global_batch(next(iterator), mesh, trainer.rules)
+      params, opt_state, metrics = trainer.step(state["params"], state["opt_state"], batch,
+                                                jnp.asarray(step, jnp.int32))
+      state = {"params": params, "opt_state": opt_state}
+      if pending is not None:  # fetch the previous step's metrics after dispatching this one
+        last = _fetch(writer, *pending) or last
+      done = step + 1
+      pending = (done, metrics, done % config.train.log_every == 0)
+      preempted = stop["stop"] or ckpt.reached_preemption(done)
+      if ckpt.should_save(done) or done == config.train.steps or preempted:
+        _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
+        ckpt.save(done, state, iterator, meta, force=True)
+      if preempted:
+        logging.warning("stopped at step %d after saving a checkpoint", done)
+        break
+    if pending is not None:
+      last = _fetch(writer, pending[0], pending[1], True) or last
+  finally:
+    ckpt.close()
+    writer.close()
+  return last
+
+
+def _fetch(writer, step, metrics, log_now):
+  """Checks a step's metrics for NaN/Inf; at log steps writes them with throughput."""
+  values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  _check_finite(step, values)
+  return writer.step_done(step, values, log=log_now)
