@@ -59,6 +59,7 @@ def get_config(arg=None):
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000
+  config.train.stop_after = 0  # >0: this invocation stops (with a checkpoint) at that step
   config.train.lr = 1e-3
   config.train.min_lr = 5e-5
   config.train.warmup_steps = 100

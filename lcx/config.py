@@ -33,6 +33,7 @@ RANGES = [
     ("model.norm_eps", lambda v: v > 0, "> 0"),
     ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
     ("train.steps", lambda v: v >= 0, ">= 0"),
+    ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
     ("train.lr", lambda v: v > 0, "> 0"),
     ("train.min_lr", lambda v: v >= 0, ">= 0"),
     ("train.warmup_steps", lambda v: v >= 0, ">= 0"),

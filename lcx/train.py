@@ -187,7 +187,8 @@ def train(config, workdir: str) -> dict:
         last = _fetch(writer, *pending) or last
       done = step + 1
       pending = (done, metrics, done % config.train.log_every == 0)
-      preempted = stop["stop"] or ckpt.reached_preemption(done)
+      preempted = (stop["stop"] or ckpt.reached_preemption(done)
+                   or done == config.train.stop_after)
       if ckpt.should_save(done) or done == config.train.steps or preempted:
         _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
         ckpt.save(done, state, iterator, meta, force=True)
