@@ -1,0 +1,22 @@
+"""lcx data: corpora, tokenizers, packed training batches, validation tokens, tasks.
+
+Start at `pipeline.py` (what training and evaluation call) and `config.py` (every
+field). Sources: `stdlib.py`, `books.py`, `text_files.py` (built with `corpus.py`), and
+TFDS datasets by name (`sources.py`); synthetic tasks in `tasks.py`.
+"""
+
+from lcx.data.config import default_config
+from lcx.data.config import validate
+from lcx.data.pipeline import get_tokenizer
+from lcx.data.pipeline import make_train_iterator
+from lcx.data.pipeline import validation_documents
+from lcx.data.pipeline import validation_tokens
+
+__all__ = [
+    "default_config",
+    "validate",
+    "get_tokenizer",
+    "make_train_iterator",
+    "validation_documents",
+    "validation_tokens",
+]

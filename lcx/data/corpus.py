@@ -1,0 +1,119 @@
+"""One TFDS builder for every corpus lcx builds itself (stdlib, books, text_files).
+
+A corpus is described by a `CorpusSpec`: a config name (which becomes its cache folder)
+and a `collect` function returning the documents of each split plus metadata (source
+hashes). The builder writes them as ArrayRecord files without TensorFlow; records are
+`{"key": bytes, "text": bytes}`, `key` being a stable name (a path) to sort by.
+
+The builder lives outside a registered TFDS package, so `_info` must hand the
+`DatasetInfo` its `builder=self` (TFDS's own lookup of registered configs fails).
+"""
+
+import dataclasses
+import hashlib
+import logging
+import pathlib
+from collections.abc import Callable, Sequence
+
+import tensorflow_datasets as tfds
+
+TRAIN = "train"
+VALIDATION = "validation"
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+  key: str  # Stable, unique name: validation order and the split hash use it.
+  text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusContents:
+  splits: dict[str, list[Document]]  # TRAIN and VALIDATION.
+  metadata: dict  # JSON-able, saved in the dataset's metadata.json.
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSpec:
+  config_name: str  # [A-Za-z0-9_.+-]; different inputs must give different names.
+  description: str
+  collect: Callable[[], CorpusContents]
+
+
+@dataclasses.dataclass(eq=False)
+class _CorpusConfig(tfds.core.BuilderConfig):
+  collect: Callable[[], CorpusContents] | None = None
+
+
+class LcxCorpus(tfds.core.GeneratorBasedBuilder):
+  """Writes the documents a `CorpusSpec` collects; see the module docstring."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls) -> None:
+    """None: there is no TFDS checksums file beside this code to look for.
+
+    TFDS's default probes the module path through `importlib_resources`, a backport
+    that is not installed on Python >= 3.9, and would fail.
+    """
+    return None
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=self.builder_config.description,
+        features=tfds.features.FeaturesDict(
+            {"key": tfds.features.Text(), "text": tfds.features.Text()}
+        ),
+        metadata=tfds.core.MetadataDict(),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # Sources are local files; nothing is downloaded here.
+    contents = self.builder_config.collect()
+    self.info.metadata.update(contents.metadata)
+    return {
+        split: self._generate_examples(documents)
+        for split, documents in contents.splits.items()
+    }
+
+  def _generate_examples(self, documents):
+    for document in documents:
+      yield document.key, {"key": document.key, "text": document.text}
+
+
+def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
+  """The builder for `spec`, prepared in `data_dir` on first use and reused after."""
+  corpus_builder = LcxCorpus(
+      config=_CorpusConfig(
+          name=spec.config_name, description=spec.description, collect=spec.collect
+      ),
+      data_dir=str(data_dir),
+  )
+  if not corpus_builder.is_prepared():
+    logging.info("Building corpus %s in %s", spec.config_name, data_dir)
+    corpus_builder.download_and_prepare(file_format="array_record")
+  return corpus_builder
+
+
+def hash_fraction(key: str) -> float:
+  """A stable number in [0, 1) for `key`, independent of Python's hash seed."""
+  digest = hashlib.sha256(key.encode("utf-8")).digest()
+  return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def split_by_hash(
+    documents: Sequence[Document], validation_fraction: float
+) -> dict[str, list[Document]]:
+  """Each document goes to validation when its key hashes below the fraction."""
+  splits = {TRAIN: [], VALIDATION: []}
+  for document in documents:
+    is_validation = hash_fraction(document.key) < validation_fraction
+    splits[VALIDATION if is_validation else TRAIN].append(document)
+  return splits
+
+
+def sha256_file(path: pathlib.Path) -> str:
+  return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
