@@ -10,6 +10,7 @@ The builder lives outside a registered TFDS package, so `_info` must hand the
 """
 
 import dataclasses
+import fcntl
 import hashlib
 import logging
 import pathlib
@@ -85,16 +86,24 @@ class LcxCorpus(tfds.core.GeneratorBasedBuilder):
 
 
 def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
-  """The builder for `spec`, prepared in `data_dir` on first use and reused after."""
-  corpus_builder = LcxCorpus(
-      config=_CorpusConfig(
-          name=spec.config_name, description=spec.description, collect=spec.collect
-      ),
-      data_dir=str(data_dir),
-  )
-  if not corpus_builder.is_prepared():
-    logging.info("Building corpus %s in %s", spec.config_name, data_dir)
-    corpus_builder.download_and_prepare(file_format="array_record")
+  """The builder for `spec`, prepared in `data_dir` on first use and reused after.
+
+  A file lock makes processes that start together (test workers, hosts of one job on
+  a shared disk) build once and wait for each other rather than race.
+  """
+  data_dir = pathlib.Path(data_dir)
+  data_dir.mkdir(parents=True, exist_ok=True)
+  with open(data_dir / f".{spec.config_name}.lock", "w") as lock_file:
+    fcntl.flock(lock_file, fcntl.LOCK_EX)
+    corpus_builder = LcxCorpus(
+        config=_CorpusConfig(
+            name=spec.config_name, description=spec.description, collect=spec.collect
+        ),
+        data_dir=str(data_dir),
+    )
+    if not corpus_builder.is_prepared():
+      logging.info("Building corpus %s in %s", spec.config_name, data_dir)
+      corpus_builder.download_and_prepare(file_format="array_record")
   return corpus_builder
 
 

@@ -31,11 +31,11 @@ def _documents():
 
 
 def test_sentencepiece_trains_deterministically_and_records_its_hash(tmp_path):
-  first = tokenizers.train_sentencepiece(_documents(), 300, tmp_path / "a.model", 0)
-  second = tokenizers.train_sentencepiece(_documents(), 300, tmp_path / "b.model", 0)
+  first = tokenizers.train_sentencepiece(_documents(), 350, tmp_path / "a.model", 0)
+  second = tokenizers.train_sentencepiece(_documents(), 350, tmp_path / "b.model", 0)
   assert first.read_bytes() == second.read_bytes()
   tokenizer = tokenizers.SentencePieceTokenizer(first)
-  assert tokenizer.vocab_size == 300
+  assert tokenizer.vocab_size == 350
   assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) == (0, 2, 3)
   common = "gamma delta kappa"
   assert len(tokenizer.encode(common)) < len(common)  # It learned merges.
@@ -44,6 +44,6 @@ def test_sentencepiece_trains_deterministically_and_records_its_hash(tmp_path):
   assert ids_N.dtype == np.int32
   assert tokenizer.decode(ids_N) == text
   metadata = json.loads(json.dumps(tokenizer.metadata()))
-  assert metadata["kind"] == "sentencepiece" and metadata["vocab_size"] == 300
+  assert metadata["kind"] == "sentencepiece" and metadata["vocab_size"] == 350
   assert metadata["model_path"] == str(first)
   assert metadata["sha256"] == hashlib.sha256(first.read_bytes()).hexdigest()
