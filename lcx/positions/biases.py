@@ -1,0 +1,145 @@
+"""Attention-logit biases: ALiBi (Press 2021), T5 buckets (Raffel 2020), FIRE (Li 2023).
+
+Each `bias(q_pos_BxQ, k_pos_BxK)` is a function of positions only (query i, key j), so the
+chunked kernel evaluates it block by block at any length; it is added to the logits after the
+1/sqrt(head_dim) scaling. Positions may be fractional (remaps): ALiBi and FIRE use them as they
+are, T5 floors the distance to pick a bucket.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lcx.positions.base import PREFIX, Scheme, register
+
+
+def _distance_BxQxK(q_pos_BxQ, k_pos_BxK):
+  """i - j as float32 (positive for past keys)."""
+  q = jnp.asarray(q_pos_BxQ, jnp.float32)
+  k = jnp.asarray(k_pos_BxK, jnp.float32)
+  return q[:, :, None] - k[:, None, :]
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """The ALiBi paper's `get_slopes`: geometric from 2^(-8/n) for n a power of two; otherwise the
+  slopes of the power of two p below n, then every other slope of 2p, up to n heads."""
+
+  def power_of_2(n):
+    start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+    return [start * start ** i for i in range(n)]
+
+  if math.log2(num_heads).is_integer():
+    return np.asarray(power_of_2(num_heads), np.float64)
+  p = 2 ** math.floor(math.log2(num_heads))
+  return np.concatenate([power_of_2(p), alibi_slopes(2 * p)[0::2][:num_heads - p]])
+
+
+def _check_heads(cfg, dims):
+  if dims.num_heads < 1:
+    raise ValueError(f"model.num_heads={dims.num_heads} must be >= 1 for {PREFIX}.name="
+                     f"{cfg.name!r}")
+
+
+@register("alibi", {}, check=_check_heads)
+class ALiBi(Scheme):
+  """bias = -m_h * (i - j): a fixed linear penalty on distance, one slope per head."""
+
+  def __init__(self, *, dims, rngs):
+    del rngs
+    self.slopes_H = alibi_slopes(dims.num_heads)
+
+  def bias(self, q_pos_BxQ, k_pos_BxK):
+    slopes_1xHx1x1 = jnp.asarray(self.slopes_H, jnp.float32)[None, :, None, None]
+    return -slopes_1xHx1x1 * _distance_BxQxK(q_pos_BxQ, k_pos_BxK)[:, None]
+
+
+def t5_bucket(relative_position, num_buckets=32, max_distance=128, bidirectional=False):
+  """HF `_relative_position_bucket`; relative_position = key_pos - query_pos (negative: past).
+
+  Causal: n = max(-relative_position, 0); exact buckets for n < num_buckets/2, then
+  logarithmic up to max_distance, capped at the last bucket. Fractional distances are floored.
+  """
+  rel = jnp.asarray(relative_position, jnp.float32)
+  offset = 0
+  if bidirectional:
+    num_buckets //= 2
+    offset = jnp.where(rel > 0, num_buckets, 0)
+    n = jnp.floor(jnp.abs(rel)).astype(jnp.int32)
+  else:
+    n = jnp.floor(jnp.maximum(-rel, 0.0)).astype(jnp.int32)
+  max_exact = num_buckets // 2
+  log_ratio = jnp.log(jnp.maximum(n, max_exact).astype(jnp.float32) / max_exact)
+  large = max_exact + (log_ratio / math.log(max_distance / max_exact)
+                       * (num_buckets - max_exact)).astype(jnp.int32)
+  large = jnp.minimum(large, num_buckets - 1)
+  return offset + jnp.where(n < max_exact, n, large)
+
+
+def _check_t5(cfg, dims):
+  _check_heads(cfg, dims)
+  half = cfg.num_buckets // 2 if cfg.bidirectional else cfg.num_buckets
+  if half < 2:
+    raise ValueError(f"{PREFIX}.num_buckets={cfg.num_buckets} must be >= 2 (>= 4 when "
+                     "bidirectional)")
+  if cfg.max_distance <= half // 2:
+    raise ValueError(f"{PREFIX}.max_distance={cfg.max_distance} must exceed the exact range "
+                     f"{half // 2} (half of the buckets per direction)")
+
+
+@register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False},
+          check=_check_t5)
+class T5(Scheme):
+  """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
+
+  def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
+    del rngs
+    self.table_NxH = nnx.Param(jnp.zeros((num_buckets, dims.num_heads), jnp.float32),
+                               logical_axes=(None, "heads"))
+    self.num_buckets = num_buckets
+    self.max_distance = max_distance
+    self.bidirectional = bidirectional
+
+  def bias(self, q_pos_BxQ, k_pos_BxK):
+    bucket_BxQxK = t5_bucket(-_distance_BxQxK(q_pos_BxQ, k_pos_BxK), self.num_buckets,
+                             self.max_distance, self.bidirectional)
+    bias_BxQxKxH = jnp.take(self.table_NxH[...], bucket_BxQxK, axis=0)
+    return jnp.moveaxis(bias_BxQxKxH, -1, 1)
+
+
+def _check_fire(cfg, dims):
+  _check_heads(cfg, dims)
+  for field in ("hidden", "c_init", "threshold_init"):
+    if not cfg[field] > 0:
+      raise ValueError(f"{PREFIX}.{field}={cfg[field]} must be > 0")
+
+
+@register("fire", {"hidden": 32, "c_init": 0.1, "threshold_init": 512.0}, check=_check_fire)
+class FIRE(Scheme):
+  """bias(i, j) = MLP(psi(i - j) / psi(max(i, L_thr))), psi(x) = ln(|c x| + 1).
+
+  MLP 1 -> hidden -> heads with ReLU; c and the threshold L_thr are learned scalars. The query
+  position normalizes the distance, so the input stays in [0, 1] at any length.
+  """
+
+  def __init__(self, *, dims, rngs, hidden, c_init, threshold_init):
+    normal = lambda shape, fan_in: jax.random.normal(rngs.params(), shape) / math.sqrt(fan_in)
+    self.c = nnx.Param(jnp.asarray(c_init, jnp.float32))
+    self.threshold = nnx.Param(jnp.asarray(threshold_init, jnp.float32))
+    self.w_in = nnx.Param(normal((hidden,), 1))
+    self.b_in = nnx.Param(jnp.zeros((hidden,)))
+    self.w_out = nnx.Param(normal((hidden, dims.num_heads), hidden))
+    self.b_out = nnx.Param(jnp.zeros((dims.num_heads,)))
+
+  def bias(self, q_pos_BxQ, k_pos_BxK):
+    psi = lambda x: jnp.log(jnp.abs(self.c[...] * x) + 1)
+    q_BxQ = jnp.asarray(q_pos_BxQ, jnp.float32)
+    norm_BxQx1 = psi(jnp.maximum(q_BxQ, self.threshold[...]))[:, :, None]
+    x_BxQxK = psi(_distance_BxQxK(q_pos_BxQ, k_pos_BxK)) / norm_BxQx1
+    h_BxQxKxF = jax.nn.relu(x_BxQxK[..., None] * self.w_in[...] + self.b_in[...])
+    bias_BxQxKxH = h_BxQxKxF @ self.w_out[...] + self.b_out[...]
+    return jnp.moveaxis(bias_BxQxKxH, -1, 1)

@@ -1,0 +1,85 @@
+"""Sparse attention patterns (config `model.attention.pattern`): which keys a query may see.
+
+`build(cfg)` returns `allowed(q_idx_Qx1, k_idx_1xK) -> QxK bool` over token indices within the
+row, or None for dense attention. The attention kernel composes it with the causal and
+packed-document masks, so a pattern only says what it removes:
+  dense           nothing
+  sliding_window  keys more than window-1 tokens back
+  block_global    everything outside the query's own block and the first (global) block
+  strided         Child et al. 2019: keep the local window and every key whose distance to
+                  the query is a multiple of `stride`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import ml_collections
+
+from lcx.positions.base import check_fields, plain, to_config
+
+PREFIX = "model.attention.pattern"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+  fn: Callable[..., Any] | None  # fn(q_idx_Qx1, k_idx_1xK, **fields) -> bool; None: dense
+  defaults: dict[str, Any]
+
+
+PATTERNS: dict[str, _Entry] = {"dense": _Entry(None, {})}
+
+
+def _register(name, defaults):
+
+  def wrap(fn):
+    PATTERNS[name] = _Entry(fn, defaults)
+    return fn
+
+  return wrap
+
+
+@_register("sliding_window", {"window": 128})
+def sliding_window(q_idx_Qx1, k_idx_1xK, *, window):
+  return q_idx_Qx1 - k_idx_1xK < window
+
+
+@_register("block_global", {"block": 64})
+def block_global(q_idx_Qx1, k_idx_1xK, *, block):
+  return (q_idx_Qx1 // block == k_idx_1xK // block) | (k_idx_1xK < block)
+
+
+@_register("strided", {"window": 64, "stride": 64})
+def strided(q_idx_Qx1, k_idx_1xK, *, window, stride):
+  distance = q_idx_Qx1 - k_idx_1xK
+  return (distance < window) | (distance % stride == 0)
+
+
+def _entry(name: str) -> _Entry:
+  if name not in PATTERNS:
+    raise ValueError(f"{PREFIX}.name={name!r} is not a known pattern; allowed: "
+                     f"{sorted(PATTERNS)}")
+  return PATTERNS[name]
+
+
+def default_config(name: str = "dense") -> ml_collections.ConfigDict:
+  """The pattern's config sub-dict: `name` plus every field with its default."""
+  return to_config({"name": name, **_entry(name).defaults})
+
+
+def validate(cfg: ml_collections.ConfigDict) -> None:
+  entry = _entry(cfg.name)
+  check_fields(cfg, entry.defaults, PREFIX)
+  for field in entry.defaults:  # every field is a size
+    if not isinstance(cfg[field], int) or cfg[field] < 1:
+      raise ValueError(f"{PREFIX}.{field}={cfg[field]!r} must be an int >= 1")
+
+
+def build(cfg: ml_collections.ConfigDict) -> Callable[..., Any] | None:
+  validate(cfg)
+  entry = _entry(cfg.name)
+  if entry.fn is None:
+    return None
+  return functools.partial(entry.fn, **{k: plain(cfg[k]) for k in cfg.keys() if k != "name"})

@@ -1,0 +1,152 @@
+"""Training-free position remaps: functions on positions, applied before any scheme hook.
+
+`build(cfg, dims).branches(q_pos_BxQ, k_pos_BxK)` returns a list of `Branch(q_pos, k_pos, use)`.
+Attention computes the logits of each branch (rotate + bias with that branch's positions) and
+merges them: start from the LAST branch's logits, then for each earlier branch
+    logits = where(use(q_pos_true_BxQx1, k_pos_true_Bx1xK), logits_branch, logits)
+`use` is None only on the last branch. Remaps (config `model.remap`):
+  none         one branch, positions unchanged
+  self_extend  Jin 2024: exact positions where i - j < window; beyond, grouped positions
+               query floor(i/group) + window - window//group, key floor(j/group)
+  rerope       exact where i - j < window; beyond, the relative distance is clipped to window
+               (query at `window`, key at 0)
+  compress     one branch, p -> p up to `start`, start + alpha * (p - start) beyond
+               (float positions; start None: the training length)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from lcx.positions.base import Dims, Unset, check_fields, plain, to_config
+
+PREFIX = "model.remap"
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+  """One view of the positions; `use(q_pos_true_BxQx1, k_pos_true_Bx1xK) -> BxQxK` bool says
+  where its logits win over those of the branches after it (None: everywhere, last only)."""
+
+  q_pos: jax.Array
+  k_pos: jax.Array
+  use: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Remap:
+  fn: Callable[..., list[Branch]]
+
+  def branches(self, q_pos_BxQ: jax.Array, k_pos_BxK: jax.Array) -> list[Branch]:
+    return self.fn(q_pos_BxQ, k_pos_BxK)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+  fn: Callable[..., list[Branch]]  # fn(q_pos_BxQ, k_pos_BxK, *, dims, **fields)
+  defaults: dict[str, Any]
+  check: Callable[[ml_collections.ConfigDict], None] | None
+
+
+REMAPS: dict[str, _Entry] = {}
+
+
+def _register(name, defaults, check=None):
+
+  def wrap(fn):
+    REMAPS[name] = _Entry(fn, defaults, check)
+    return fn
+
+  return wrap
+
+
+def _nearer_than(q_pos_BxQx1, k_pos_Bx1xK, *, window):
+  return q_pos_BxQx1 - k_pos_Bx1xK < window
+
+
+def _check_window(cfg):
+  if cfg.window < 1:
+    raise ValueError(f"{PREFIX}.window={cfg.window} must be >= 1")
+
+
+@_register("none", {})
+def none(q_pos_BxQ, k_pos_BxK, *, dims):
+  del dims
+  return [Branch(q_pos_BxQ, k_pos_BxK)]
+
+
+def _check_self_extend(cfg):
+  _check_window(cfg)
+  if cfg.group < 1:
+    raise ValueError(f"{PREFIX}.group={cfg.group} must be >= 1")
+
+
+@_register("self_extend", {"window": 128, "group": 4}, _check_self_extend)
+def self_extend(q_pos_BxQ, k_pos_BxK, *, dims, window, group):
+  """Neighbours keep exact positions; farther keys are grouped, shifted so the two views meet
+  at distance `window`."""
+  del dims
+  near = Branch(q_pos_BxQ, k_pos_BxK, functools.partial(_nearer_than, window=window))
+  far = Branch(q_pos_BxQ // group + window - window // group, k_pos_BxK // group)
+  return [near, far]
+
+
+@_register("rerope", {"window": 128}, _check_window)
+def rerope(q_pos_BxQ, k_pos_BxK, *, dims, window):
+  """Beyond the window every key sits at relative distance `window`: the query at `window`
+  and the key at 0. Relative schemes (RoPE, ALiBi, T5) see exactly i - j = window; schemes
+  that also read the query's own position (FIRE's normalizer, LongRoPE's n_hat, xPos's
+  centre) see `window` there instead of the true query position."""
+  del dims
+  near = Branch(q_pos_BxQ, k_pos_BxK, functools.partial(_nearer_than, window=window))
+  far = Branch(jnp.full_like(q_pos_BxQ, window), jnp.zeros_like(k_pos_BxK))
+  return [near, far]
+
+
+def _check_compress(cfg):
+  if not 0 < cfg.alpha <= 1:
+    raise ValueError(f"{PREFIX}.alpha={cfg.alpha} must be in (0, 1]")
+  if cfg.start is not None and cfg.start < 0:
+    raise ValueError(f"{PREFIX}.start={cfg.start} must be >= 0 (None: the training length)")
+
+
+@_register("compress", {"alpha": 0.5, "start": Unset(int)}, _check_compress)
+def compress(q_pos_BxQ, k_pos_BxK, *, dims, alpha, start):
+  """Piecewise linear: identity up to `start`, slope alpha beyond (seed 003; not YaRN)."""
+  start = dims.max_len if start is None else start
+
+  def squeeze(pos):
+    pos = jnp.asarray(pos, jnp.float32)
+    return jnp.where(pos <= start, pos, start + alpha * (pos - start))
+
+  return [Branch(squeeze(q_pos_BxQ), squeeze(k_pos_BxK))]
+
+
+def _entry(name: str) -> _Entry:
+  if name not in REMAPS:
+    raise ValueError(f"{PREFIX}.name={name!r} is not a known remap; allowed: {sorted(REMAPS)}")
+  return REMAPS[name]
+
+
+def default_config(name: str = "none") -> ml_collections.ConfigDict:
+  """The remap's config sub-dict: `name` plus every field with its default."""
+  return to_config({"name": name, **_entry(name).defaults})
+
+
+def validate(cfg: ml_collections.ConfigDict) -> None:
+  entry = _entry(cfg.name)
+  check_fields(cfg, entry.defaults, PREFIX)
+  if entry.check is not None:
+    entry.check(cfg)
+
+
+def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:
+  validate(cfg)
+  fields = {k: plain(cfg[k]) for k in cfg.keys() if k != "name"}
+  return Remap(functools.partial(_entry(cfg.name).fn, dims=dims, **fields))

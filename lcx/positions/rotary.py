@@ -1,0 +1,158 @@
+"""The rotary family: RoPE (Su 2021), p-RoPE (Barbero 2024) and xPos (Sun 2022).
+
+Each rotates q and k (never v) pair by pair by angle `pos * inv_freq[i]`. Frequencies come from
+the pure function `rope_frequencies` (scaling.py), so the same checkpoint can be evaluated with
+any `scaling` dict without retraining. Every rotary scheme has the fields:
+  base        the RoPE base b (Llama 3: 500000)
+  pairing     "rotate_half" (x_i, x_{i+R}) as GPT-NeoX and HF, or "interleaved" (x_2i, x_2i+1)
+              as RoFormer and Meta's Llama code; same attention, weights need a permutation
+  rotary_dim  rotate the first rotary_dim features only (None: all of head_dim); must be even
+  scaling     a HF `rope_scaling` dict (scaling.SCALING_DEFAULTS lists its fields)
+The "current length" read by `dynamic` and `longrope` is the static window length q.shape[1].
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lcx.positions.base import PREFIX, Scheme, Unset, plain, register
+from lcx.positions.scaling import SCALING_DEFAULTS, check_rotary_dim, resolve, rope_angles
+
+ROTARY_DEFAULTS = {
+    "base": 10000.0,
+    "pairing": "rotate_half",
+    "rotary_dim": Unset(int),
+    "scaling": SCALING_DEFAULTS,
+}
+
+
+def _split_half(x):
+  r = x.shape[-1] // 2
+  return x[..., :r], x[..., r:]
+
+
+def _join_half(a, b):
+  return jnp.concatenate([a, b], axis=-1)
+
+
+def _split_interleaved(x):
+  return x[..., 0::2], x[..., 1::2]
+
+
+def _join_interleaved(a, b):
+  return jnp.stack([a, b], axis=-1).reshape(*a.shape[:-1], 2 * a.shape[-1])
+
+
+# pairing -> (split features into the two members of each pair, join them back)
+PAIRINGS = {
+    "rotate_half": (_split_half, _join_half),
+    "interleaved": (_split_interleaved, _join_interleaved),
+}
+
+
+def rotate_pairs(x_BxLxNxK, angle_BxLxR, pairing="rotate_half", scale=1.0):
+  """Rotates the first 2R features of x by `angle` (in float32), times `scale`.
+
+  `scale` (a float or BxLxR) multiplies cos and sin, as HF applies its attention factor; the
+  features past 2R (partial rotary) pass through unchanged and unscaled.
+  """
+  split, join = PAIRINGS[pairing]
+  r = angle_BxLxR.shape[-1]
+  cos_BxLx1xR = (jnp.cos(angle_BxLxR) * scale)[:, :, None, :]
+  sin_BxLx1xR = (jnp.sin(angle_BxLxR) * scale)[:, :, None, :]
+  x, rest = x_BxLxNxK[..., :2 * r], x_BxLxNxK[..., 2 * r:]
+  x1, x2 = split(x.astype(jnp.float32))
+  out = join(x1 * cos_BxLx1xR - x2 * sin_BxLx1xR, x2 * cos_BxLx1xR + x1 * sin_BxLx1xR)
+  return jnp.concatenate([out.astype(x.dtype), rest], axis=-1)
+
+
+def _check_rotary(cfg, dims):
+  if cfg.pairing not in PAIRINGS:
+    raise ValueError(f"{PREFIX}.pairing={cfg.pairing!r} is not known; allowed: "
+                     f"{sorted(PAIRINGS)}")
+  d = check_rotary_dim(dims.head_dim, cfg.rotary_dim, f"{PREFIX}.rotary_dim")
+  resolve(plain(cfg.scaling), d, f"{PREFIX}.scaling", default_length=dims.max_len)
+
+
+@register("rope", ROTARY_DEFAULTS, check=_check_rotary)
+class RoPE(Scheme):
+  """RoPE; subclasses change the angles (p-RoPE) or add per-position scales (xPos)."""
+
+  def __init__(self, *, dims, rngs, base, pairing, rotary_dim, scaling):
+    del rngs
+    self.rotary_dim = check_rotary_dim(dims.head_dim, rotary_dim)
+    self.base = float(base)
+    self.pairing = pairing
+    self.scaling = resolve(scaling, self.rotary_dim, default_length=dims.max_len)
+
+  def angles(self, pos_BxL, seq_len):
+    """float32 BxLxR rotation angles and the attention factor."""
+    return rope_angles(pos_BxL, self.rotary_dim, self.base, self.scaling, seq_len)
+
+  def scales(self, q_pos_BxL, k_pos_BxL):
+    """Per-position factors of q and k (float or BxLxR); RoPE has none."""
+    del q_pos_BxL, k_pos_BxL
+    return 1.0, 1.0
+
+  def rotate(self, q_BxLxHxK, k_BxLxGxK, q_pos_BxL, k_pos_BxL):
+    seq_len = q_BxLxHxK.shape[1]  # the current length for dynamic / longrope scaling
+    q_angle, factor = self.angles(q_pos_BxL, seq_len)
+    k_angle, _ = self.angles(k_pos_BxL, seq_len)
+    q_scale, k_scale = self.scales(q_pos_BxL, k_pos_BxL)
+    return (rotate_pairs(q_BxLxHxK, q_angle, self.pairing, factor * q_scale),
+            rotate_pairs(k_BxLxGxK, k_angle, self.pairing, factor * k_scale))
+
+
+def _check_p_rope(cfg, dims):
+  _check_rotary(cfg, dims)
+  if not 0 <= cfg.p <= 1:
+    raise ValueError(f"{PREFIX}.p={cfg.p} must be in [0, 1] (0: NoPE, 1: RoPE)")
+
+
+@register("p_rope", {**ROTARY_DEFAULTS, "p": 0.75}, check=_check_p_rope)
+class PRoPE(RoPE):
+  """p-RoPE: keep the round(p * R) highest frequencies (the first pairs); the rest get angle 0.
+
+  The kept frequencies are RoPE's own (not re-spaced). p=0.75 was best in the paper's 2B runs.
+  """
+
+  def __init__(self, *, p, **kwargs):
+    super().__init__(**kwargs)
+    self.num_kept = round(p * (self.rotary_dim // 2))
+
+  def angles(self, pos_BxL, seq_len):
+    angle_BxLxR, factor = super().angles(pos_BxL, seq_len)
+    kept_R = np.arange(self.rotary_dim // 2) < self.num_kept
+    return angle_BxLxR * kept_R, factor
+
+
+def _check_xpos(cfg, dims):
+  _check_rotary(cfg, dims)
+  if not cfg.scale_base > 0:
+    raise ValueError(f"{PREFIX}.scale_base={cfg.scale_base} must be > 0")
+
+
+@register("xpos", {**ROTARY_DEFAULTS, "scale_base": 512.0}, check=_check_xpos)
+class XPos(RoPE):
+  """xPos: RoPE with per-pair decay zeta_i = (2i + 0.4d) / (1.4d); causal only.
+
+  q at n is scaled by zeta^(n/B), k at m by zeta^(-m/B), so the logit decays as
+  zeta^((n-m)/B). Both are measured from a common centre (the midpoint of each row's query
+  positions), which leaves every logit unchanged but keeps the factors inside float32 range
+  at long lengths (torchscale does the same). q and k must therefore go through one `rotate`.
+  """
+
+  def __init__(self, *, scale_base, **kwargs):
+    super().__init__(**kwargs)
+    self.scale_base = float(scale_base)
+
+  def scales(self, q_pos_BxL, k_pos_BxL):
+    d = self.rotary_dim
+    zeta_R = jnp.asarray((np.arange(0, d, 2) + 0.4 * d) / (1.4 * d), jnp.float32)
+    q_pos = jnp.asarray(q_pos_BxL, jnp.float32)
+    k_pos = jnp.asarray(k_pos_BxL, jnp.float32)
+    centre_Bx1 = (q_pos.max(axis=1, keepdims=True) + q_pos.min(axis=1, keepdims=True)) / 2
+    power = lambda pos_BxL: ((pos_BxL - centre_Bx1) / self.scale_base)[..., None]
+    return zeta_R ** power(q_pos), zeta_R ** -power(k_pos)
