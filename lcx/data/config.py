@@ -13,7 +13,6 @@ import ml_collections
 SOURCES = ("stdlib", "books", "text_files", "tfds", "task")
 TOKENIZERS = ("byte", "sentencepiece")
 PACKINGS = ("auto", "concat", "first_fit")
-TEXT_FILES_SPLITS = ("hash", "folders")
 TASKS = (
     "copy",
     "reverse",
@@ -136,7 +135,7 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
         bool(data_cfg.text_files),
         "data.text_files must name a directory or glob when data.name='text_files'.",
     )
-    _one_of(data_cfg, "text_files_split", TEXT_FILES_SPLITS)
+    _one_of(data_cfg, "text_files_split", ("hash", "folders"))
   if data_cfg.name == "tfds":
     _require(
         bool(data_cfg.tfds_name),

@@ -116,12 +116,23 @@ def hash_fraction(key: str) -> float:
 def split_by_hash(
     documents: Sequence[Document], validation_fraction: float
 ) -> dict[str, list[Document]]:
-  """Each document goes to validation when its key hashes below the fraction."""
-  splits = {TRAIN: [], VALIDATION: []}
-  for document in documents:
-    is_validation = hash_fraction(document.key) < validation_fraction
-    splits[VALIDATION if is_validation else TRAIN].append(document)
-  return splits
+  """Documents whose key hashes below the fraction go to validation.
+
+  Each split gets at least one document (the lowest or highest hashing one), so small
+  corpora still build; TFDS refuses an empty split.
+  """
+  if len(documents) < 2:
+    raise ValueError(
+        f"A corpus needs at least 2 documents to split into train and validation;"
+        f" found {len(documents)}."
+    )
+  ranked = sorted(documents, key=lambda document: hash_fraction(document.key))
+  below = sum(hash_fraction(d.key) < validation_fraction for d in documents)
+  validation_keys = {d.key for d in ranked[: min(max(below, 1), len(documents) - 1)]}
+  return {
+      TRAIN: [d for d in documents if d.key not in validation_keys],
+      VALIDATION: [d for d in documents if d.key in validation_keys],
+  }
 
 
 def sha256_file(path: pathlib.Path) -> str:

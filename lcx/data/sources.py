@@ -11,9 +11,11 @@ from collections.abc import Callable, Sequence
 
 import tensorflow_datasets as tfds
 
+from lcx.data import books
 from lcx.data import config
 from lcx.data import corpus
 from lcx.data import stdlib
+from lcx.data import text_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +27,8 @@ class SplitRecords:
 
 CORPUS_SPECS: dict[str, Callable[..., corpus.CorpusSpec]] = {
     "stdlib": stdlib.spec,
+    "books": books.spec,
+    "text_files": text_files.spec,
 }
 
 

@@ -31,3 +31,28 @@ def fake_stdlib_cfg(tmp_path, monkeypatch):
   data_cfg.batch_size = 4
   data_cfg.validation_fraction = 0.2
   return data_cfg
+
+
+def _assert_resumes(data_cfg, skip: int = 3, compare: int = 3):
+  """The batches after a saved state are the same from a fresh iterator set to it."""
+  import numpy as np
+
+  import lcx.data
+
+  iterator = lcx.data.make_train_iterator(data_cfg)
+  for _ in range(skip):
+    next(iterator)
+  state = iterator.get_state()
+  expected = [next(iterator) for _ in range(compare)]
+  resumed = lcx.data.make_train_iterator(data_cfg)
+  resumed.set_state(state)
+  for batch in expected:
+    resumed_batch = next(resumed)
+    for name in batch:
+      np.testing.assert_array_equal(batch[name], resumed_batch[name])
+
+
+@pytest.fixture
+def assert_resumes():
+  """`assert_resumes(data_cfg)`: checks the training iterator resumes exactly."""
+  return _assert_resumes

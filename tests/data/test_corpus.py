@@ -1,5 +1,7 @@
 import concurrent.futures
 
+import pytest
+
 from lcx.data import corpus
 
 
@@ -21,6 +23,15 @@ def test_split_by_hash_is_stable_and_near_the_fraction():
   assert 150 < len(splits[corpus.VALIDATION]) < 250
   assert len(splits[corpus.TRAIN]) + len(splits[corpus.VALIDATION]) == 2000
   assert corpus.hash_fraction("file1.txt") == corpus.hash_fraction("file1.txt")
+
+
+def test_split_by_hash_gives_each_split_at_least_one_document():
+  pair = [corpus.Document("a", ""), corpus.Document("b", "")]
+  for fraction in (0.001, 0.999):
+    splits = corpus.split_by_hash(pair, fraction)
+    assert len(splits[corpus.TRAIN]) == len(splits[corpus.VALIDATION]) == 1
+  with pytest.raises(ValueError, match="at least 2 documents"):
+    corpus.split_by_hash(pair[:1], 0.5)
 
 
 def test_builder_writes_records_and_metadata_and_builds_once(tmp_path):

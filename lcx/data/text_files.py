@@ -1,0 +1,148 @@
+"""`text_files`: the user's own `.txt` / `.jsonl` files as a corpus.
+
+A `.txt` file is one document; each line of a `.jsonl` file is one, its text in the
+field `data.jsonl_field`. Files that are empty or not UTF-8 (and jsonl lines without the
+field) are skipped with a warning naming them. The cache folder's name hashes the
+file list with sizes and modification times, so editing the files rebuilds it.
+"""
+
+import functools
+import glob
+import hashlib
+import json
+import logging
+import os
+import pathlib
+
+from lcx.data import corpus
+
+SUFFIXES = (".txt", ".jsonl")
+FOLDERS = {corpus.TRAIN: "train", corpus.VALIDATION: "validation"}
+
+
+def find_files(pattern: str) -> tuple[pathlib.Path, list[pathlib.Path]]:
+  """(base, files): a directory searched recursively, or a glob; sorted paths."""
+  path = pathlib.Path(pattern).expanduser()
+  if path.is_dir():
+    base, files = path, [p for p in path.rglob("*") if p.is_file()]
+  else:
+    files = [pathlib.Path(p) for p in glob.glob(str(path), recursive=True)]
+    base = pathlib.Path(os.path.commonpath([p.parent for p in files])) if files else path
+  files = sorted(p for p in files if p.suffix in SUFFIXES)
+  if not files:
+    raise ValueError(
+        f"data.text_files={pattern!r} matches no {' or '.join(SUFFIXES)} file."
+    )
+  return base, files
+
+
+def _read_text(path: pathlib.Path) -> str | None:
+  """The file's text, or None (with a warning naming it) if empty or not UTF-8."""
+  try:
+    text = path.read_text(encoding="utf-8")
+  except UnicodeDecodeError as error:
+    logging.warning("text_files: skipping %s, not UTF-8 (%s)", path, error)
+    return None
+  if not text.strip():
+    logging.warning("text_files: skipping %s, empty", path)
+    return None
+  return text
+
+
+def _jsonl_documents(path, key, text, field) -> list[corpus.Document]:
+  documents = []
+  for line_number, line in enumerate(text.splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      value = json.loads(line)[field]
+    except (json.JSONDecodeError, KeyError, TypeError):
+      logging.warning(
+          "text_files: skipping %s line %d, not JSON with a %r field",
+          path, line_number, field,
+      )
+      continue
+    if isinstance(value, str) and value.strip():
+      documents.append(corpus.Document(f"{key}:{line_number}", value))
+  return documents
+
+
+def read_documents(
+    base: pathlib.Path, files: list[pathlib.Path], jsonl_field: str
+) -> list[corpus.Document]:
+  """Documents keyed by path relative to `base` (and `:line` for jsonl)."""
+  documents = []
+  for path in files:
+    text = _read_text(path)
+    if text is None:
+      continue
+    key = path.relative_to(base).as_posix()
+    if path.suffix == ".jsonl":
+      documents.extend(_jsonl_documents(path, key, text, jsonl_field))
+    else:
+      documents.append(corpus.Document(key, text))
+  return documents
+
+
+def _split_by_hash(documents, base, fraction) -> dict[str, list[corpus.Document]]:
+  del base  # The split depends on each document's key only.
+  return corpus.split_by_hash(documents, fraction)
+
+
+def _split_by_folder(documents, base, fraction) -> dict[str, list[corpus.Document]]:
+  del fraction  # The folders decide.
+  splits = {
+      split: [d for d in documents if d.key.startswith(folder + "/")]
+      for split, folder in FOLDERS.items()
+  }
+  for split, folder in FOLDERS.items():
+    if not splits[split]:
+      raise ValueError(
+          f"data.text_files_split='folders' needs documents under {base / folder};"
+          " none were found."
+      )
+  return splits
+
+
+SPLITTERS = {"hash": _split_by_hash, "folders": _split_by_folder}
+
+
+def collect(pattern, jsonl_field, split_mode, fraction) -> corpus.CorpusContents:
+  base, files = find_files(pattern)
+  documents = read_documents(base, files, jsonl_field)
+  splits = SPLITTERS[split_mode](documents, base, fraction)
+  return corpus.CorpusContents(
+      splits=splits,
+      metadata={
+          "text_files": str(pattern),
+          "files_sha256": {
+              p.relative_to(base).as_posix(): corpus.sha256_file(p) for p in files
+          },
+      },
+  )
+
+
+def spec(data_cfg) -> corpus.CorpusSpec:
+  """The corpus of `data.text_files`, named by a hash of its inputs and settings."""
+  base, files = find_files(data_cfg.text_files)
+  fingerprint = json.dumps(
+      [
+          str(base.resolve()),
+          data_cfg.jsonl_field,
+          data_cfg.text_files_split,
+          data_cfg.validation_fraction,
+          [(p.relative_to(base).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+           for p in files],
+      ]
+  )
+  return corpus.CorpusSpec(
+      config_name=f"text_files_{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}",
+      description=f"User text files from {data_cfg.text_files}.",
+      collect=functools.partial(
+          collect,
+          data_cfg.text_files,
+          data_cfg.jsonl_field,
+          data_cfg.text_files_split,
+          data_cfg.validation_fraction,
+      ),
+  )
