@@ -43,7 +43,9 @@ class CorpusSpec:
 
 @dataclasses.dataclass(eq=False)
 class _CorpusConfig(tfds.core.BuilderConfig):
-  collect: Callable[[], CorpusContents] | None = None
+  collect: Callable[[], CorpusContents] | None = dataclasses.field(
+      default=None, repr=False
+  )
 
 
 class LcxCorpus(tfds.core.GeneratorBasedBuilder):

