@@ -57,6 +57,11 @@ def _tfds_dataset(data_cfg, split: str) -> SplitRecords:
         f" could not be read from {config.data_dir(data_cfg)}; prepare it there first"
         f" with file_format='array_record'. Cause: {error}"
     ) from error
+  if len(records) and data_cfg.text_feature not in records[0]:
+    raise ValueError(
+        f"data.text_feature={data_cfg.text_feature!r} is not a feature of"
+        f" {data_cfg.tfds_name}; its features are {', '.join(sorted(records[0]))}."
+    )
   return SplitRecords(records, data_cfg.text_feature, None)
 
 
