@@ -10,19 +10,11 @@ import pathlib
 
 import ml_collections
 
+from lcx.data import tasks
+
 SOURCES = ("stdlib", "books", "text_files", "tfds", "task")
 TOKENIZERS = ("byte", "sentencepiece")
 PACKINGS = ("auto", "concat", "first_fit")
-TASKS = (
-    "copy",
-    "reverse",
-    "sort",
-    "addition",
-    "parity",
-    "associative_recall",
-    "passkey",
-    "induction",
-)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -142,7 +134,7 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
         "data.tfds_name must name a TFDS dataset (e.g. 'pg19') when data.name='tfds'.",
     )
   if data_cfg.name == "task":
-    _one_of(data_cfg, "task", TASKS)
+    _one_of(data_cfg, "task", tuple(tasks.TASKS))
     _require(
         data_cfg.tokenizer == "byte",
         f"data.tokenizer={data_cfg.tokenizer!r}: tasks are defined over bytes, use"
