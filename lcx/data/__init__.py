@@ -5,6 +5,7 @@ field). Sources: `stdlib.py`, `books.py`, `text_files.py` (built with `corpus.py
 TFDS datasets by name (`sources.py`); synthetic tasks in `tasks.py`.
 """
 
+from lcx.data import tasks
 from lcx.data.config import default_config
 from lcx.data.config import validate
 from lcx.data.pipeline import get_tokenizer
@@ -13,6 +14,7 @@ from lcx.data.pipeline import validation_documents
 from lcx.data.pipeline import validation_tokens
 
 __all__ = [
+    "tasks",
     "default_config",
     "validate",
     "get_tokenizer",

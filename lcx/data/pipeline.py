@@ -24,16 +24,13 @@ def _byte_tokenizer(data_cfg) -> tokenizers.ByteTokenizer:
 
 
 def sentencepiece_path(data_cfg) -> pathlib.Path:
-  """Where the SentencePiece model for this source and vocab size lives."""
-  source_name = data_cfg.tfds_name if data_cfg.name == "tfds" else data_cfg.name
+  """Where the SentencePiece model for this corpus, vocab size and seed lives."""
   if data_cfg.name in sources.CORPUS_SPECS:
-    source_name = sources.CORPUS_SPECS[data_cfg.name](data_cfg).config_name
-  safe_name = source_name.replace("/", "_")
-  return (
-      config.data_dir(data_cfg)
-      / "tokenizers"
-      / f"{safe_name}_sp{data_cfg.vocab_size}_seed{data_cfg.seed}.model"
-  )
+    corpus_name = sources.CORPUS_SPECS[data_cfg.name](data_cfg).config_name
+  else:
+    corpus_name = f"tfds_{data_cfg.tfds_name.replace('/', '_')}_{data_cfg.train_split}"
+  model_name = f"{corpus_name}_sp{data_cfg.vocab_size}_seed{data_cfg.seed}.model"
+  return config.data_dir(data_cfg) / "tokenizers" / model_name
 
 
 def _sentencepiece_tokenizer(data_cfg) -> tokenizers.SentencePieceTokenizer:

@@ -133,3 +133,26 @@ def test_validation_tokens_refuses_to_return_fewer_than_asked(fake_stdlib_cfg):
   assert len(lcx.data.validation_tokens(fake_stdlib_cfg, total)) == total
   with pytest.raises(ValueError, match=f"has {total} tokens"):
     lcx.data.validation_tokens(fake_stdlib_cfg, total + 1)
+
+
+def test_sentencepiece_is_trained_once_on_train_and_used_for_batches(
+    fake_stdlib_cfg, monkeypatch
+):
+  from lcx.data import pipeline
+  from lcx.data import tokenizers
+
+  fake_stdlib_cfg.update(tokenizer="sentencepiece", vocab_size=300)
+  tokenizer = lcx.data.get_tokenizer(fake_stdlib_cfg)
+  metadata = tokenizer.metadata()
+  assert metadata["kind"] == "sentencepiece" and metadata["vocab_size"] == 300
+  assert metadata["model_path"] == str(pipeline.sentencepiece_path(fake_stdlib_cfg))
+
+  def fail_to_train(*args, **kwargs):
+    raise AssertionError("the tokenizer was trained a second time")
+
+  monkeypatch.setattr(tokenizers, "train_sentencepiece", fail_to_train)
+  assert lcx.data.get_tokenizer(fake_stdlib_cfg).metadata() == metadata
+  batch = next(lcx.data.make_train_iterator(fake_stdlib_cfg))
+  assert batch["inputs"].max() < 300 and batch["inputs"][0, 0] == tokenizer.bos_id
+  text = tokenizer.decode(batch["inputs"][0][batch["segment_ids"][0] == 1])
+  assert "# document" in text
