@@ -12,7 +12,6 @@ import ml_collections
 
 from lcx.data import tasks
 
-SOURCES = ("stdlib", "books", "text_files", "tfds", "task")
 TOKENIZERS = ("byte", "sentencepiece")
 PACKINGS = ("auto", "concat", "first_fit")
 
@@ -90,13 +89,60 @@ def _one_of(data_cfg, field: str, allowed: tuple[str, ...]) -> None:
   )
 
 
+def _check_nothing(data_cfg) -> None:
+  del data_cfg  # stdlib and books need no source-specific fields.
+
+
+def _check_text_files(data_cfg) -> None:
+  _require(
+      bool(data_cfg.text_files),
+      "data.text_files must name a directory or glob when data.name='text_files'.",
+  )
+  _one_of(data_cfg, "text_files_split", ("hash", "folders"))
+
+
+def _check_tfds(data_cfg) -> None:
+  _require(
+      bool(data_cfg.tfds_name),
+      "data.tfds_name must name a TFDS dataset (e.g. 'pg19') when data.name='tfds'.",
+  )
+
+
+def _check_task(data_cfg) -> None:
+  _one_of(data_cfg, "task", tuple(tasks.TASKS))
+  _require(
+      data_cfg.tokenizer == "byte",
+      f"data.tokenizer={data_cfg.tokenizer!r}: tasks are defined over bytes, use"
+      " 'byte'.",
+  )
+  _require(
+      1 <= data_cfg.task_min_len <= data_cfg.task_max_len,
+      f"data.task_min_len={data_cfg.task_min_len} and data.task_max_len="
+      f"{data_cfg.task_max_len} must satisfy 1 <= task_min_len <= task_max_len.",
+  )
+  _require(
+      data_cfg.task_eval_factor >= 1,
+      f"data.task_eval_factor={data_cfg.task_eval_factor} must be >= 1.",
+  )
+
+
+# The checks of each source's own fields; its keys are the valid `data.name` values.
+SOURCE_CHECKS = {
+    "stdlib": _check_nothing,
+    "books": _check_nothing,
+    "text_files": _check_text_files,
+    "tfds": _check_tfds,
+    "task": _check_task,
+}
+
+
 def validate(data_cfg, *, process_count: int | None = None) -> None:
   """Raises ValueError naming the bad field and its allowed values.
 
   `process_count` defaults to `jax.process_count()`; the global batch must split
   evenly across processes.
   """
-  _one_of(data_cfg, "name", SOURCES)
+  _one_of(data_cfg, "name", tuple(SOURCE_CHECKS))
   _one_of(data_cfg, "tokenizer", TOKENIZERS)
   _one_of(data_cfg, "packing", PACKINGS)
   _require(data_cfg.seq_len >= 1, f"data.seq_len={data_cfg.seq_len} must be >= 1.")
@@ -122,30 +168,4 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
         f"data.vocab_size={data_cfg.vocab_size} must be >= 260 for sentencepiece"
         " (it keeps a byte fallback for every byte).",
     )
-  if data_cfg.name == "text_files":
-    _require(
-        bool(data_cfg.text_files),
-        "data.text_files must name a directory or glob when data.name='text_files'.",
-    )
-    _one_of(data_cfg, "text_files_split", ("hash", "folders"))
-  if data_cfg.name == "tfds":
-    _require(
-        bool(data_cfg.tfds_name),
-        "data.tfds_name must name a TFDS dataset (e.g. 'pg19') when data.name='tfds'.",
-    )
-  if data_cfg.name == "task":
-    _one_of(data_cfg, "task", tuple(tasks.TASKS))
-    _require(
-        data_cfg.tokenizer == "byte",
-        f"data.tokenizer={data_cfg.tokenizer!r}: tasks are defined over bytes, use"
-        " 'byte'.",
-    )
-    _require(
-        1 <= data_cfg.task_min_len <= data_cfg.task_max_len,
-        f"data.task_min_len={data_cfg.task_min_len} and data.task_max_len="
-        f"{data_cfg.task_max_len} must satisfy 1 <= task_min_len <= task_max_len.",
-    )
-    _require(
-        data_cfg.task_eval_factor >= 1,
-        f"data.task_eval_factor={data_cfg.task_eval_factor} must be >= 1.",
-    )
+  SOURCE_CHECKS[data_cfg.name](data_cfg)

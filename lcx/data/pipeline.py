@@ -15,6 +15,7 @@ from lcx.data import config
 from lcx.data import corpus
 from lcx.data import packing
 from lcx.data import sources
+from lcx.data import tasks
 from lcx.data import tokenizers
 
 
@@ -78,10 +79,11 @@ def _corpus_examples(data_cfg, tokenizer, process_index, process_count):
   )
 
 
-def _task_examples(data_cfg, tokenizer, process_index, process_count):
-  from lcx.data import tasks  # Deferred: tasks are only needed for task runs.
-
-  return tasks.train_examples(data_cfg, tokenizer, process_index, process_count)
+# Where each source's training documents come from: records on disk, or generated.
+TRAIN_EXAMPLES = {
+    **{name: _corpus_examples for name in sources.TEXT_SOURCES},
+    "task": tasks.train_examples,
+}
 
 
 def make_train_iterator(
@@ -94,8 +96,9 @@ def make_train_iterator(
   """
   config.validate(data_cfg, process_count=process_count)
   tokenizer = get_tokenizer(data_cfg)
-  build_examples = _task_examples if data_cfg.name == "task" else _corpus_examples
-  examples = build_examples(data_cfg, tokenizer, process_index, process_count)
+  examples = TRAIN_EXAMPLES[data_cfg.name](
+      data_cfg, tokenizer, process_index, process_count
+  )
   batches = packing.pack_and_batch(
       examples.to_iter_dataset(),
       packing=config.packing(data_cfg),

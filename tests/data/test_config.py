@@ -15,7 +15,7 @@ def test_default_config_is_valid():
 
 
 def test_every_text_source_is_a_valid_name():
-  assert set(sources.TEXT_SOURCES) | {"task"} == set(config.SOURCES)
+  assert set(sources.TEXT_SOURCES) | {"task"} == set(config.SOURCE_CHECKS)
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,12 @@ def test_auto_packing_keeps_task_examples_whole():
   assert config.packing(_cfg(name="task")) == "first_fit"
   assert config.packing(_cfg(name="stdlib")) == "concat"
   assert config.packing(_cfg(name="task", packing="concat")) == "concat"
+
+
+def test_checked_names_match_the_registries():
+  from lcx.data import packing
+  from lcx.data import pipeline
+
+  assert set(pipeline.TRAIN_EXAMPLES) == set(config.SOURCE_CHECKS)
+  assert set(pipeline.TOKENIZERS) == set(config.TOKENIZERS)
+  assert set(packing.PACKERS) | {"auto"} == set(config.PACKINGS)
