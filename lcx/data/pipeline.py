@@ -34,11 +34,26 @@ def sentencepiece_path(data_cfg) -> pathlib.Path:
   return config.data_dir(data_cfg) / "tokenizers" / model_name
 
 
+# SentencePiece trains on at most this much train text (in stored order): enough for
+# its statistics, and bounded memory on corpora like pg19.
+SENTENCEPIECE_MAX_BYTES = 200_000_000
+
+
+def take_bytes(texts, max_bytes: int):
+  """The texts until their total size reaches `max_bytes`."""
+  seen = 0
+  for text in texts:
+    if seen >= max_bytes:
+      return
+    seen += len(text)
+    yield text
+
+
 def _sentencepiece_tokenizer(data_cfg) -> tokenizers.SentencePieceTokenizer:
   model_path = sentencepiece_path(data_cfg)
   if not model_path.exists():
     tokenizers.train_sentencepiece(
-        sources.split_texts(data_cfg, corpus.TRAIN),
+        take_bytes(sources.iter_texts(data_cfg, corpus.TRAIN), SENTENCEPIECE_MAX_BYTES),
         data_cfg.vocab_size,
         model_path,
         data_cfg.seed,

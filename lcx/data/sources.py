@@ -7,7 +7,7 @@ prepared in the data dir (nothing is downloaded at run time).
 """
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow_datasets as tfds
 
@@ -83,6 +83,13 @@ def split_records(data_cfg, split: str) -> SplitRecords:
 
 def _as_bytes(text) -> bytes:
   return text.encode("utf-8") if isinstance(text, str) else bytes(text)
+
+
+def iter_texts(data_cfg, split: str) -> Iterator[bytes]:
+  """Every document of `split` in stored order, one at a time (for large corpora)."""
+  split_recs = split_records(data_cfg, split)
+  for index in range(len(split_recs.records)):
+    yield _as_bytes(split_recs.records[index][split_recs.text_feature])
 
 
 def split_texts(data_cfg, split: str) -> list[bytes]:

@@ -35,7 +35,7 @@ def length_stats(lengths_N: np.ndarray) -> dict:
 def split_lengths(data_cfg, split: str) -> np.ndarray:
   tokenizer = pipeline.get_tokenizer(data_cfg)
   return np.array(
-      [len(tokenizer.encode(text)) + 2 for text in sources.split_texts(data_cfg, split)],
+      [len(tokenizer.encode(text)) + 2 for text in sources.iter_texts(data_cfg, split)],
       dtype=np.int64,
   )
 

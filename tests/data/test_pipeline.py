@@ -156,3 +156,11 @@ def test_sentencepiece_is_trained_once_on_train_and_used_for_batches(
   assert batch["inputs"].max() < 300 and batch["inputs"][0, 0] == tokenizer.bos_id
   text = tokenizer.decode(batch["inputs"][0][batch["segment_ids"][0] == 1])
   assert "# document" in text
+
+
+def test_sentencepiece_training_text_is_capped():
+  from lcx.data import pipeline
+
+  texts = [b"x" * 10] * 10
+  assert len(list(pipeline.take_bytes(texts, 25))) == 3
+  assert len(list(pipeline.take_bytes(texts, 1000))) == 10
