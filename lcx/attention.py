@@ -132,7 +132,7 @@ KERNELS = {"dense": dense, "chunked": chunked}
 
 def get_kernel(name: str, chunk_size: int):
   if name not in KERNELS:
-    raise ValueError(f"model.attention.kernel={name!r}; allowed: {sorted(KERNELS)}")
+    raise ValueError(f"attention kernel {name!r} is unknown; allowed: {sorted(KERNELS)}")
   if name == "chunked":
     return functools.partial(chunked, chunk_size=chunk_size)
   return dense

@@ -81,6 +81,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
   sharding.rules_from_config(config.sharding)
+
+
+def validate_eval(config: ml_collections.ConfigDict) -> None:
+  """Also checks that every eval length is one the position scheme can score."""
+  validate(config)
+  m = config.model
+  dims = positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len)
   for length in eval_lengths(config):
     positions.check_eval_length(m.position, dims, length)
 

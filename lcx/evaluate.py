@@ -163,7 +163,7 @@ def format_table(results_by_name: dict[str, dict]) -> str:
 
 def evaluate(config, workdir: str, step: int | None = None) -> dict:
   """Runs the sweep, writes workdir/eval/results.json and prints the table."""
-  config_lib.validate(config)
+  config_lib.validate_eval(config)
   evaluator = Evaluator(config, workdir, step)
   results = evaluator.sweep(config_lib.eval_lengths(config))
   if jax.process_index() == 0:

@@ -8,7 +8,7 @@ command in the same workdir resumes from the last complete checkpoint.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lcx import evaluate, sharding, train
+from lcx import config as config_lib, evaluate, sharding, train
 
 MODES = ("train", "eval", "train_and_eval")
 
@@ -30,6 +30,8 @@ def main(argv):
   sharding.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
                                   FLAGS.process_id)
   config = FLAGS.config
+  if FLAGS.mode in ("eval", "train_and_eval"):
+    config_lib.validate_eval(config)  # fail before training, not after
   if FLAGS.mode in ("train", "train_and_eval"):
     train.train(config, FLAGS.workdir)
   if FLAGS.mode in ("eval", "train_and_eval"):

@@ -71,7 +71,7 @@ def make_step(graphdef, tx, config):
         lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(step)}
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": schedule(step)}
     return params, opt_state, metrics
 
   return step_fn

@@ -1,0 +1,29 @@
+"""The default dataset is built once into `.lcx_data/` (gitignored) under a file lock, so
+parallel test workers and later sessions share it."""
+
+import fcntl
+import os
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tests.helpers import DATA_DIR  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_dataset():
+  """Builds the default dataset once, whichever worker gets the lock first."""
+  from lcx import data
+  from configs import base
+
+  os.makedirs(DATA_DIR, exist_ok=True)
+  cfg = base.get_config("size=tiny").data
+  cfg.data_dir = DATA_DIR
+  with open(os.path.join(DATA_DIR, ".build.lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    data.validation_tokens(cfg, 1024)
+    fcntl.flock(lock, fcntl.LOCK_UN)
+  return DATA_DIR
+

@@ -1,0 +1,83 @@
+"""Dense and chunked kernels agree; masks keep documents apart; remap branches merge."""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lcx import attention, positions
+from lcx.positions import remaps
+
+Branch = collections.namedtuple("Branch", "q_pos k_pos use")
+
+
+def _inputs(b=2, t=40, h=4, g=2, k=8, seed=0):
+  rng = np.random.default_rng(seed)
+  q, kk, v = (jnp.asarray(rng.normal(size=(b, t, n, k)), jnp.float32) for n in (h, g, g))
+  pos = jnp.broadcast_to(jnp.arange(t), (b, t))
+  seg = jnp.ones((b, t), jnp.int32)
+  return q, kk, v, pos, seg
+
+
+def _scheme(name, head_dim=8, heads=4):
+  return positions.build(positions.default_config(name), positions.Dims(32, heads, head_dim, 16),
+                         rngs=nnx.Rngs(0))
+
+
+NO_REMAP = remaps.build(remaps.default_config("none"), positions.Dims(32, 4, 8, 16))
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "t5"])
+def test_chunked_equals_dense(name):
+  q, k, v, pos, seg = _inputs()
+  scheme = _scheme(name)
+  dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
+  chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, chunk_size=16)
+  np.testing.assert_allclose(chunked, dense, atol=2e-5, rtol=2e-5)
+
+
+def test_chunked_equals_dense_with_pattern_and_two_branches():
+  q, k, v, pos, seg = _inputs(t=33)
+
+  class Clip:  # ReRoPE-like: exact within 4, else relative distance 4
+    def branches(self, q_pos, k_pos):
+      near = Branch(q_pos, k_pos, lambda qp, kp: qp - kp < 4)
+      far = Branch(jnp.full_like(q_pos, 4), jnp.zeros_like(k_pos), None)
+      return [near, far]
+
+  window = lambda qi, ki: qi - ki < 9
+  scheme = _scheme("rope")
+  dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window)
+  chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window,
+                              chunk_size=8)
+  np.testing.assert_allclose(chunked, dense, atol=2e-5, rtol=2e-5)
+  plain = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, pattern=window)
+  assert not np.allclose(plain, dense, atol=1e-3)  # the far branch really changed something
+
+
+def test_segments_never_attend_across_documents():
+  q, k, v, pos, seg = _inputs(b=1, t=20)
+  seg = jnp.asarray([[1] * 12 + [2] * 8])
+  scheme = _scheme("rope")
+  out = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
+  v2 = v.at[:, :12].set(100.0)  # change only document 1's values
+  out2 = attention.dense(q, k, v2, pos, seg, scheme=scheme, remap=NO_REMAP)
+  np.testing.assert_allclose(out[:, 12:], out2[:, 12:], atol=1e-6)
+  assert not np.allclose(out[:, :12], out2[:, :12])
+
+
+def test_causal_future_does_not_leak():
+  q, k, v, pos, seg = _inputs(b=1, t=16)
+  scheme = _scheme("nope")
+  out = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
+  out2 = attention.dense(q, k.at[:, 10:].set(5.0), v.at[:, 10:].set(-3.0), pos, seg,
+                         scheme=scheme, remap=NO_REMAP)
+  np.testing.assert_allclose(out[:, :10], out2[:, :10], atol=1e-6)
+
+
+def test_unknown_kernel_names_the_field():
+  with pytest.raises(ValueError, match=r"attention kernel 'flash' is unknown; allowed: \['chunked', 'dense'\]"):
+    attention.get_kernel("flash", 64)

@@ -1,0 +1,72 @@
+"""Length sweep: window arithmetic, buckets, dense == chunked, no recompiles, clear errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lcx import evaluate, train
+from tests.helpers import tiny_config
+
+
+def test_windows_are_non_overlapping_next_token_pairs():
+  stream = np.arange(20)
+  x, y = evaluate.windows(stream, 6, 3)
+  np.testing.assert_array_equal(x, [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11],
+                                    [12, 13, 14, 15, 16, 17]])
+  np.testing.assert_array_equal(y, x + 1)
+  with pytest.raises(ValueError, match="21 validation tokens needed .* only 20 available"):
+    evaluate.windows(np.arange(20), 20, 1)
+
+
+def test_position_buckets_double_past_training_length():
+  assert evaluate.position_buckets(64, 512) == [(0, 64), (64, 128), (128, 256), (256, 512)]
+  assert evaluate.position_buckets(64, 100) == [(0, 64), (64, 100)]
+  assert evaluate.position_buckets(64, 32) == [(0, 32)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("run")
+  config = tiny_config("alibi", steps=30, checkpoint_every=1000)
+  train.train(config, str(workdir))
+  return config, str(workdir)
+
+
+def test_sweep_writes_results_and_prints_table(trained, capsys):
+  config, workdir = trained
+  results = evaluate.evaluate(config, workdir)
+  saved = json.load(open(f"{workdir}/eval/results.json"))
+  assert saved == json.loads(json.dumps(results))
+  assert sorted(int(n) for n in saved["lengths"]) == [32, 64, 128, 256]
+  for r in saved["lengths"].values():
+    assert r["perplexity"] == pytest.approx(np.exp(r["loss"]))
+    assert r["tokens"] == r["windows"] * int(next(k for k, v in saved["lengths"].items() if v is r))
+  assert "perplexity (per token) by eval length; train length 32" in capsys.readouterr().out
+
+
+def test_chunked_kernel_matches_dense_and_nothing_recompiles(trained):
+  config, workdir = trained
+  evaluator = evaluate.Evaluator(config, workdir)
+  stream = evaluate.data.validation_tokens(config.data, 4097)
+  dense = evaluator.length(stream, 128)
+  evaluator.config.eval.chunked_from = 64
+  chunked = evaluator.length(stream, 128)
+  assert (dense["kernel"], chunked["kernel"]) == ("dense", "chunked")
+  assert chunked["loss"] == pytest.approx(dense["loss"], rel=1e-5)
+  evaluator.length(stream, 128)
+  evaluator.length(stream, 96)
+  assert evaluator._scorer("chunked")._cache_size() == 2  # one program per length, reused
+
+
+def test_architecture_change_is_refused(trained):
+  config, workdir = trained
+  config = config.copy_and_resolve_references()
+  config.model.d_model = 128
+  with pytest.raises(ValueError, match=r"model.d_model=128 differs from the checkpoint's 64"):
+    evaluate.Evaluator(config, workdir)
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="no checkpoint in .*train first"):
+    evaluate.Evaluator(tiny_config(), str(tmp_path))
