@@ -51,7 +51,8 @@ class ALiBi(Scheme):
 
   def __init__(self, *, dims, rngs):
     del rngs
-    self.slopes_H = alibi_slopes(dims.num_heads)
+    # A tuple, not an array: constants stay static; modules hold only nnx.Param state.
+    self.slopes_H = tuple(float(m) for m in alibi_slopes(dims.num_heads))
 
   def bias(self, q_pos_BxQ, k_pos_BxK):
     slopes_1xHx1x1 = jnp.asarray(self.slopes_H, jnp.float32)[None, :, None, None]

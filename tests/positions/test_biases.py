@@ -1,0 +1,137 @@
+"""ALiBi slopes, T5 buckets (docs/positions.md vectors, HF), FIRE's formula, and every bias
+computed block by block equal to the full matrix (what the chunked kernel relies on)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lcx import positions
+
+DIMS = positions.Dims(d_model=32, num_heads=4, head_dim=8, max_len=64)
+
+
+def build(name, dims=DIMS, **fields):
+  cfg = positions.default_config(name)
+  cfg.update(fields)
+  return positions.build(cfg, dims, rngs=nnx.Rngs(0))
+
+
+def slopes_closed_form(n):
+  """p = 2^floor(log2 n): 2^(-8k/p) for k = 1..p, then 2^(-4(2k-1)/p) for k = 1..n-p."""
+  p = 2 ** math.floor(math.log2(n))
+  return ([2 ** (-8 * k / p) for k in range(1, p + 1)]
+          + [2 ** (-4 * (2 * k - 1) / p) for k in range(1, n - p + 1)])
+
+
+@pytest.mark.parametrize("n", range(1, 65))
+def test_alibi_slopes(n):
+  np.testing.assert_allclose(positions.alibi_slopes(n), slopes_closed_form(n), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n, exponents", [
+    (8, [-1, -2, -3, -4, -5, -6, -7, -8]),
+    (12, [-1, -2, -3, -4, -5, -6, -7, -8, -0.5, -1.5, -2.5, -3.5]),
+    (6, [-2, -4, -6, -8, -1, -3]),
+])
+def test_alibi_slope_vectors(n, exponents):
+  np.testing.assert_allclose(positions.alibi_slopes(n), 2.0 ** np.array(exponents), rtol=1e-12)
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+  q_pos, k_pos = jnp.array([[5.0, 9.0]]), jnp.array([[0.0, 2.5, 9.0]])
+  bias = build("alibi").bias(q_pos, k_pos)
+  slopes = positions.alibi_slopes(4)
+  expected = -slopes[:, None, None] * (np.array([5.0, 9.0])[:, None] - np.array([0, 2.5, 9]))
+  np.testing.assert_allclose(bias[0], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n, bucket", [(0, 0), (15, 15), (16, 16), (20, 17), (32, 21),
+                                       (64, 26), (100, 30), (127, 31), (128, 31), (5000, 31)])
+def test_t5_bucket_vectors(n, bucket):
+  assert int(positions.t5_bucket(-n)) == bucket
+  assert int(positions.t5_bucket(n)) == 0  # causal: future keys share bucket 0
+
+
+def test_t5_bucket_floors_fractional_distances():
+  np.testing.assert_array_equal(positions.t5_bucket(jnp.array([-2.5, -20.9, 0.5])), [2, 17, 0])
+
+
+@pytest.mark.parametrize("num_buckets, max_distance", [(32, 128), (16, 64), (64, 1000)])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_t5_bucket_matches_hugging_face(num_buckets, max_distance, bidirectional):
+  pytest.importorskip("transformers")
+  import torch
+  from transformers.models.t5.modeling_t5 import T5Attention
+  rel = np.arange(-3000, 3000)
+  expected = T5Attention._relative_position_bucket(torch.tensor(rel), bidirectional,
+                                                   num_buckets, max_distance).numpy()
+  got = positions.t5_bucket(rel, num_buckets, max_distance, bidirectional)
+  np.testing.assert_array_equal(got, expected)
+
+
+def test_fire_matches_its_formula():
+  scheme = build("fire", threshold_init=6.0)
+  q_pos, k_pos = jnp.array([[3.0, 7.0, 20.0]]), jnp.array([[0.0, 3.0, 6.5]])
+  c, thr = 0.1, 6.0
+  psi = lambda x: np.log(np.abs(c * x) + 1)
+  w_in, b_in = np.asarray(scheme.w_in[...]), np.asarray(scheme.b_in[...])
+  w_out, b_out = np.asarray(scheme.w_out[...]), np.asarray(scheme.b_out[...])
+  expected = np.zeros((4, 3, 3))
+  for i, qi in enumerate([3.0, 7.0, 20.0]):
+    for j, kj in enumerate([0.0, 3.0, 6.5]):
+      x = psi(qi - kj) / psi(max(qi, thr))
+      expected[:, i, j] = np.maximum(x * w_in + b_in, 0) @ w_out + b_out
+  np.testing.assert_allclose(scheme.bias(q_pos, k_pos)[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def randomized(scheme):
+  """Random values for every parameter, so a wrong index or broadcast shows up."""
+  graphdef, state = nnx.split(scheme)
+  leaves, tree = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(1), len(leaves))
+  leaves = [x + jax.random.uniform(k, x.shape) for x, k in zip(leaves, keys)]
+  return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "fire"])
+def test_bias_block_by_block_equals_full(name):
+  scheme = build(name) if name == "alibi" else randomized(build(name))
+  # two packed rows, the second with two documents restarting at 0
+  pos_BxT = jnp.stack([jnp.arange(48), jnp.concatenate([jnp.arange(20), jnp.arange(28)])])
+  full_BxHxTxT = scheme.bias(pos_BxT, pos_BxT)
+  assert full_BxHxTxT.shape == (2, 4, 48, 48)
+  c = 16
+  for i in range(0, 48, c):
+    for j in range(0, i + c, c):
+      block = scheme.bias(pos_BxT[:, i:i + c], pos_BxT[:, j:j + c])
+      np.testing.assert_allclose(block, full_BxHxTxT[:, :, i:i + c, j:j + c], rtol=1e-6,
+                                 atol=1e-6)
+
+
+def test_t5_bias_reads_the_bucket_table():
+  scheme = randomized(build("t5"))
+  pos = jnp.array([[0, 1, 20, 200]])
+  table = np.asarray(scheme.table_NxH[...])
+  bias = scheme.bias(pos, pos)
+  assert bias[0, 2, 3, 1] == pytest.approx(table[31, 2])  # distance 199 -> bucket 31
+  assert bias[0, 1, 2, 0] == pytest.approx(table[17, 1])  # distance 20 -> bucket 17
+  assert bias[0, 3, 1, 1] == pytest.approx(table[0, 3])  # distance 0 -> bucket 0
+
+
+@pytest.mark.parametrize("name, fields, message", [
+    ("t5", {"num_buckets": 1}, "model.position.num_buckets=1 must be >= 2"),
+    ("t5", {"max_distance": 8}, "model.position.max_distance=8 must exceed the exact range 16"),
+    ("fire", {"hidden": 0}, "model.position.hidden=0 must be > 0"),
+    ("alibi", {"slope": 1.0}, "model.position.slope is not a known field; allowed fields: []"),
+])
+def test_invalid_bias_config_names_the_field(name, fields, message):
+  cfg = positions.default_config(name)
+  for key, value in fields.items():
+    cfg[key] = value
+  with pytest.raises(ValueError) as error:
+    positions.validate(cfg, DIMS)
+  assert message in str(error.value)

@@ -1,0 +1,60 @@
+"""Sparse attention patterns: the masks they allow, and their config errors."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lcx.positions import patterns
+
+N = 12
+
+
+def mask(name, **fields):
+  cfg = patterns.default_config(name)
+  cfg.update(fields)
+  allowed = patterns.build(cfg)
+  idx = jnp.arange(N)
+  return np.asarray(allowed(idx[:, None], idx[None, :])) & np.tril(np.ones((N, N), bool))
+
+
+def expected(rule):
+  return np.array([[j <= i and rule(i, j) for j in range(N)] for i in range(N)])
+
+
+def test_dense_has_no_mask():
+  assert patterns.build(patterns.default_config()) is None
+
+
+def test_sliding_window():
+  np.testing.assert_array_equal(mask("sliding_window", window=3),
+                                expected(lambda i, j: i - j < 3))
+
+
+def test_block_global():
+  got = mask("block_global", block=4)
+  np.testing.assert_array_equal(got, expected(lambda i, j: i // 4 == j // 4 or j < 4))
+  assert got[11].tolist() == [True] * 4 + [False] * 4 + [True] * 4
+
+
+def test_strided():
+  got = mask("strided", window=2, stride=4)
+  np.testing.assert_array_equal(got, expected(lambda i, j: i - j < 2 or (i - j) % 4 == 0))
+  assert np.flatnonzero(got[11]).tolist() == [3, 7, 10, 11]
+
+
+@pytest.mark.parametrize("name, fields, message", [
+    ("bigbird", {}, "model.attention.pattern.name='bigbird' is not a known pattern; allowed: "
+     "['block_global', 'dense', 'sliding_window', 'strided']"),
+    ("sliding_window", {"window": 0}, "model.attention.pattern.window=0 must be an int >= 1"),
+    ("strided", {"stride": -1}, "model.attention.pattern.stride=-1 must be an int >= 1"),
+    ("dense", {"window": 4}, "model.attention.pattern.window is not a known field; allowed "
+     "fields: []"),
+])
+def test_invalid_pattern_names_the_field(name, fields, message):
+  cfg = patterns.default_config(name if name in patterns.PATTERNS else "dense")
+  cfg.name = name
+  for key, value in fields.items():
+    cfg[key] = value
+  with pytest.raises(ValueError) as error:
+    patterns.validate(cfg)
+  assert message in str(error.value)

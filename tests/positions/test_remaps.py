@@ -1,0 +1,154 @@
+"""Remaps: branches merged as the attention kernel merges them give the documented relative
+positions, with rotary and bias schemes alike."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lcx import positions
+from lcx.positions import remaps
+
+DIMS = positions.Dims(d_model=32, num_heads=2, head_dim=8, max_len=16)
+T = 24
+
+
+def remap(name, **fields):
+  cfg = remaps.default_config(name)
+  cfg.update(fields)
+  return remaps.build(cfg, DIMS)
+
+
+def scheme(name):
+  cfg = positions.default_config(name)
+  return positions.build(cfg, DIMS, rngs=nnx.Rngs(0))
+
+
+def merged_logits(sch, rmp, q, k, pos_BxT):
+  """The attention kernel's merge: the last branch, overridden where earlier ones `use`."""
+  out = None
+  for branch in reversed(rmp.branches(pos_BxT, pos_BxT)):
+    qb, kb = sch.rotate(q, k, branch.q_pos, branch.k_pos)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", qb, kb)
+    bias = sch.bias(branch.q_pos, branch.k_pos)
+    logits = logits if bias is None else logits + bias
+    if out is None:
+      assert branch.use is None
+      out = logits
+    else:
+      use_BxQxK = branch.use(pos_BxT[:, :, None], pos_BxT[:, None, :])
+      out = jnp.where(use_BxQxK[:, None], logits, out)
+  return out
+
+
+def reference_logits(sch, q, k, distance_QxK):
+  """Each (i, j) logit computed alone: q_i at position distance[i, j], k_j at 0."""
+  out = np.zeros((1, 2, T, T))
+  for i in range(T):
+    for j in range(i + 1):
+      d = jnp.array([[distance_QxK[i, j]]], jnp.float32)
+      qi, kj = sch.rotate(q[:, i:i + 1], k[:, j:j + 1], d, jnp.zeros_like(d))
+      logit = jnp.einsum("bqhd,bkhd->bhqk", qi, kj)
+      bias = sch.bias(d, jnp.zeros_like(d))
+      out[0, :, i, j] = (logit if bias is None else logit + bias)[0, :, 0, 0]
+  return out
+
+
+def qk():
+  kq, kk = jax.random.split(jax.random.key(0))
+  return jax.random.normal(kq, (1, T, 2, 8)), jax.random.normal(kk, (1, T, 2, 8))
+
+
+def lower(x_1xHxTxT):
+  """HxTxT, zero above the diagonal (future keys are masked anyway)."""
+  return np.asarray(x_1xHxTxT)[0] * np.tril(np.ones((T, T)))
+
+
+def distances(fn):
+  return np.array([[fn(i, j) for j in range(T)] for i in range(T)], np.float32)
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5"])
+def test_rerope_clips_relative_distance_at_the_window(name):
+  sch = scheme(name)
+  q, k = qk()
+  pos = jnp.arange(T)[None]
+  got = merged_logits(sch, remap("rerope", window=5), q, k, pos)
+  want = reference_logits(sch, q, k, distances(lambda i, j: min(i - j, 5)))
+  np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_self_extend_groups_distances_beyond_the_window(name):
+  sch = scheme(name)
+  q, k = qk()
+  pos = jnp.arange(T)[None]
+  w, g = 6, 4
+  grouped = lambda i, j: i - j if i - j < w else i // g + w - w // g - j // g
+  got = merged_logits(sch, remap("self_extend", window=w, group=g), q, k, pos)
+  want = reference_logits(sch, q, k, distances(grouped))
+  np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
+
+
+def test_self_extend_positions():
+  branches = remap("self_extend", window=4, group=2).branches(jnp.arange(10)[None],
+                                                             jnp.arange(10)[None])
+  np.testing.assert_array_equal(branches[1].q_pos[0], np.arange(10) // 2 + 4 - 2)
+  np.testing.assert_array_equal(branches[1].k_pos[0], np.arange(10) // 2)
+  use = branches[0].use(jnp.array([[[9]]]), jnp.array([[[5, 6]]]))
+  np.testing.assert_array_equal(use[0, 0], [False, True])
+
+
+def test_compress_is_identity_then_slope_alpha():
+  pos = jnp.array([[0, 8, 16, 17, 40]])
+  (branch,) = remap("compress", alpha=0.25).branches(pos, pos)
+  np.testing.assert_allclose(branch.q_pos[0], [0, 8, 16, 16.25, 22])
+  (branch,) = remap("compress", alpha=0.5, start=4).branches(pos, pos)
+  np.testing.assert_allclose(branch.k_pos[0], [0, 6, 10, 10.5, 22])
+  assert branch.use is None
+
+
+def test_compress_with_alibi_uses_compressed_distance():
+  sch = scheme("alibi")
+  pos = jnp.arange(T)[None]
+  got = merged_logits(sch, remap("compress", alpha=0.5), *qk(), pos) - merged_logits(
+      sch, remap("none"), *qk(), pos)
+  squeeze = lambda p: p if p <= 16 else 16 + 0.5 * (p - 16)
+  shift = distances(lambda i, j: (i - j) - (squeeze(i) - squeeze(j)))
+  np.testing.assert_allclose(lower(got)[1], np.tril(positions.alibi_slopes(2)[1] * shift),
+                             atol=1e-5)
+
+
+def test_none_is_one_unchanged_branch():
+  pos = jnp.arange(5)[None]
+  (branch,) = remap("none").branches(pos, pos)
+  assert branch.q_pos is pos and branch.k_pos is pos and branch.use is None
+
+
+def test_default_configs_list_every_field():
+  assert remaps.default_config().to_dict() == {"name": "none"}
+  assert remaps.default_config("self_extend").to_dict() == {"name": "self_extend", "window": 128,
+                                                           "group": 4}
+  assert remaps.default_config("compress").to_dict() == {"name": "compress", "alpha": 0.5,
+                                                        "start": None}
+
+
+@pytest.mark.parametrize("name, fields, message", [
+    ("yarn", {}, "model.remap.name='yarn' is not a known remap; allowed: ['compress', 'none', "
+     "'rerope', 'self_extend']"),
+    ("rerope", {"window": 0}, "model.remap.window=0 must be >= 1"),
+    ("self_extend", {"group": 0}, "model.remap.group=0 must be >= 1"),
+    ("compress", {"alpha": 1.5}, "model.remap.alpha=1.5 must be in (0, 1]"),
+    ("rerope", {"group": 2}, "model.remap.group is not a known field; allowed fields: ['window']"),
+])
+def test_invalid_remap_names_the_field(name, fields, message):
+  cfg = remaps.default_config("none")
+  cfg.name = name
+  if name in remaps.REMAPS:
+    cfg = remaps.default_config(name)
+  for key, value in fields.items():
+    cfg[key] = value
+  with pytest.raises(ValueError) as error:
+    remaps.validate(cfg)
+  assert message in str(error.value)
