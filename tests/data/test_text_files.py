@@ -116,13 +116,10 @@ def test_builds_twice_byte_identical_and_rebuilds_when_files_change(tmp_path):
   assert texts["a.txt"] == "first document, edited and longer\n"
 
 
-def test_split_modes_match_the_config_check():
+def test_split_modes_match_the_config_check(tmp_path):
   assert set(text_files.SPLITTERS) == {"hash", "folders"}
   with pytest.raises(ValueError, match="hash, folders"):
-    config.validate(
-        _cfg(__import__("pathlib").Path("/tmp"), "x", text_files_split="x"),
-        process_count=1,
-    )
+    config.validate(_cfg(tmp_path, "x", text_files_split="x"), process_count=1)
 
 
 def test_training_iterator_resumes_exactly(tmp_path, assert_resumes):
