@@ -13,7 +13,6 @@ The "current length" read by `dynamic` and `longrope` is the static window lengt
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

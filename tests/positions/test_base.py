@@ -1,7 +1,6 @@
 """The registry and the hook contract, for every scheme: config, build, shapes, float positions,
 jit, and the errors for unknown schemes and fields."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

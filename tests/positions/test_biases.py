@@ -63,8 +63,8 @@ def test_t5_bucket_floors_fractional_distances():
 @pytest.mark.parametrize("num_buckets, max_distance", [(32, 128), (16, 64), (64, 1000)])
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_t5_bucket_matches_hugging_face(num_buckets, max_distance, bidirectional):
+  torch = pytest.importorskip("torch")
   pytest.importorskip("transformers")
-  import torch
   from transformers.models.t5.modeling_t5 import T5Attention
   rel = np.arange(-3000, 3000)
   expected = T5Attention._relative_position_bucket(torch.tensor(rel), bidirectional,

@@ -143,10 +143,8 @@ def test_default_configs_list_every_field():
     ("rerope", {"group": 2}, "model.remap.group is not a known field; allowed fields: ['window']"),
 ])
 def test_invalid_remap_names_the_field(name, fields, message):
-  cfg = remaps.default_config("none")
+  cfg = remaps.default_config(name if name in remaps.REMAPS else "none")
   cfg.name = name
-  if name in remaps.REMAPS:
-    cfg = remaps.default_config(name)
   for key, value in fields.items():
     cfg[key] = value
   with pytest.raises(ValueError) as error:
