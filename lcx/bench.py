@@ -43,13 +43,18 @@ GB = 1024 ** 3
 
 # --- Configs and FLOPs. ---
 
-def bench_config(scheme: str, size: str = "default", batch_size: int = 16, seq_len: int = 256):
+def bench_config(scheme: str, size: str, batch_size: int, seq_len: int):
   """configs/base.py at `size` with `scheme`, vocabulary resolved (byte tokenizer: 259)."""
   from configs import base  # the repo's config file; `python -m lcx.bench` runs from the root
 
   config = base.get_config(f"pos={scheme},size={size}")
   config.data.batch_size, config.data.seq_len = batch_size, seq_len
   return config_lib.resolve(config, data.get_tokenizer(config.data).vocab_size)
+
+
+def args_config(args, scheme: str, size: str | None = None):
+  """bench_config at the flags' batch and length; `size` defaults to --model_size."""
+  return bench_config(scheme, size or args.model_size, args.batch_size, args.seq_len)
 
 
 def matmul_params(model_cfg) -> int:
@@ -257,7 +262,7 @@ def section_train(args, results) -> dict:
   """Tokens/s and MFU of lcx's train step per model size (RoPE unless --train_scheme)."""
   out = {}
   for size in args.sizes:
-    config = bench_config(args.train_scheme, size)
+    config = args_config(args, args.train_scheme, size)
     runner = lcx_runner(config)
     times = [timed(runner.step) for _ in range(args.train_steps)]
     step_s = statistics.median(times)
@@ -281,12 +286,12 @@ def registered(schemes: list[str]) -> tuple[list[str], list[str]]:
   return have, missing
 
 
-def buildable(schemes: list[str]) -> tuple[dict[str, Runner], dict[str, str]]:
+def buildable(args, schemes: list[str]) -> tuple[dict[str, Runner], dict[str, str]]:
   """lcx runners of the schemes that build and compile; the others with their error."""
   runners, failed = {}, {}
   for s in schemes:
     try:
-      runners[s] = lcx_runner(bench_config(s))
+      runners[s] = lcx_runner(args_config(args, s))
     except Exception as e:  # a scheme under construction must not stop the other numbers
       failed[s] = f"failed to build: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
       print(f"  note: {s}: {failed[s]}", flush=True)
@@ -297,7 +302,7 @@ def section_positions(args, results) -> dict:
   """Train-step time of every scheme over NoPE on the default model, all interleaved."""
   del results
   schemes, missing = registered(["nope"] + [s for s in args.schemes if s != "nope"])
-  runners, failed = buildable(schemes)
+  runners, failed = buildable(args, schemes)
   rounds = interleaved(runners, args.rounds, args.steps)
   return {"schemes": {s: {"step_s": statistics.median(rounds[s]),
                           "ratio_to_nope": ratio(rounds[s], rounds["nope"]) if "nope" in rounds
@@ -315,8 +320,8 @@ def section_peers(args, results) -> dict:
   schemes, missing = registered(args.schemes)
   out = {"schemes": {}, "skipped": {s: "not registered" for s in missing}}
   for s in schemes:
-    config = bench_config(s)
-    runners, failed = buildable([s])
+    config = args_config(args, s)
+    runners, failed = buildable(args, [s])
     if failed:
       out["skipped"].update(failed)
       continue
@@ -352,7 +357,7 @@ def dense_eval_bytes(model_cfg, length: int, batch: int = 1) -> int:
 def section_eval(args, results) -> dict:
   """Forward (loss) time and peak memory per (length, kernel), each point in a fresh process."""
   del results
-  model_cfg = bench_config(args.eval_scheme).model
+  model_cfg = args_config(args, args.eval_scheme).model
   points = []
   for length in args.eval_lengths:
     for kernel in ("dense", "chunked"):
@@ -361,14 +366,19 @@ def section_eval(args, results) -> dict:
         points.append({"length": length, "kernel": kernel,
                        "skipped": f"would need {need / GB:.1f} GB (> --max_dense_gb)"})
         continue
-      point = run_eval_point(args.eval_scheme, kernel, length, args.eval_repeats)
+      point = run_eval_point(f"{args.eval_scheme}:{args.model_size}:{args.seq_len}", kernel,
+                             length, args.eval_repeats)
       points.append(point)
       print(f"  eval {kernel} {length}: {point.get('forward_s', point.get('error'))}", flush=True)
   return {"scheme": args.eval_scheme, "batch": 1, "points": points}
 
 
-def run_eval_point(scheme: str, kernel: str, length: int, repeats: int) -> dict:
-  cmd = [sys.executable, "-m", "lcx.bench", "--eval_point", f"{scheme}:{kernel}:{length}",
+def run_eval_point(model: str, kernel: str, length: int, repeats: int) -> dict:
+  """`eval_point` in a fresh `python -m lcx.bench` process, so its peak memory is its own.
+
+  `model` is "SCHEME:SIZE:TRAIN_LEN".
+  """
+  cmd = [sys.executable, "-m", "lcx.bench", f"--eval_point={model}:{kernel}:{length}",
          f"--eval_repeats={repeats}"]
   proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root())
   lines = [l for l in proc.stdout.splitlines() if l.startswith("EVAL_POINT ")]
@@ -390,13 +400,14 @@ def _proc_status_kb(field: str) -> int:
   raise KeyError(field)
 
 
-def eval_point(scheme: str, kernel: str, length: int, repeats: int) -> dict:
+def eval_point(scheme: str, size: str, train_len: int, kernel: str, length: int,
+               repeats: int) -> dict:
   """One forward pass (per-token loss, as `evaluate.Evaluator`) of batch 1 x `length`.
 
   Peak memory is VmHWM after resetting it (clear_refs 5) once the program is compiled, so it
   covers the forward passes only; `rss_before_gb` is what the process held before them.
   """
-  config = bench_config(scheme)
+  config = bench_config(scheme, size, 1, train_len)
   graphdef, params = nnx.split(Decoder(config.model, rngs=nnx.Rngs(0)))
 
   def nll(params, inputs_BxT, targets_BxT):
@@ -543,11 +554,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
   p.add_argument("--out", default="bench.json", help="where the JSON results go")
   for name in PLANS:
     p.add_argument(f"--{name}", default=None, help=f"default {PLANS[name][0]}")
+  p.add_argument("--model_size", default="default", help="model of positions/peers/eval")
+  p.add_argument("--batch_size", type=int, default=16, help="training rows per step")
+  p.add_argument("--seq_len", type=int, default=256, help="training length")
   p.add_argument("--train_scheme", default="rope")
   p.add_argument("--eval_scheme", default="rope")
   p.add_argument("--max_dense_gb", type=float, default=8.0,
                  help="skip dense eval points whose logits alone would need more")
-  p.add_argument("--eval_point", default=None, help=argparse.SUPPRESS)  # SCHEME:KERNEL:LENGTH
+  p.add_argument("--eval_point", default=None,  # SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH
+                 help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   for name, (full, quick) in PLANS.items():
     value = getattr(args, name)
@@ -590,8 +605,8 @@ def run(args) -> dict:
 def main(argv: list[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   if args.eval_point:
-    scheme, kernel, length = args.eval_point.split(":")
-    point = eval_point(scheme, kernel, int(length), args.eval_repeats)
+    scheme, size, train_len, kernel, length = args.eval_point.split(":")
+    point = eval_point(scheme, size, int(train_len), kernel, int(length), args.eval_repeats)
     print("EVAL_POINT " + json.dumps(point), flush=True)
     return
   results = run(args)
