@@ -9,6 +9,7 @@ Shapes: B batch, T length, H query heads, G key/value heads (GQA, H = G * R), K 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -88,13 +89,15 @@ def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap,
   g = k_BxTxGxK.shape[2]
   c = min(chunk_size, t)
   n = -(-t // c)
-  pad = n * c - t
-  if pad:
-    padder = lambda x: jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-    q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, seg_BxT = map(padder,
-                                                   (q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, seg_BxT))
-    pos_BxT = jnp.concatenate([pos_BxT, pos_BxT[:, -1:] + 1 + jnp.arange(pad)], axis=1)
+  # Rotate before padding: dynamic scaling methods read the true length from q's shape.
   rotated = _rotate_branches(q_BxTxHxK, k_BxTxGxK, pos_BxT, scheme, remap)
+  pad_to_blocks = lambda x: jnp.pad(x, [(0, 0), (0, n * c - t)] + [(0, 0)] * (x.ndim - 2),
+                                    mode="edge")
+  rotated = [(pad_to_blocks(q), pad_to_blocks(k),
+              dataclasses.replace(br, q_pos=pad_to_blocks(br.q_pos),
+                                  k_pos=pad_to_blocks(br.k_pos))) for q, k, br in rotated]
+  v_BxTxGxK, pos_BxT = pad_to_blocks(v_BxTxGxK), pad_to_blocks(pos_BxT)
+  seg_BxT = jnp.pad(seg_BxT, [(0, 0), (0, n * c - t)])  # segment 0: never attended
   block = lambda start: (lambda x: jax.lax.dynamic_slice_in_dim(x, start, c, axis=1))
 
   def query_block(i):

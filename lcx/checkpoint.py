@@ -71,21 +71,30 @@ class Checkpointer:
 
 
 def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
-  """For notebooks: (params as nested dicts of numpy arrays, checkpoint metadata).
+  """For notebooks: (params as nested dicts of numpy arrays, checkpoint metadata + step).
 
   Works on any device layout (one CPU, another mesh size) because it restores to host numpy.
   """
-  manager = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")))
-  step = manager.latest_step() if step is None else step
+  ckpt = Checkpointer(workdir, every=1, keep=1, async_save=False)
+  step = ckpt.latest_step() if step is None else step
   if step is None:
-    raise FileNotFoundError(f"no complete checkpoint in {workdir}/checkpoints")
-  meta = manager.item_metadata(step)
-  tree = meta.state["params"] if meta is not None and meta.state is not None else None
-  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-  restored = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.PyTreeRestore(item={"params": tree},
-                                   restore_args={"params": restore_args},
-                                   partial_restore=True),
-      meta=ocp.args.JsonRestore()))
-  manager.close()
-  return restored.state["params"], dict(restored.meta, step=step)
+    ckpt.close()
+    raise FileNotFoundError(f"no complete checkpoint in {ckpt.directory}")
+  meta = dict(ckpt.meta(step), step=step)
+  ckpt.close()
+  path = os.path.join(ckpt.directory, str(step), "state")
+  reader = ocp.PyTreeCheckpointer()
+  tree = reader.metadata(path).item_metadata.tree["params"]
+  as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+  restored = reader.restore(path, args=ocp.args.PyTreeRestore(
+      item={"params": tree}, restore_args={"params": as_numpy}, partial_restore=True))
+  return _unwrap_variables(restored["params"]), meta
+
+
+def _unwrap_variables(tree):
+  """nnx Variables are stored as {"value": array}; notebooks want the arrays."""
+  if isinstance(tree, dict):
+    if set(tree) == {"value"}:
+      return tree["value"]
+    return {k: _unwrap_variables(v) for k, v in tree.items()}
+  return tree

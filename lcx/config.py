@@ -78,6 +78,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   data.validate(config.data)
   dims = positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len)
   positions.validate(m.position, dims)
+  if config.train.random_positions:  # a learned table must cover the sampled positions
+    positions.check_eval_length(m.position, dims, config.train.random_positions)
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
   sharding.rules_from_config(config.sharding)

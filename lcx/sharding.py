@@ -25,8 +25,8 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
   environment of a TPU pod slice (TPU metadata) or a SLURM allocation (SLURM_* variables).
   """
   if coordinator_address:
-    if jax.default_backend() == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
-      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # CPU processes need gloo for cross-process collectives; the setting is inert on GPU/TPU.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
   elif "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:

@@ -154,7 +154,8 @@ def train(config, workdir: str) -> dict:
   config_lib.validate(config)
   tokenizer = data.get_tokenizer(config.data)
   config = config_lib.resolve(config, tokenizer.vocab_size)
-  config_lib.save(config, workdir)
+  if jax.process_index() == 0:
+    config_lib.save(config, workdir)
   mesh = sharding.make_mesh(config.mesh)
   trainer = Trainer(config, mesh)
   iterator = data.make_train_iterator(config.data, process_index=jax.process_index(),

@@ -1,7 +1,5 @@
 """Dense and chunked kernels agree; masks keep documents apart; remap branches merge."""
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,9 +8,6 @@ from flax import nnx
 
 from lcx import attention, positions
 from lcx.positions import remaps
-
-Branch = collections.namedtuple("Branch", "q_pos k_pos use")
-
 
 def _inputs(b=2, t=40, h=4, g=2, k=8, seed=0):
   rng = np.random.default_rng(seed)
@@ -30,13 +25,30 @@ def _scheme(name, head_dim=8, heads=4):
 NO_REMAP = remaps.build(remaps.default_config("none"), positions.Dims(32, 4, 8, 16))
 
 
-@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "t5"])
-def test_chunked_equals_dense(name):
+def _dynamic_rope():
+  cfg = positions.default_config("rope")
+  cfg.scaling.rope_type = "dynamic"
+  cfg.scaling.factor = 2.0
+  return positions.build(cfg, positions.Dims(32, 4, 8, 16), rngs=nnx.Rngs(0))
+
+
+def _remap(name, **fields):
+  cfg = remaps.default_config(name)
+  cfg.update(fields)
+  return remaps.build(cfg, positions.Dims(32, 4, 8, 16))
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "t5", "fire", "xpos", "dynamic"])
+@pytest.mark.parametrize("remap", ["none", "rerope", "self_extend"])
+def test_chunked_equals_dense(name, remap):
+  """T=40 is not a multiple of the chunk: padding must not change dynamic scaling either."""
   q, k, v, pos, seg = _inputs()
-  scheme = _scheme(name)
-  dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
-  chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, chunk_size=16)
-  np.testing.assert_allclose(chunked, dense, atol=2e-5, rtol=2e-5)
+  scheme = _dynamic_rope() if name == "dynamic" else _scheme(name)
+  remap = {"none": NO_REMAP, "rerope": _remap("rerope", window=6),
+           "self_extend": _remap("self_extend", window=8, group=4)}[remap]
+  dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=remap)
+  chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=remap, chunk_size=16)
+  np.testing.assert_allclose(chunked, dense, atol=3e-5, rtol=3e-5)
 
 
 def test_chunked_equals_dense_with_pattern_and_two_branches():
@@ -44,8 +56,8 @@ def test_chunked_equals_dense_with_pattern_and_two_branches():
 
   class Clip:  # ReRoPE-like: exact within 4, else relative distance 4
     def branches(self, q_pos, k_pos):
-      near = Branch(q_pos, k_pos, lambda qp, kp: qp - kp < 4)
-      far = Branch(jnp.full_like(q_pos, 4), jnp.zeros_like(k_pos), None)
+      near = remaps.Branch(q_pos, k_pos, lambda qp, kp: qp - kp < 4)
+      far = remaps.Branch(jnp.full_like(q_pos, 4), jnp.zeros_like(k_pos), None)
       return [near, far]
 
   window = lambda qi, ki: qi - ki < 9
