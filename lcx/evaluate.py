@@ -21,6 +21,7 @@ from absl import logging
 from flax import nnx
 
 from lcx import checkpoint, config as config_lib, data, positions, sharding
+from lcx.data import tasks
 from lcx.train import Trainer
 
 # Model fields that must match the checkpoint; everything else may change at evaluation.
@@ -93,6 +94,37 @@ class Evaluator:
 
       self._programs[kernel] = jax.jit(nll)
     return self._programs[kernel]
+
+  def task_accuracy(self, task: str, length: int, num: int, seed: int = 0) -> float:
+    """Exact-match accuracy on `num` examples of a synthetic task at `length`.
+
+    Scored by teacher forcing in one forward pass: the argmax answer equals the greedy decode
+    exactly when every argmax along the true answer is right, so exact match is the same.
+    """
+    examples = tasks.eval_examples(task, length, num, seed, data.get_tokenizer(self.config.data))
+    width = max(len(p) + len(a) for p, a in examples) - 1
+    inputs = np.zeros((num, width), np.int32)
+    segments = np.zeros((num, width), np.int32)
+    for row, (prompt, answer) in enumerate(examples):
+      sequence = np.concatenate([prompt, answer])[:-1]
+      inputs[row, :len(sequence)], segments[row, :len(sequence)] = sequence, 1
+    predict = self._predictor()
+    pred_NxT = np.asarray(predict(self.params, inputs, segments))
+    hits = [tasks.exact_match(pred_NxT[row, len(p) - 1:len(p) - 1 + len(a)], a)
+            for row, (p, a) in enumerate(examples)]
+    return float(np.mean(hits))
+
+  def _predictor(self):
+    if "predict" not in self._programs:
+      graphdef = self.graphdef
+
+      def predict(params, inputs_BxT, seg_BxT):
+        b, t = inputs_BxT.shape
+        pos_BxT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        return nnx.merge(graphdef, params)(inputs_BxT, pos_BxT, seg_BxT).argmax(-1)
+
+      self._programs["predict"] = jax.jit(predict)
+    return self._programs["predict"]
 
   def length(self, stream: np.ndarray, length: int) -> dict:
     """Mean loss at one eval length, overall and per position bucket."""

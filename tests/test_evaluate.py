@@ -70,3 +70,18 @@ def test_architecture_change_is_refused(trained):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="no checkpoint in .*train first"):
     evaluate.Evaluator(tiny_config(), str(tmp_path))
+
+
+def test_tiny_model_learns_copy(tmp_path):
+  config = tiny_config("rope", steps=600, warmup_steps=30, lr=3e-3, log_every=100,
+                       checkpoint_every=1000)
+  config.data.name = "task"
+  config.data.task = "copy"
+  config.data.task_min_len = 1
+  config.data.task_max_len = 6
+  config.data.seq_len = 32
+  config.data.batch_size = 16
+  train.train(config, str(tmp_path))
+  evaluator = evaluate.Evaluator(config, str(tmp_path))
+  accuracy = np.mean([evaluator.task_accuracy("copy", n, 20) for n in (3, 5, 6)])
+  assert accuracy >= 0.8, accuracy
