@@ -17,11 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import logging
 from flax import nnx
 
 from lcx import checkpoint, config as config_lib, data, positions, sharding
 from lcx.data import tasks
+from lcx.metrics import say
 from lcx.train import Trainer
 
 # Model fields that must match the checkpoint; everything else may change at evaluation.
@@ -160,7 +160,8 @@ class Evaluator:
     results = {}
     for n in lengths:
       results[str(n)] = self.length(stream, n)
-      logging.info("length %d: loss %.4f", n, results[str(n)]["loss"])
+      say(f"eval length {n}: loss {results[str(n)]['loss']:.4f} "
+          f"({results[str(n)]['windows']} windows, {results[str(n)]['kernel']} kernel)")
     return {"step": self.step, "train_len": cfg.data.seq_len,
             "position": cfg.model.position.to_dict(), "remap": cfg.model.remap.to_dict(),
             "lengths": results}

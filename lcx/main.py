@@ -5,10 +5,10 @@ detection joins the processes (see lcx.sharding.initialize_distributed). Restart
 command in the same workdir resumes from the last complete checkpoint.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import config as config_lib, evaluate, sharding, train
+from lcx import config as config_lib, evaluate, metrics, sharding, train
 
 MODES = ("train", "eval", "train_and_eval")
 
@@ -27,6 +27,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  metrics.quiet_libraries()
   sharding.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
                                   FLAGS.process_id)
   config = FLAGS.config
@@ -36,7 +37,6 @@ def main(argv):
     train.train(config, FLAGS.workdir)
   if FLAGS.mode in ("eval", "train_and_eval"):
     evaluate.evaluate(config, FLAGS.workdir, FLAGS.eval_step)
-  logging.info("done: %s", FLAGS.workdir)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,22 @@ import sys
 import time
 
 import jax
+from absl import flags, logging
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
+
+
+def quiet_libraries() -> None:
+  """Orbax and TFDS log every save and load at INFO: show warnings only, unless --verbosity."""
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+
+
+def say(message: str, *, every_process: bool = False) -> None:
+  """A user-facing status line on stderr (process 0 only unless asked), kept apart from the
+  libraries' INFO logs, which the entry points silence by default."""
+  if every_process or jax.process_index() == 0:
+    print(f"[lcx] {message}", file=sys.stderr, flush=True)
 
 
 class MetricWriter:
@@ -22,7 +36,8 @@ class MetricWriter:
   def __init__(self, workdir: str, *, total: int, initial: int = 0, tokens_per_step: int = 0):
     self.main = jax.process_index() == 0
     self.tokens_per_step = tokens_per_step
-    self._last_time, self._steps_since = time.perf_counter(), 0
+    self._last_time, self._steps_since, self._sums = time.perf_counter(), 0, {}
+    self._timed = -1  # steps in the timing window; the first step (compilation) is not timed
     self.jsonl = self.tb = self.bar = None
     if not self.main:
       return
@@ -33,17 +48,26 @@ class MetricWriter:
       self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
   def step_done(self, step: int, values: dict, *, log: bool) -> dict:
-    """Counts a finished step; when `log`, adds throughput and writes everything."""
+    """Counts a finished step; when `log`, writes the means over the steps since the last log
+    (one batch's loss is noisy) with throughput, and returns them."""
+    now = time.perf_counter()
     self._steps_since += 1
+    self._timed += 1
+    if self._timed == 0:  # a window of the first step alone reports it, compilation included
+      self._first_seconds = now - self._last_time
+      say(f"first step, compilation included: {self._first_seconds:.1f} s")
+      self._last_time = now
+    for k, v in values.items():
+      self._sums[k] = self._sums.get(k, 0.0) + v
     if self.bar is not None:
       self.bar.update(1)
     if not log:
       return {}
-    now = time.perf_counter()
-    step_time = (now - self._last_time) / self._steps_since
-    self._last_time, self._steps_since = now, 0
-    values = dict(values, perplexity=math.exp(min(values["loss"], 50.0)), step_time=step_time,
-                  tokens_per_sec=self.tokens_per_step / step_time)
+    step_time = (now - self._last_time) / self._timed if self._timed else self._first_seconds
+    means = {k: v / self._steps_since for k, v in self._sums.items()}
+    self._last_time, self._steps_since, self._timed, self._sums = now, 0, 0, {}
+    values = dict(means, lr=values["lr"], perplexity=math.exp(min(means["loss"], 50.0)),
+                  step_time=step_time, tokens_per_sec=self.tokens_per_step / step_time)
     self.write(step, values)
     return values
 

@@ -9,7 +9,7 @@ import os
 from absl import app, flags
 
 from configs import quickstart as quickstart_config
-from lcx import evaluate, report, train
+from lcx import evaluate, metrics, report, train
 
 flags.DEFINE_string("workdir", "runs/quickstart", "Where the runs, table and plot go.")
 flags.DEFINE_list("schemes", ["nope", "rope"], "Position schemes to compare.")
@@ -19,6 +19,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
+  metrics.quiet_libraries()
   results = {}
   for scheme in FLAGS.schemes:
     config = quickstart_config.get_config(f"pos={scheme},steps={FLAGS.steps}")

@@ -17,8 +17,9 @@ def plot_length_sweep(results_by_name: dict[str, dict], path: str, title: str = 
     ax.plot(lengths, [r["lengths"][str(n)]["perplexity"] for n in lengths], marker="o",
             label=name)
     train_len = r["train_len"]
+    ax.set_xticks(lengths, [str(n) for n in lengths])
   if train_len:
-    ax.axvline(train_len, color="gray", linestyle="--", linewidth=1, label=f"train length")
+    ax.axvline(train_len, color="gray", linestyle="--", linewidth=1, label="train length")
   ax.set_xscale("log", base=2)
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel("perplexity per token")

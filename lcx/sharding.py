@@ -10,9 +10,10 @@ import os
 
 import jax
 import numpy as np
-from absl import logging
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+from lcx.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -35,8 +36,8 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
     jax.distributed.initialize()
   else:
     return
-  logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count())
+  say(f"process {jax.process_index()} of {jax.process_count()}, {jax.local_device_count()} "
+      f"local / {jax.device_count()} global devices", every_process=True)
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
