@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lcx import evaluate, train
-from tests.helpers import tiny_config
+from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
 def test_windows_are_non_overlapping_next_token_pairs():
@@ -85,3 +85,26 @@ def test_tiny_model_learns_copy(tmp_path):
   evaluator = evaluate.Evaluator(config, str(tmp_path))
   accuracy = np.mean([evaluator.task_accuracy("copy", n, 20) for n in (3, 5, 6)])
   assert accuracy >= 0.8, accuracy
+
+
+def test_extension_method_changes_only_at_evaluation(tmp_path):
+  """A RoPE checkpoint evaluated with YaRN: same weights, other numbers past L, no retraining."""
+  config = tiny_config("rope", steps=30, checkpoint_every=1000)
+  train.train(config, str(tmp_path))
+  plain = evaluate.Evaluator(config, str(tmp_path))
+  yarn = config.copy_and_resolve_references()
+  yarn.model.position.scaling.rope_type = "yarn"
+  yarn.model.position.scaling.factor = 4.0
+  extended = evaluate.Evaluator(yarn, str(tmp_path))
+  stream = evaluate.data.validation_tokens(config.data, 4097)
+  a, b = plain.length(stream, 128), extended.length(stream, 128)
+  assert np.isfinite(b["loss"]) and a["loss"] != b["loss"]
+
+
+def test_train_and_eval_from_the_command_line(tmp_path):
+  out = run_lcx([*TINY_FLAGS, f"--workdir={tmp_path}", "--mode=train_and_eval",
+                 "--config.train.steps=10", "--config.eval.multipliers=(1,2)"])
+  results = json.load(open(tmp_path / "eval" / "results.json"))
+  assert sorted(results["lengths"]) == ["32", "64"] and results["step"] == 10
+  assert "perplexity (per token) by eval length; train length 32" in out.stdout
+  assert json.load(open(tmp_path / "config.json"))["model"]["vocab_size"] == 259
