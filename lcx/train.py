@@ -138,7 +138,7 @@ class Trainer:
 
 def _install_sigterm_flag() -> dict:
   """SIGTERM sets a flag the loop checks after each step: save, then exit cleanly."""
-  flag = {"stop": False}
+  flag = {"stop": False, "previous_handler": signal.getsignal(signal.SIGTERM)}
 
   def handler(signum, frame):
     del signum, frame
@@ -199,17 +199,18 @@ def train(config, workdir: str) -> dict:
         last = _fetch(writer, *pending) or last
       done = step + 1
       pending = (done, metrics, done % config.train.log_every == 0)
-      preempted = (stop["stop"] or ckpt.reached_preemption(done)
-                   or done == config.train.stop_after)
-      if ckpt.should_save(done) or done == config.train.steps or preempted:
+      stop_now = (stop["stop"] or ckpt.reached_preemption(done)
+                  or done == config.train.stop_after)
+      if ckpt.should_save(done) or done == config.train.steps or stop_now:
         _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
         ckpt.save(done, state, iterator, meta, force=True)
-      if preempted:
+      if stop_now:
         say(f"stopped at step {done} after saving a checkpoint")
         break
     if pending is not None:
       last = _fetch(writer, pending[0], pending[1], True) or last
   finally:
+    signal.signal(signal.SIGTERM, stop["previous_handler"])
     ckpt.close()
     writer.close()
   return last
