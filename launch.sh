@@ -15,6 +15,7 @@ usage: ./launch.sh COMMAND [FLAGS...]
   quickstart   train NoPE and RoPE briefly on the default data, print the length-sweep table
   train        python -m lcx.main --mode=train --config=... --workdir=...  [--config.x.y=V]
   eval         python -m lcx.main --mode=eval  --config=... --workdir=...  (same config as train)
+  bench        throughput, MFU, position overhead, long eval, peers -> bench.json (adds the bench extra)
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
   test         the test suite (pytest flags pass through)
   help         this text
@@ -42,6 +43,7 @@ cmd=${1:-help}
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
   help|-h|--help) usage; exit 0 ;;
+  bench) [[ ",$EXTRAS," == *,bench,* ]] || EXTRAS="$EXTRAS,bench"; ensure_venv ;;
   quickstart|train|eval|data|test) ensure_venv ;;
   *) echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
@@ -51,6 +53,7 @@ case "$cmd" in
   quickstart) exec "$PY" -m lcx.quickstart "$@" ;;
   train) exec "$PY" -m lcx.main --mode=train "$@" ;;
   eval) exec "$PY" -m lcx.main --mode=eval "$@" ;;
+  bench) exec "$PY" -m lcx.bench "$@" ;;
   data) exec "$PY" -m lcx.data.stats "$@" ;;
   test) exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
 esac
