@@ -1,8 +1,10 @@
 """`text_files`: the user's own `.txt` / `.jsonl` files as a corpus.
 
 A `.txt` file is one document; each line of a `.jsonl` file is one, its text in the
-field `data.jsonl_field`. Files that are empty or not UTF-8 (and jsonl lines without the
-field) are skipped with a warning naming them. The cache folder's name hashes the
+field `data.jsonl_field`. Lines are split at "\n" only: JSON strings may hold U+2028 and
+other characters that `str.splitlines` would break at. Files that are empty or not
+UTF-8, and jsonl lines without the field or whose value is empty or not a string, are
+skipped with a warning naming the file (and line). The cache folder's name hashes the
 file list with sizes and modification times, so editing the files rebuilds it.
 """
 
@@ -51,7 +53,7 @@ def _read_text(path: pathlib.Path) -> str | None:
 
 def _jsonl_documents(path, key, text, field) -> list[corpus.Document]:
   documents = []
-  for line_number, line in enumerate(text.splitlines(), start=1):
+  for line_number, line in enumerate(text.split("\n"), start=1):
     if not line.strip():
       continue
     try:
@@ -62,8 +64,13 @@ def _jsonl_documents(path, key, text, field) -> list[corpus.Document]:
           path, line_number, field,
       )
       continue
-    if isinstance(value, str) and value.strip():
-      documents.append(corpus.Document(f"{key}:{line_number}", value))
+    if not isinstance(value, str) or not value.strip():
+      problem = "is empty" if isinstance(value, str) else (
+          f"holds {type(value).__name__}, not a string")
+      logging.warning("text_files: skipping %s line %d, field %r %s",
+                      path, line_number, field, problem)
+      continue
+    documents.append(corpus.Document(f"{key}:{line_number}", value))
   return documents
 
 
@@ -84,13 +91,21 @@ def read_documents(
   return documents
 
 
-def _split_by_hash(documents, base, fraction) -> dict[str, list[corpus.Document]]:
-  del base  # The split depends on each document's key only.
+def _split_by_hash(documents, base, files, fraction) -> dict[str, list]:
+  del base, files  # The split depends on each document's key only.
   return corpus.split_by_hash(documents, fraction)
 
 
-def _split_by_folder(documents, base, fraction) -> dict[str, list[corpus.Document]]:
+def _split_by_folder(documents, base, files, fraction) -> dict[str, list]:
+  """Files outside the two folders belong to neither split; a warning names them."""
   del fraction  # The folders decide.
+  relative = [p.relative_to(base) for p in files]
+  outside = [r.as_posix() for r in relative if r.parts[0] not in FOLDERS.values()]
+  if outside:
+    logging.warning(
+        "text_files: data.text_files_split='folders' ignores %d file(s) outside"
+        " train/ and validation/ of %s: %s", len(outside), base, ", ".join(outside),
+    )
   splits = {
       split: [d for d in documents if d.key.startswith(folder + "/")]
       for split, folder in FOLDERS.items()
@@ -110,7 +125,7 @@ SPLITTERS = {"hash": _split_by_hash, "folders": _split_by_folder}
 def collect(pattern, jsonl_field, split_mode, fraction) -> corpus.CorpusContents:
   base, files = find_files(pattern)
   documents = read_documents(base, files, jsonl_field)
-  splits = SPLITTERS[split_mode](documents, base, fraction)
+  splits = SPLITTERS[split_mode](documents, base, files, fraction)
   return corpus.CorpusContents(
       splits=splits,
       metadata={

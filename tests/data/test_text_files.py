@@ -21,8 +21,13 @@ def _write_folder(root):
       "",
       json.dumps({"body": "no text field"}),
       json.dumps({"text": "line four"}),
+      # Valid JSON with raw U+2028 / U+0085 inside a string: one line, one document.
+      json.dumps({"text": "five\u2028still five\x85end"}, ensure_ascii=False),
+      json.dumps({"text": "   "}),
+      json.dumps({"text": 7}),
+      json.dumps({"text": None}),
   ]
-  (root / "sub" / "c.jsonl").write_text("\n".join(lines) + "\n")
+  (root / "sub" / "c.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
   return root
 
 
@@ -56,11 +61,15 @@ def test_folder_round_trips_and_warns_about_the_files_it_skips(tmp_path, caplog)
       "sub/b.txt": "second document ✓\n",
       "sub/c.jsonl:1": "line one",
       "sub/c.jsonl:4": "line four",
+      "sub/c.jsonl:5": "five\u2028still five\x85end",
   }
   assert found[corpus.TRAIN].keys().isdisjoint(found[corpus.VALIDATION].keys())
   assert "empty.txt, empty" in caplog.text
   assert "latin1.txt, not UTF-8" in caplog.text
-  assert "c.jsonl line 3" in caplog.text
+  assert "c.jsonl line 3, not JSON with a 'text' field" in caplog.text
+  assert "c.jsonl line 6, field 'text' is empty" in caplog.text
+  assert "c.jsonl line 7, field 'text' holds int, not a string" in caplog.text
+  assert "c.jsonl line 8, field 'text' holds NoneType, not a string" in caplog.text
 
 
 def test_a_glob_selects_files(tmp_path):
@@ -68,7 +77,7 @@ def test_a_glob_selects_files(tmp_path):
   data_cfg = _cfg(tmp_path, root / "sub" / "*.jsonl")
   found = _documents(data_cfg)
   assert set(found[corpus.TRAIN]) | set(found[corpus.VALIDATION]) == {
-      "c.jsonl:1", "c.jsonl:4"
+      "c.jsonl:1", "c.jsonl:4", "c.jsonl:5"
   }
 
 
@@ -78,16 +87,22 @@ def test_nothing_to_read_is_a_clear_error(tmp_path):
     sources.split_records(_cfg(tmp_path, tmp_path / "in"), corpus.TRAIN)
 
 
-def test_folders_split_follows_train_and_validation_folders(tmp_path):
+def test_folders_split_follows_train_and_validation_folders(tmp_path, caplog):
   root = tmp_path / "in"
   for split, count in (("train", 5), ("validation", 2)):
     (root / split).mkdir(parents=True)
     for i in range(count):
       (root / split / f"{i}.txt").write_text(f"{split} {i}")
+  (root / "README.txt").write_text("about this corpus")
+  (root / "test").mkdir()
+  (root / "test" / "t.jsonl").write_text(json.dumps({"text": "held out"}) + "\n")
   data_cfg = _cfg(tmp_path, root, text_files_split="folders")
-  found = _documents(data_cfg)
+  with caplog.at_level(logging.WARNING):
+    found = _documents(data_cfg)
   assert sorted(found[corpus.TRAIN]) == [f"train/{i}.txt" for i in range(5)]
   assert sorted(found[corpus.VALIDATION]) == [f"validation/{i}.txt" for i in range(2)]
+  assert "ignores 2 file(s) outside train/ and validation/" in caplog.text
+  assert "README.txt, test/t.jsonl" in caplog.text
 
 
 def test_folders_split_without_a_validation_folder_is_a_clear_error(tmp_path):
