@@ -9,6 +9,7 @@ The builder lives outside a registered TFDS package, so `_info` must hand the
 `DatasetInfo` its `builder=self` (TFDS's own lookup of registered configs fails).
 """
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -87,16 +88,25 @@ class LcxCorpus(tfds.core.GeneratorBasedBuilder):
       yield document.key, {"key": document.key, "text": document.text}
 
 
-def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
-  """The builder for `spec`, prepared in `data_dir` on first use and reused after.
+@contextlib.contextmanager
+def file_lock(path: pathlib.Path):
+  """Holds an exclusive lock on `path` (created if missing) for the `with` block.
 
-  A file lock makes processes that start together (test workers, hosts of one job on
-  a shared disk) build once and wait for each other rather than race.
+  Processes that start together (test workers, hosts of one job on a shared disk)
+  then make a shared artifact once and wait for each other rather than race.
   """
-  data_dir = pathlib.Path(data_dir)
-  data_dir.mkdir(parents=True, exist_ok=True)
-  with open(data_dir / f".{spec.config_name}.lock", "w") as lock_file:
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "w") as lock_file:
     fcntl.flock(lock_file, fcntl.LOCK_EX)
+    yield
+
+
+def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
+  """The builder for `spec`, prepared in `data_dir` on first use (under a file lock)
+  and reused after."""
+  data_dir = pathlib.Path(data_dir)
+  with file_lock(data_dir / f".{spec.config_name}.lock"):
     corpus_builder = LcxCorpus(
         config=_CorpusConfig(
             name=spec.config_name, description=spec.description, collect=spec.collect

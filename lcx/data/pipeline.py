@@ -50,14 +50,16 @@ def take_bytes(texts, max_bytes: int):
 
 
 def _sentencepiece_tokenizer(data_cfg) -> tokenizers.SentencePieceTokenizer:
+  """Trained once: processes starting together wait on a file lock for the first."""
   model_path = sentencepiece_path(data_cfg)
-  if not model_path.exists():
-    tokenizers.train_sentencepiece(
-        take_bytes(sources.iter_texts(data_cfg, corpus.TRAIN), SENTENCEPIECE_MAX_BYTES),
-        data_cfg.vocab_size,
-        model_path,
-        data_cfg.seed,
-    )
+  with corpus.file_lock(model_path.with_name(f".{model_path.name}.lock")):
+    if not model_path.exists():
+      tokenizers.train_sentencepiece(
+          take_bytes(sources.iter_texts(data_cfg, corpus.TRAIN), SENTENCEPIECE_MAX_BYTES),
+          data_cfg.vocab_size,
+          model_path,
+          data_cfg.seed,
+      )
   return tokenizers.SentencePieceTokenizer(model_path)
 
 

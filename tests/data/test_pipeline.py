@@ -158,6 +158,27 @@ def test_sentencepiece_is_trained_once_on_train_and_used_for_batches(
   assert "# document" in text
 
 
+def test_concurrent_first_use_trains_sentencepiece_once(fake_stdlib_cfg, monkeypatch):
+  import concurrent.futures
+  import time
+
+  from lcx.data import tokenizers
+
+  calls, train = [], tokenizers.train_sentencepiece
+
+  def slow_train(*args, **kwargs):
+    calls.append(1)
+    time.sleep(0.5)  # Widens the window in which an unlocked racer would train too.
+    return train(*args, **kwargs)
+
+  monkeypatch.setattr(tokenizers, "train_sentencepiece", slow_train)
+  fake_stdlib_cfg.update(tokenizer="sentencepiece", vocab_size=300)
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    loaded = list(pool.map(lambda _: lcx.data.get_tokenizer(fake_stdlib_cfg), range(3)))
+  assert calls == [1]
+  assert len({t.metadata()["sha256"] for t in loaded}) == 1
+
+
 def test_sentencepiece_training_text_is_capped():
   from lcx.data import pipeline
 
