@@ -123,9 +123,16 @@ def _read_members(path: pathlib.Path, member_regex: str) -> dict[str, bytes]:
 def _split_by_work(
     documents: list[corpus.Document], work_by_key: dict[str, str], fraction: float
 ) -> dict[str, list[corpus.Document]]:
-  """The works hashing lowest (at least one) go to validation, with all their files."""
+  """The works hashing lowest go to validation, with all their files; each split keeps
+  at least one work (TFDS refuses an empty split)."""
   works = sorted(set(work_by_key.values()), key=corpus.hash_fraction)
-  validation_works = set(works[: max(1, round(fraction * len(works)))])
+  if len(works) < 2:
+    raise ValueError(
+        f"books: {len(works)} work(s) found; splitting into train and validation by"
+        " work needs at least 2."
+    )
+  num_validation = min(max(1, round(fraction * len(works))), len(works) - 1)
+  validation_works = set(works[:num_validation])
   splits = {corpus.TRAIN: [], corpus.VALIDATION: []}
   for document in documents:
     is_validation = work_by_key[document.key] in validation_works
@@ -179,8 +186,11 @@ def collect(
 
 
 def spec(data_cfg, packages: tuple[Package, ...] = PACKAGES) -> corpus.CorpusSpec:
-  """The books corpus; its name changes whenever a pin or the split fraction does."""
-  pins = json.dumps([dataclasses.asdict(p) for p in packages], sort_keys=True)
+  """The books corpus; its name changes whenever a pin, the Folio twin mapping (which
+  decides the split) or the split fraction does."""
+  pins = json.dumps(
+      [[dataclasses.asdict(p) for p in packages], FOLIO_TWINS], sort_keys=True
+  )
   pins_hash = hashlib.sha256(pins.encode()).hexdigest()[:10]
   fraction = data_cfg.validation_fraction
   return corpus.CorpusSpec(

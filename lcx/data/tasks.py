@@ -19,7 +19,6 @@ import grain
 import numpy as np
 
 LETTERS = string.ascii_lowercase.encode()
-DIGITS = string.digits.encode()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +69,11 @@ def parity(rng: np.random.Generator, length: int) -> Example:
 
 
 def associative_recall(rng: np.random.Generator, length: int) -> Example:
-  """`length` pairs `key:value;` (4 distinct letters : 4 digits), then `?key:` -> value."""
+  """`length` pairs `key:value;`, then `?key:` -> its value.
+
+  Keys are 4 letters and distinct from each other (so the query has one answer);
+  values are 4 digits and may repeat.
+  """
   keys = set()
   while len(keys) < length:
     keys.add(_letters(rng, 4))

