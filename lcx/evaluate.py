@@ -20,7 +20,7 @@ import optax
 from flax import nnx
 
 from lcx import checkpoint, config as config_lib, data, positions, sharding
-from lcx.data import tasks
+from lcx.data import tasks, tokenizers
 from lcx.metrics import say
 from lcx.train import Trainer
 
@@ -70,10 +70,13 @@ class Evaluator:
     if self.step is None:
       raise FileNotFoundError(f"no checkpoint in {ckpt.directory}; train first (--mode=train)")
     meta = ckpt.meta(self.step)
-    if meta["tokenizer"] != tokenizer.metadata():
+    trained, given = tokenizers.identity(meta["tokenizer"]), tokenizers.identity(
+        tokenizer.metadata())
+    if trained != given:
       ckpt.close()
-      raise ValueError(f"the checkpoint was trained with tokenizer {meta['tokenizer']}, the "
-                       f"config gives {tokenizer.metadata()}: set data.* to match")
+      raise ValueError(f"the checkpoint was trained with tokenizer {trained}, data.* gives "
+                       f"{given}: set data.tokenizer, data.vocab_size, data.seed and the "
+                       "corpus (data.name and its fields) as in training")
     _check_architecture(config, meta["config"])
     state, _ = ckpt.restore(self.step, trainer.abstract_state)
     ckpt.close()

@@ -1,11 +1,13 @@
 """Length sweep: window arithmetic, buckets, dense == chunked, no recompiles, clear errors."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from lcx import evaluate, train
+from lcx.data import pipeline, tokenizers
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
@@ -65,6 +67,56 @@ def test_architecture_change_is_refused(trained):
   config.model.d_model = 128
   with pytest.raises(ValueError, match=r"model.d_model=128 differs from the checkpoint's 64"):
     evaluate.Evaluator(config, workdir)
+
+
+def _texts(words, num=200):
+  rng = np.random.default_rng(0)
+  return [" ".join(rng.choice(words, 30)) for _ in range(num)]
+
+
+def _sentencepiece_config(corpus, data_dir):
+  config = tiny_config("alibi", steps=2, checkpoint_every=1000)
+  config.data.update(name="text_files", text_files=str(corpus), data_dir=str(data_dir),
+                     tokenizer="sentencepiece", vocab_size=300)
+  return config
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_run(tmp_path_factory):
+  """A 2-step run with a SentencePiece model trained in its data dir."""
+  root = tmp_path_factory.mktemp("sp")
+  (root / "corpus").mkdir()
+  (root / "corpus" / "docs.jsonl").write_text("".join(
+      json.dumps({"text": t}) + "\n" for t in _texts(["alpha", "beta", "gamma", "delta"])))
+  config = _sentencepiece_config(root / "corpus", root / "data")
+  train.train(config, str(root / "run"))
+  return root, config
+
+
+def test_the_same_tokenizer_model_from_another_data_dir_is_accepted(sentencepiece_run):
+  root, config = sentencepiece_run
+  moved = _sentencepiece_config(root / "corpus", root / "moved")
+  model = pipeline.sentencepiece_path(moved.data)
+  model.parent.mkdir(parents=True)
+  shutil.copy(pipeline.sentencepiece_path(config.data), model)
+  assert evaluate.Evaluator(moved, str(root / "run")).step == 2
+
+
+def test_a_different_tokenizer_is_refused_naming_both(sentencepiece_run):
+  root, config = sentencepiece_run
+  other = _sentencepiece_config(root / "corpus", root / "other")  # same path scheme
+  other_texts = [t.encode() for t in _texts(["one", "two", "three", "four", "five"])]
+  tokenizers.train_sentencepiece(other_texts, 300, pipeline.sentencepiece_path(other.data), 0)
+  sha = r"'sha256': '[0-9a-f]{64}'"
+  with pytest.raises(ValueError, match=(
+      rf"trained with tokenizer \{{'kind': 'sentencepiece', 'vocab_size': 300, {sha}\}}, "
+      rf"data\.\* gives \{{'kind': 'sentencepiece', 'vocab_size': 300, {sha}\}}: "
+      r"set data\.tokenizer, data\.vocab_size")):
+    evaluate.Evaluator(other, str(root / "run"))
+  as_bytes = config.copy_and_resolve_references()
+  as_bytes.data.tokenizer = "byte"
+  with pytest.raises(ValueError, match=r"data\.\* gives \{'kind': 'byte', 'vocab_size': 259\}"):
+    evaluate.Evaluator(as_bytes, str(root / "run"))
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):

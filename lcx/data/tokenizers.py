@@ -1,8 +1,9 @@
 """Tokenizers: bytes (the default) and a SentencePiece model trained on the train split.
 
 Both expose the same small interface (`vocab_size`, `bos_id`, `eos_id`, `pad_id`,
-`encode`, `decode`, `metadata`). `metadata()` is what a checkpoint records so that
-evaluation can refuse a different tokenizer.
+`encode`, `decode`, `metadata`). `metadata()` is what a checkpoint records; evaluation
+compares its `identity` only, so the same model file in another data dir is accepted
+and a different one is refused.
 """
 
 import dataclasses
@@ -68,6 +69,15 @@ class SentencePieceTokenizer:
         "model_path": str(self.model_path),
         "sha256": self._sha256,
     }
+
+
+# What makes two tokenizers the same; where a model file lives (model_path) does not.
+IDENTITY_FIELDS = ("kind", "vocab_size", "sha256")
+
+
+def identity(metadata: dict) -> dict:
+  """The identity fields of a tokenizer's `metadata()` (bytes have no sha256)."""
+  return {field: metadata[field] for field in IDENTITY_FIELDS if field in metadata}
 
 
 def train_sentencepiece(

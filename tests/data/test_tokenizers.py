@@ -47,3 +47,9 @@ def test_sentencepiece_trains_deterministically_and_records_its_hash(tmp_path):
   assert metadata["kind"] == "sentencepiece" and metadata["vocab_size"] == 350
   assert metadata["model_path"] == str(first)
   assert metadata["sha256"] == hashlib.sha256(first.read_bytes()).hexdigest()
+  moved = tmp_path / "elsewhere" / "a.model"
+  moved.parent.mkdir()
+  moved.write_bytes(first.read_bytes())
+  assert tokenizers.identity(tokenizers.SentencePieceTokenizer(moved).metadata()) == {
+      "kind": "sentencepiece", "vocab_size": 350, "sha256": metadata["sha256"]
+  }
