@@ -1,10 +1,15 @@
-"""Length sweep: perplexity of a checkpoint at several evaluation lengths.
+"""Evaluation of a checkpoint past its training length: a length sweep, or task accuracy.
 
-Protocol (ALiBi paper): the validation stream is cut into non-overlapping windows of the eval
-length; each token is scored with the context from its window's start, positions 0..T-1. The
-mean therefore mixes context lengths, so the loss is also reported per position bucket
-([0, L), [L, 2L), [2L, 4L), ... for training length L). Extension methods are eval-time config:
-the same checkpoint evaluated with `model.position.scaling` changed, no retraining.
+Text corpora get the length sweep. Protocol (ALiBi paper): the validation stream is cut into
+non-overlapping windows of the eval length; each token is scored with the context from its
+window's start, positions 0..T-1. The mean therefore mixes context lengths, so the loss is also
+reported per position bucket ([0, L), [L, 2L), [2L, 4L), ... for training length L).
+
+Synthetic tasks (`data.name=task`) have no text to score: exact-match accuracy is reported per
+task-size bucket over the task's evaluation sizes (`lcx.data.tasks.eval_buckets`).
+
+Extension methods are eval-time config: the same checkpoint evaluated with
+`model.position.scaling` changed, no retraining.
 """
 
 from __future__ import annotations
@@ -98,36 +103,88 @@ class Evaluator:
       self._programs[kernel] = jax.jit(nll)
     return self._programs[kernel]
 
-  def task_accuracy(self, task: str, length: int, num: int, seed: int = 0) -> float:
-    """Exact-match accuracy on `num` examples of a synthetic task at `length`.
+  def task_hits(self, examples: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Exact match of each (prompt_ids, answer_ids) pair, all padded to one width.
 
     Scored by teacher forcing in one forward pass: the argmax answer equals the greedy decode
     exactly when every argmax along the true answer is right, so exact match is the same.
     """
-    examples = tasks.eval_examples(task, length, num, seed, data.get_tokenizer(self.config.data))
+    cfg = self.config
     width = max(len(p) + len(a) for p, a in examples) - 1
-    inputs = np.zeros((num, width), np.int32)
-    segments = np.zeros((num, width), np.int32)
+    positions.check_eval_length(cfg.model.position, _dims(cfg), width)
+    inputs_NxT = np.zeros((len(examples), width), np.int32)
+    segments_NxT = np.zeros((len(examples), width), np.int32)
     for row, (prompt, answer) in enumerate(examples):
       sequence = np.concatenate([prompt, answer])[:-1]
-      inputs[row, :len(sequence)], segments[row, :len(sequence)] = sequence, 1
-    predict = self._predictor()
-    pred_NxT = np.asarray(predict(self.params, inputs, segments))
-    hits = [tasks.exact_match(pred_NxT[row, len(p) - 1:len(p) - 1 + len(a)], a)
-            for row, (p, a) in enumerate(examples)]
-    return float(np.mean(hits))
+      inputs_NxT[row, :len(sequence)], segments_NxT[row, :len(sequence)] = sequence, 1
+    pred_NxT = self._map_rows(self._predictor(_kernel(cfg, width)), width, inputs_NxT,
+                              segments_NxT)
+    return np.array([tasks.exact_match(pred_NxT[row, len(p) - 1:len(p) - 1 + len(a)], a)
+                     for row, (p, a) in enumerate(examples)])
 
-  def _predictor(self):
-    if "predict" not in self._programs:
+  def task_accuracy(self, task: str, length: int, num: int, seed: int = 0) -> float:
+    """Exact-match accuracy on `num` examples of a synthetic task at `length`."""
+    examples = tasks.eval_examples(task, length, num, seed, data.get_tokenizer(self.config.data))
+    return float(self.task_hits(examples).mean())
+
+  def task_sweep(self) -> dict:
+    """Exact match per size bucket over `data.task_eval_examples` sizes drawn uniformly up to
+    task_eval_factor x task_max_len; per needle depth too when data.task_eval_depths is set."""
+    d = self.config.data
+    tokenizer = data.get_tokenizer(d)
+    sizes, counts = np.unique(tasks.eval_lengths(d, d.task_eval_examples, d.seed),
+                              return_counts=True)
+    buckets = tasks.eval_buckets(d)
+    depths = tuple(d.task_eval_depths) or (None,)
+    examples, bucket_N, depth_N = [], [], []
+    for depth in depths:
+      for size, count in zip(sizes.tolist(), counts.tolist()):
+        examples += tasks.eval_examples(d.task, size, count, d.seed, tokenizer, depth)
+        bucket_N += [next(i for i, (lo, hi) in enumerate(buckets) if lo <= size <= hi)] * count
+        depth_N += [depth] * count
+    hits_N, bucket_N, depth_N = self.task_hits(examples), np.array(bucket_N), np.array(depth_N)
+    say(f"task {d.task}: {len(examples)} examples scored")
+
+    def by_bucket(rows_N):
+      return {f"{lo}-{hi}": _accuracy(hits_N[rows_N & (bucket_N == i)])
+              for i, (lo, hi) in enumerate(buckets)}
+
+    everything = np.ones(len(examples), bool)
+    return {"step": self.step, "task": d.task, "train_sizes": [d.task_min_len, d.task_max_len],
+            "position": self.config.model.position.to_dict(),
+            "remap": self.config.model.remap.to_dict(),
+            "buckets": by_bucket(everything),
+            "depths": {f"{x:g}": by_bucket(depth_N == x) for x in d.task_eval_depths}}
+
+  def _predictor(self, kernel: str):
+    if ("predict", kernel) not in self._programs:
       graphdef = self.graphdef
 
       def predict(params, inputs_BxT, seg_BxT):
         b, t = inputs_BxT.shape
         pos_BxT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        return nnx.merge(graphdef, params)(inputs_BxT, pos_BxT, seg_BxT).argmax(-1)
+        return nnx.merge(graphdef, params)(inputs_BxT, pos_BxT, seg_BxT,
+                                           kernel=kernel).argmax(-1)
 
-      self._programs["predict"] = jax.jit(predict)
-    return self._programs["predict"]
+      self._programs["predict", kernel] = jax.jit(predict)
+    return self._programs["predict", kernel]
+
+  def _map_rows(self, program, length: int, *arrays_NxT: np.ndarray) -> np.ndarray:
+    """`program(params, *rows)` over fixed-size batches of rows of `length` tokens, padded so
+    each length compiles once, sharded over the batch axes; per-row outputs concatenated."""
+    cfg = self.config
+    shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    rows = max(1, cfg.eval.batch_tokens // length)
+    rows = -(-rows // shards) * shards
+    out = []
+    for start in range(0, len(arrays_NxT[0]), rows):
+      chunk = [a[start:start + rows] for a in arrays_NxT]
+      pad = rows - len(chunk[0])  # fixed shapes: one compiled program per length
+      padded = {str(i): np.pad(a, [(0, pad), (0, 0)]) for i, a in enumerate(chunk)}
+      batch = sharding.global_batch(_process_slice(padded), self.mesh, self.rules)
+      result = np.asarray(jax.device_get(program(self.params, *batch.values())))
+      out.append(result[:rows - pad])
+    return np.concatenate(out)
 
   def length(self, stream: np.ndarray, length: int) -> dict:
     """Mean loss at one eval length, overall and per position bucket."""
@@ -135,20 +192,8 @@ class Evaluator:
     positions.check_eval_length(cfg.model.position, _dims(cfg), length)
     num_windows = max(1, cfg.eval.num_tokens // length)
     inputs, targets = windows(stream, length, num_windows)
-    shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    rows = max(1, cfg.eval.batch_tokens // length)
-    rows = -(-rows // shards) * shards
-    kernel = "chunked" if length >= cfg.eval.chunked_from else "dense"
-    score = self._scorer(kernel)
-    nll_NxT = []
-    for start in range(0, num_windows, rows):
-      x, y = inputs[start:start + rows], targets[start:start + rows]
-      pad = rows - len(x)  # fixed shapes: one compiled program per length
-      x, y = np.pad(x, [(0, pad), (0, 0)]), np.pad(y, [(0, pad), (0, 0)])
-      batch = sharding.global_batch(_process_slice({"x": x, "y": y}), self.mesh, self.rules)
-      out = np.asarray(jax.device_get(score(self.params, batch["x"], batch["y"])))
-      nll_NxT.append(out[:rows - pad])
-    nll_NxT = np.concatenate(nll_NxT)
+    kernel = _kernel(cfg, length)
+    nll_NxT = self._map_rows(self._scorer(kernel), length, inputs, targets)
     buckets = {f"{a}-{b}": float(nll_NxT[:, a:b].mean())
                for a, b in position_buckets(cfg.data.seq_len, length)}
     loss = float(nll_NxT.mean())
@@ -168,6 +213,15 @@ class Evaluator:
     return {"step": self.step, "train_len": cfg.data.seq_len,
             "position": cfg.model.position.to_dict(), "remap": cfg.model.remap.to_dict(),
             "lengths": results}
+
+
+def _kernel(cfg, length: int) -> str:
+  return "chunked" if length >= cfg.eval.chunked_from else "dense"
+
+
+def _accuracy(hits_N: np.ndarray) -> dict:
+  """Share of hits and how many examples it is over (None: no example fell here)."""
+  return {"accuracy": float(hits_N.mean()) if hits_N.size else None, "examples": int(hits_N.size)}
 
 
 def _dims(cfg):
@@ -197,11 +251,48 @@ def format_table(results_by_name: dict[str, dict]) -> str:
       "\n".join(lines)
 
 
-def evaluate(config, workdir: str, step: int | None = None) -> dict:
-  """Runs the sweep, writes workdir/eval/results.json and prints the table."""
+def format_task_table(name: str, results: dict) -> str:
+  """Exact match per task-size bucket (and per needle depth when evaluated at depths)."""
+  depths = list(results["depths"])
+  head = ["sizes", "accuracy", "examples"] + [f"depth {x}" for x in depths]
+
+  def cell(r):
+    return "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
+
+  rows = [head] + [[bucket, cell(r), str(r["examples"])] +
+                   [cell(results["depths"][x][bucket]) for x in depths]
+                   for bucket, r in results["buckets"].items()]
+  widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+  lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+  lines.insert(1, "  ".join("-" * w for w in widths))
+  low, high = results["train_sizes"]
+  return (f"{name}: {results['task']} exact match by task size; trained on sizes {low}-{high}\n"
+          + "\n".join(lines))
+
+
+def _length_sweep(config, workdir: str, step: int | None) -> tuple[dict, str]:
   config_lib.validate_eval(config)
-  evaluator = Evaluator(config, workdir, step)
-  results = evaluator.sweep(config_lib.eval_lengths(config))
+  results = Evaluator(config, workdir, step).sweep(config_lib.eval_lengths(config))
+  return results, format_table({_run_name(workdir): results})
+
+
+def _task_accuracy(config, workdir: str, step: int | None) -> tuple[dict, str]:
+  config_lib.validate(config)  # eval lengths are task sizes here; task_hits checks them
+  results = Evaluator(config, workdir, step).task_sweep()
+  return results, format_task_table(_run_name(workdir), results)
+
+
+# How a run is evaluated, by data.name; every text source gets the length sweep.
+EVALUATIONS = {"task": _task_accuracy}
+
+
+def _run_name(workdir: str) -> str:
+  return os.path.basename(os.path.normpath(workdir))
+
+
+def evaluate(config, workdir: str, step: int | None = None) -> dict:
+  """Evaluates the checkpoint, writes workdir/eval/results.json and prints the table."""
+  results, table = EVALUATIONS.get(config.data.name, _length_sweep)(config, workdir, step)
   if jax.process_index() == 0:
     out_dir = os.path.join(workdir, "eval")
     os.makedirs(out_dir, exist_ok=True)
@@ -209,5 +300,5 @@ def evaluate(config, workdir: str, step: int | None = None) -> dict:
     with open(path + ".tmp", "w") as f:
       json.dump(results, f, indent=2)
     os.replace(path + ".tmp", path)
-    print(format_table({os.path.basename(os.path.normpath(workdir)): results}), flush=True)
+    print(table, flush=True)
   return results

@@ -124,19 +124,63 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     evaluate.Evaluator(tiny_config(), str(tmp_path))
 
 
-def test_tiny_model_learns_copy(tmp_path):
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+  """A tiny RoPE model trained on `copy` with sizes 1..6."""
+  workdir = tmp_path_factory.mktemp("copy")
   config = tiny_config("rope", steps=600, warmup_steps=30, lr=3e-3, log_every=100,
                        checkpoint_every=1000)
-  config.data.name = "task"
-  config.data.task = "copy"
-  config.data.task_min_len = 1
-  config.data.task_max_len = 6
-  config.data.seq_len = 32
-  config.data.batch_size = 16
-  train.train(config, str(tmp_path))
-  evaluator = evaluate.Evaluator(config, str(tmp_path))
+  config.data.update(name="task", task="copy", task_min_len=1, task_max_len=6, seq_len=32,
+                     batch_size=16, task_eval_examples=120)
+  train.train(config, str(workdir))
+  return config, str(workdir)
+
+
+def test_tiny_model_learns_copy(copy_run):
+  config, workdir = copy_run
+  evaluator = evaluate.Evaluator(config, workdir)
   accuracy = np.mean([evaluator.task_accuracy("copy", n, 20) for n in (3, 5, 6)])
   assert accuracy >= 0.8, accuracy
+
+
+def test_task_eval_writes_accuracy_per_size_bucket(copy_run, monkeypatch, capsys):
+  config, workdir = copy_run
+
+  def no_text(*args):
+    raise AssertionError("a task run has no validation text to score")
+
+  monkeypatch.setattr(evaluate.data, "validation_tokens", no_text)
+  results = evaluate.evaluate(config, workdir)
+  saved = json.load(open(f"{workdir}/eval/results.json"))
+  assert saved == json.loads(json.dumps(results))
+  assert saved["task"] == "copy" and saved["step"] == 600 and saved["depths"] == {}
+  buckets = saved["buckets"]
+  assert list(buckets) == ["1-6", "7-12", "13-24"]  # task_eval_factor 4 x task_max_len 6
+  assert sum(b["examples"] for b in buckets.values()) == 120
+  expected = [30, 30, 60]  # sizes uniform over 1..24
+  assert all(abs(b["examples"] - n) <= 15 for b, n in zip(buckets.values(), expected))
+  assert buckets["1-6"]["accuracy"] >= 0.8, buckets
+  out = capsys.readouterr().out
+  assert "copy exact match by task size; trained on sizes 1-6" in out
+  assert f"1-6  {buckets['1-6']['accuracy']:8.3f}" in out
+
+
+def test_passkey_is_evaluated_at_each_configured_depth(copy_run):
+  """Same architecture and tokenizer, so the copy checkpoint scores passkey (badly)."""
+  config, workdir = copy_run
+  config = config.copy_and_resolve_references()
+  config.data.update(task="passkey", task_min_len=1, task_max_len=2, task_eval_factor=2,
+                     task_eval_examples=6, task_eval_depths=(0.0, 1.0))
+  results = evaluate.Evaluator(config, workdir).task_sweep()
+  assert list(results["depths"]) == ["0", "1"]
+  for by_bucket in results["depths"].values():
+    assert list(by_bucket) == ["1-2", "3-4"]
+    assert sum(b["examples"] for b in by_bucket.values()) == 6
+  assert sum(b["examples"] for b in results["buckets"].values()) == 12
+  config.data.task = "copy"
+  with pytest.raises(ValueError, match=r"data.task_eval_depths=\(0.0, 1.0\) needs a task "
+                     r"with a needle depth \(passkey\); data.task='copy' has none"):
+    evaluate.evaluate(config, workdir)
 
 
 def test_extension_method_changes_only_at_evaluation(tmp_path):

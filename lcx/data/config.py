@@ -52,12 +52,16 @@ def default_config() -> ml_collections.ConfigDict:
   cfg.validation_split = "validation"
 
   # task: a synthetic task from lcx.data.tasks. Training sizes are uniform in
-  # [task_min_len, task_max_len]; evaluation sizes go up to
-  # task_eval_factor * task_max_len.
+  # [task_min_len, task_max_len]; evaluation sizes are uniform in [task_min_len,
+  # task_eval_factor * task_max_len], exact match reported per size bucket.
   cfg.task = "copy"
   cfg.task_min_len = 1
   cfg.task_max_len = 32
   cfg.task_eval_factor = 4
+  cfg.task_eval_examples = 512  # evaluation examples (per depth, if depths are set).
+  # passkey: needle depths in [0, 1] to evaluate at, each reported apart; empty: a
+  # random depth per example, as in training.
+  cfg.task_eval_depths = ()
   return cfg
 
 
@@ -123,6 +127,20 @@ def _check_task(data_cfg) -> None:
   _require(
       data_cfg.task_eval_factor >= 1,
       f"data.task_eval_factor={data_cfg.task_eval_factor} must be >= 1.",
+  )
+  _require(
+      data_cfg.task_eval_examples >= 1,
+      f"data.task_eval_examples={data_cfg.task_eval_examples} must be >= 1.",
+  )
+  depths = tuple(data_cfg.task_eval_depths)
+  _require(
+      not depths or data_cfg.task in tasks.AT_DEPTH,
+      f"data.task_eval_depths={depths} needs a task with a needle depth"
+      f" ({', '.join(tasks.AT_DEPTH)}); data.task={data_cfg.task!r} has none.",
+  )
+  _require(
+      all(0.0 <= depth <= 1.0 for depth in depths),
+      f"data.task_eval_depths={depths} must all be in [0, 1].",
   )
 
 

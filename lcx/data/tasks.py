@@ -5,12 +5,14 @@ Each task maps `(rng, length)` to an `Example` of bytes. `length` is the task's 
 an example's token count depends on `length` only, so a training length bound is a
 token bound. Answers are random given the length: only the prompt determines them.
 
-Training draws sizes uniformly from [task_min_len, task_max_len]; evaluation sizes go
-up to task_eval_factor * task_max_len. A training document is
+Training draws sizes uniformly from [task_min_len, task_max_len]; evaluation draws
+them uniformly up to task_eval_factor * task_max_len and reports exact match per size
+bucket (`eval_buckets`: the training range, then doublings). A training document is
 `[BOS] + prompt + answer + [EOS]`, with loss on the answer tokens only.
 """
 
 import dataclasses
+import functools
 import string
 import sys
 from collections.abc import Callable
@@ -110,6 +112,12 @@ def passkey(rng: np.random.Generator, length: int) -> Example:
   return passkey_at_depth(rng, length, float(rng.uniform()))
 
 
+# Tasks whose evaluation can place the needle at chosen depths (data.task_eval_depths).
+AT_DEPTH: dict[str, Callable[[np.random.Generator, int, float], Example]] = {
+    "passkey": passkey_at_depth,
+}
+
+
 INDUCTION_CUE = 3  # Letters of the prefix repeated in the prompt to start the repeat.
 
 
@@ -144,6 +152,14 @@ def _task(name: str) -> Callable[[np.random.Generator, int], Example]:
   return TASKS[name]
 
 
+def _at_depth(name: str, depth: float) -> Callable[[np.random.Generator, int], Example]:
+  if name not in AT_DEPTH:
+    raise ValueError(
+        f"data.task={name!r} has no needle depth; tasks with one: {', '.join(AT_DEPTH)}."
+    )
+  return functools.partial(AT_DEPTH[name], depth=depth)
+
+
 def _train_rng(seed: int, index: int) -> np.random.Generator:
   return np.random.default_rng([seed, 0, index])
 
@@ -163,6 +179,16 @@ def eval_lengths(data_cfg, num: int, seed: int = 0) -> np.ndarray:
   return np.random.default_rng([seed, 2]).integers(
       data_cfg.task_min_len, high + 1, size=num
   )
+
+
+def eval_buckets(data_cfg) -> list[tuple[int, int]]:
+  """Inclusive size ranges: [task_min_len, task_max_len] (seen in training), then
+  doublings (max, 2 max], (2 max, 4 max], ... up to task_eval_factor * task_max_len."""
+  high = data_cfg.task_eval_factor * data_cfg.task_max_len
+  edges = [data_cfg.task_min_len - 1, data_cfg.task_max_len]
+  while edges[-1] < high:
+    edges.append(min(2 * edges[-1], high))
+  return [(low + 1, top) for low, top in zip(edges[:-1], edges[1:])]
 
 
 def training_document(example: Example, tokenizer) -> dict:
@@ -204,17 +230,20 @@ def train_examples(data_cfg, tokenizer, process_index: int, process_count: int):
 
 
 def eval_examples(
-    task: str, length: int, num: int, seed: int = 0, tokenizer=None
+    task: str, length: int, num: int, seed: int = 0, tokenizer=None,
+    depth: float | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
   """`num` (prompt_ids, answer_ids) pairs of size `length`; prompts start with BOS.
 
-  Decode greedily from the prompt and score with `exact_match`.
+  `depth` places the needle of an `AT_DEPTH` task; the same draws are used at every
+  depth, so depths compare like for like. Decode greedily from the prompt and score
+  with `exact_match`.
   """
   if tokenizer is None:
     from lcx.data import tokenizers  # Tasks are byte-level by default.
 
     tokenizer = tokenizers.ByteTokenizer()
-  generate = _task(task)
+  generate = _task(task) if depth is None else _at_depth(task, depth)
   pairs = []
   for index in range(num):
     example = generate(_eval_rng(seed, length, index), length)

@@ -36,6 +36,11 @@ def test_every_text_source_is_a_valid_name():
         ({"name": "task", "tokenizer": "sentencepiece"}, r"tasks are defined over bytes"),
         ({"name": "task", "task_min_len": 5, "task_max_len": 4}, r"data.task_min_len=5"),
         ({"name": "task", "task_eval_factor": 0}, r"data.task_eval_factor=0"),
+        ({"name": "task", "task_eval_examples": 0}, r"data.task_eval_examples=0 must be"),
+        ({"name": "task", "task_eval_depths": (0.5,)},
+         r"data.task_eval_depths=\(0.5,\) needs a task with a needle depth \(passkey\)"),
+        ({"name": "task", "task": "passkey", "task_eval_depths": (0.5, 2.0)},
+         r"data.task_eval_depths=\(0.5, 2.0\) must all be in \[0, 1\]"),
     ],
 )
 def test_bad_values_name_the_field_and_the_allowed_values(overrides, message):

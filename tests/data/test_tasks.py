@@ -133,6 +133,26 @@ def test_eval_lengths_are_uniform_up_to_the_eval_factor():
   assert chi_square < 80, chi_square
 
 
+def test_eval_buckets_are_the_training_range_then_doublings():
+  assert tasks.eval_buckets(_task_cfg()) == [(3, 9), (10, 18), (19, 36)]
+  assert tasks.eval_buckets(_task_cfg(task_eval_factor=3)) == [(3, 9), (10, 18), (19, 27)]
+  assert tasks.eval_buckets(_task_cfg(task_eval_factor=1)) == [(3, 9)]
+  lengths = tasks.eval_lengths(_task_cfg(), 500)
+  assert all(any(lo <= n <= hi for lo, hi in tasks.eval_buckets(_task_cfg()))
+             for n in lengths)
+
+
+def test_eval_depth_moves_only_the_needle():
+  shallow, deep = (tasks.eval_examples("passkey", 6, 3, depth=d) for d in (0.0, 1.0))
+  for (prompt_0, answer_0), (prompt_1, answer_1) in zip(shallow, deep):
+    np.testing.assert_array_equal(answer_0, answer_1)  # the same draw at both depths
+    text_0, text_1 = (bytes(p[1:].astype(np.uint8)) for p in (prompt_0, prompt_1))
+    assert text_0.startswith(b"The pass key is ") and text_1.startswith(tasks.FILLER[0])
+    assert sorted(text_0) == sorted(text_1)
+  with pytest.raises(ValueError, match="data.task='copy' has no needle depth"):
+    tasks.eval_examples("copy", 6, 1, depth=0.5)
+
+
 def test_eval_examples_are_deterministic_and_not_training_examples():
   pairs = tasks.eval_examples("copy", 9, 20, seed=0)
   again = tasks.eval_examples("copy", 9, 20, seed=0)
