@@ -1,9 +1,18 @@
 """Causal self-attention kernels: dense for training, chunked online softmax for long evaluation.
 
-Both take the same ingredients, so they agree to float precision:
+A kernel has two halves. `prepare(pos, seg, scheme=, remap=, pattern=)` does the work that
+depends on positions only, once per forward pass, and its result (a `Plan`) is shared by every
+layer: the remap's branches and, in the dense kernel, the mask and each branch's bias. A learned
+bias (T5, FIRE) is then evaluated once per step and its gradient flows back once, not once per
+layer. `attend(q, k, v, plan, scheme=)` does the per-layer work; the scheme's `rotate` hook acts
+there because it touches q and k.
+
+Both kernels take the same ingredients, so they agree to float precision:
   - the scheme's `rotate` and `bias` hooks (positions in, no stored (T, T) tables),
   - the remap's branches (Self-Extend, ReRoPE: several position views merged by a `use` mask),
-  - a mask built from causality, packed-document segments and an optional sparse pattern.
+  - a mask built from causality, packed-document segments and an optional sparse pattern, the
+    pattern seeing each token's index within its own document (not its row index, nor its
+    position, which remaps and randomized training positions change).
 Shapes: B batch, T length, H query heads, G key/value heads (GQA, H = G * R), K head dim.
 """
 
@@ -11,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -18,71 +28,108 @@ import jax.numpy as jnp
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
 
 
-def _mask(q_idx_Q, k_idx_K, q_seg_BxQ, k_seg_BxK, pattern):
+def document_index(seg_BxT: jax.Array) -> jax.Array:
+  """Each token's index inside its packed document: 0 where the segment id changes."""
+  t = seg_BxT.shape[1]
+  idx_BxT = jnp.broadcast_to(jnp.arange(t), seg_BxT.shape)
+  starts = jnp.concatenate([jnp.ones_like(seg_BxT[:, :1], bool),
+                            seg_BxT[:, 1:] != seg_BxT[:, :-1]], axis=1)
+  return idx_BxT - jax.lax.cummax(jnp.where(starts, idx_BxT, 0), axis=1)
+
+
+def _mask(q_idx_Q, k_idx_K, q_seg_BxQ, k_seg_BxK, q_doc_BxQ, k_doc_BxK, pattern):
   """Allowed (query, key) pairs: causal, same document, and inside the sparse pattern."""
   allowed = (q_idx_Q[:, None] >= k_idx_K[None, :])[None]
   allowed = allowed & (q_seg_BxQ[:, :, None] == k_seg_BxK[:, None, :])
   if pattern is not None:
-    allowed = allowed & pattern(q_idx_Q[:, None], k_idx_K[None, :])[None]
+    allowed = allowed & pattern(q_doc_BxQ[:, :, None], k_doc_BxK[:, None, :])
   return allowed  # BxQxK
 
 
-def _rotate_branches(q_BxTxHxK, k_BxTxGxK, pos_BxT, scheme, remap):
-  """Rotates q and k once per remap branch, over the whole sequence (O(T) memory)."""
-  out = []
-  for branch in remap.branches(pos_BxT, pos_BxT):
-    q, k = scheme.rotate(q_BxTxHxK, k_BxTxGxK, branch.q_pos, branch.k_pos)
-    out.append((q, k, branch))
-  return out
-
-
-def _logits(q_BxQxHxK, k_BxKxGxK, qb_pos_BxQ, kb_pos_BxK, scheme):
-  """Scaled logits of one branch, with its bias, as BxGxRxQxK in float32."""
+def _logits(q_BxQxHxK, k_BxKxGxK, bias):
+  """Scaled logits plus an optional BxHxQxK bias (H may broadcast), as BxGxRxQxK float32."""
   b, nq, h, d = q_BxQxHxK.shape
   g = k_BxKxGxK.shape[2]
   q_BxQxGxRxK = q_BxQxHxK.reshape(b, nq, g, h // g, d)
   logits = jnp.einsum("bqgrd,bkgd->bgrqk", q_BxQxGxRxK, k_BxKxGxK,
                       preferred_element_type=jnp.float32) * (d ** -0.5)
-  bias = scheme.bias(qb_pos_BxQ, kb_pos_BxK)
   if bias is not None:
     bias = jnp.broadcast_to(bias, (bias.shape[0], h) + bias.shape[2:])
     logits = logits + bias.reshape(bias.shape[0], g, h // g, *bias.shape[2:]).astype(jnp.float32)
   return logits
 
 
-def _merged_logits(rotated, q_sl, k_sl, pos_BxT, scheme):
+def _merge(logits_and_use):
   """Logits of the last branch, overridden by earlier branches where their `use` holds."""
-  logits = None
-  for q, k, branch in reversed(rotated):
-    lb = _logits(q_sl(q), k_sl(k), q_sl(branch.q_pos), k_sl(branch.k_pos), scheme)
-    if logits is None:
-      logits = lb
-    else:
-      use_BxQxK = branch.use(q_sl(pos_BxT)[:, :, None], k_sl(pos_BxT)[:, None, :])
-      logits = jnp.where(use_BxQxK[:, None, None], lb, logits)
+  (logits, _), *earlier = logits_and_use[::-1]
+  for lb, use_BxQxK in earlier:
+    logits = jnp.where(use_BxQxK[:, None, None], lb, logits)
   return logits
 
 
-def dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None):
-  """Materializes the full BxHxTxT logits: fastest for training lengths."""
+def _use(branch, q_pos_BxQ, k_pos_BxK):
+  return None if branch.use is None else branch.use(q_pos_BxQ[:, :, None], k_pos_BxK[:, None, :])
+
+
+def _rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme):
+  """q and k rotated once per remap branch, over the whole sequence (O(T) memory)."""
+  return [scheme.rotate(q_BxTxHxK, k_BxTxGxK, br.q_pos, br.k_pos) for br in plan.branches]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What a kernel precomputes from positions, shared by all layers of one forward pass.
+
+  `branches`: the remap's position views; `pos_BxT`: true positions (what `use` reads);
+  `seg_BxT`, `doc_BxT`: segment ids and in-document token indices; `extras`: per-kernel
+  (dense: the BxTxT mask and each branch's bias and `use` mask).
+  """
+
+  branches: list
+  pos_BxT: jax.Array
+  seg_BxT: jax.Array
+  doc_BxT: jax.Array
+  extras: dict[str, Any]
+
+
+def _branches(pos_BxT, seg_BxT, remap):
+  return remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
+
+
+# --- Dense: materializes the full BxHxTxT logits; fastest at training lengths. ---
+
+def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
+  branches, doc_BxT = _branches(pos_BxT, seg_BxT, remap)
+  idx = jnp.arange(pos_BxT.shape[1])
+  mask_BxTxT = _mask(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, pattern)
+  biases = [scheme.bias(br.q_pos, br.k_pos) for br in branches]
+  uses = [_use(br, pos_BxT, pos_BxT) for br in branches]
+  return Plan(branches, pos_BxT, seg_BxT, doc_BxT,
+              {"mask_BxTxT": mask_BxTxT, "biases": biases, "uses": uses})
+
+
+def attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme):
   b, t, h, d = q_BxTxHxK.shape
-  g = k_BxTxGxK.shape[2]
-  rotated = _rotate_branches(q_BxTxHxK, k_BxTxGxK, pos_BxT, scheme, remap)
-  ident = lambda x: x
-  logits = _merged_logits(rotated, ident, ident, pos_BxT, scheme)
-  idx = jnp.arange(t)
-  mask_BxTxT = _mask(idx, idx, seg_BxT, seg_BxT, pattern)
-  logits = jnp.where(mask_BxTxT[:, None, None], logits, NEG_INF)
+  rotated = _rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
+  logits = _merge([(_logits(q, k, bias), use) for (q, k), bias, use
+                   in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
+  logits = jnp.where(plan.extras["mask_BxTxT"][:, None, None], logits, NEG_INF)
   probs = jax.nn.softmax(logits, axis=-1).astype(v_BxTxGxK.dtype)
   out = jnp.einsum("bgrqk,bkgd->bqgrd", probs, v_BxTxGxK)
   return out.reshape(b, t, h, d)
 
 
-def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
-            chunk_size=512):
-  """Online-softmax attention over key blocks: memory O(T * chunk), not O(T^2).
+# --- Chunked: online softmax over key blocks; memory O(T * chunk), not O(T^2). ---
 
-  Query block i visits key blocks 0..i only (causality), so the work is half of dense.
+def prepare_chunked(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
+  del scheme  # biases are evaluated block by block in `attend_chunked`
+  branches, doc_BxT = _branches(pos_BxT, seg_BxT, remap)
+  return Plan(branches, pos_BxT, seg_BxT, doc_BxT, {"pattern": pattern})
+
+
+def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme, chunk_size=512):
+  """Query block i visits key blocks 0..i only (causality), so the work is half of dense.
+
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
   """
   b, t, h, d = q_BxTxHxK.shape
@@ -90,14 +137,12 @@ def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap,
   c = min(chunk_size, t)
   n = -(-t // c)
   # Rotate before padding: dynamic scaling methods read the true length from q's shape.
-  rotated = _rotate_branches(q_BxTxHxK, k_BxTxGxK, pos_BxT, scheme, remap)
-  pad_to_blocks = lambda x: jnp.pad(x, [(0, 0), (0, n * c - t)] + [(0, 0)] * (x.ndim - 2),
-                                    mode="edge")
-  rotated = [(pad_to_blocks(q), pad_to_blocks(k),
-              dataclasses.replace(br, q_pos=pad_to_blocks(br.q_pos),
-                                  k_pos=pad_to_blocks(br.k_pos))) for q, k, br in rotated]
-  v_BxTxGxK, pos_BxT = pad_to_blocks(v_BxTxGxK), pad_to_blocks(pos_BxT)
-  seg_BxT = jnp.pad(seg_BxT, [(0, 0), (0, n * c - t)])  # segment 0: never attended
+  rotated = _rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
+  pad = lambda x: jnp.pad(x, [(0, 0), (0, n * c - t)] + [(0, 0)] * (x.ndim - 2), mode="edge")
+  rotated = [(pad(q), pad(k), dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)))
+             for (q, k), br in zip(rotated, plan.branches)]
+  v_BxTxGxK, pos_BxT, doc_BxT = pad(v_BxTxGxK), pad(plan.pos_BxT), pad(plan.doc_BxT)
+  seg_BxT = jnp.pad(plan.seg_BxT, [(0, 0), (0, n * c - t)])  # segment 0: never attended
   block = lambda start: (lambda x: jax.lax.dynamic_slice_in_dim(x, start, c, axis=1))
 
   def query_block(i):
@@ -107,8 +152,11 @@ def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap,
     def key_block(j, carry):
       m_prev, l_prev, acc = carry
       k_sl = block(j * c)
-      logits = _merged_logits(rotated, q_sl, k_sl, pos_BxT, scheme)
-      mask = _mask(q_idx, j * c + jnp.arange(c), q_sl(seg_BxT), k_sl(seg_BxT), pattern)
+      logits = _merge([
+          (_logits(q_sl(q), k_sl(k), scheme.bias(q_sl(br.q_pos), k_sl(br.k_pos))),
+           _use(br, q_sl(pos_BxT), k_sl(pos_BxT))) for q, k, br in rotated])
+      mask = _mask(q_idx, j * c + jnp.arange(c), q_sl(seg_BxT), k_sl(seg_BxT), q_sl(doc_BxT),
+                   k_sl(doc_BxT), plan.extras["pattern"])
       logits = jnp.where(mask[:, None, None], logits, NEG_INF)
       m_new = jnp.maximum(m_prev, logits.max(-1))
       p = jnp.exp(logits - m_new[..., None])
@@ -130,12 +178,34 @@ def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap,
   return out[:, :t]
 
 
-KERNELS = {"dense": dense, "chunked": chunked}
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  prepare: Callable[..., Plan]
+  attend: Callable[..., jax.Array]  # attend(q, k, v, plan, *, scheme)
 
 
-def get_kernel(name: str, chunk_size: int):
-  if name not in KERNELS:
-    raise ValueError(f"attention kernel {name!r} is unknown; allowed: {sorted(KERNELS)}")
-  if name == "chunked":
-    return functools.partial(chunked, chunk_size=chunk_size)
-  return dense
+def _kernels(chunk_size: int) -> dict[str, Kernel]:
+  return {"dense": Kernel(prepare_dense, attend_dense),
+          "chunked": Kernel(prepare_chunked,
+                            functools.partial(attend_chunked, chunk_size=chunk_size))}
+
+
+def get_kernel(name: str, chunk_size: int) -> Kernel:
+  kernels = _kernels(chunk_size)
+  if name not in kernels:
+    raise ValueError(f"attention kernel {name!r} is unknown; allowed: {sorted(kernels)}")
+  return kernels[name]
+
+
+def dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None):
+  """One-call dense attention (tests, single layers): prepare then attend."""
+  plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
+  return attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan, scheme=scheme)
+
+
+def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
+            chunk_size=512):
+  """One-call chunked attention (tests, single layers): prepare then attend."""
+  plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
+  return attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan, scheme=scheme,
+                        chunk_size=chunk_size)

@@ -44,12 +44,12 @@ class Attention(nnx.Module):
     self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
 
-  def __call__(self, x_BxLxD, pos_BxL, seg_BxL, *, scheme, remap, pattern, kernel):
+  def __call__(self, x_BxLxD, *, scheme, kernel, plan):
     dt = x_BxLxD.dtype
-    q = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
-    k = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
-    v = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wv[...].astype(dt))
-    out_BxLxHxK = kernel(q, k, v, pos_BxL, seg_BxL, scheme=scheme, remap=remap, pattern=pattern)
+    q_BxLxHxK = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
+    k_BxLxGxK = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
+    v_BxLxGxK = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wv[...].astype(dt))
+    out_BxLxHxK = kernel.attend(q_BxLxHxK, k_BxLxGxK, v_BxLxGxK, plan, scheme=scheme)
     return jnp.einsum("blhk,hkd->bld", out_BxLxHxK, self.wo[...].astype(dt))
 
 
@@ -81,8 +81,8 @@ class Block(nnx.Module):
     self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.mlp = MLP(cfg, rngs=rngs)
 
-  def __call__(self, x_BxLxD, pos_BxL, seg_BxL, **attn_kwargs):
-    x_BxLxD = x_BxLxD + self.attn(self.attn_norm(x_BxLxD), pos_BxL, seg_BxL, **attn_kwargs)
+  def __call__(self, x_BxLxD, **attn_kwargs):
+    x_BxLxD = x_BxLxD + self.attn(self.attn_norm(x_BxLxD), **attn_kwargs)
     return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD))
 
 
@@ -99,6 +99,7 @@ class Decoder(nnx.Module):
     self.embed = nnx.Param(jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
                            logical_axes=("vocab", "embed"))
     self.position = positions.build(cfg.position, dims(cfg), rngs=rngs)
+    remaps.check_scheme(cfg.remap, cfg.position.name)
     self.remap = remaps.build(cfg.remap, dims(cfg))
     self.pattern = patterns.build(cfg.attention.pattern)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
@@ -109,11 +110,13 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     x_BxLxD = jnp.take(self.embed[...], tokens_BxL, axis=0)
-    x_BxLxD = self.position.embed(x_BxLxD, pos_BxL).astype(self.dtype)
-    attn_kwargs = dict(scheme=self.position, remap=self.remap, pattern=self.pattern,
-                       kernel=attention.get_kernel(kernel, self.chunk_size))
+    x_BxLxD = self.position.embed(x_BxLxD, self.remap.positions(pos_BxL)).astype(self.dtype)
+    kernel = attention.get_kernel(kernel, self.chunk_size)
+    # Position-only work (remap branches, mask, biases) once, shared by every layer.
+    plan = kernel.prepare(pos_BxL, seg_BxL, scheme=self.position, remap=self.remap,
+                          pattern=self.pattern)
     for block in self.blocks:
-      x_BxLxD = block(x_BxLxD, pos_BxL, seg_BxL, **attn_kwargs)
+      x_BxLxD = block(x_BxLxD, scheme=self.position, kernel=kernel, plan=plan)
     x_BxLxD = self.final_norm(x_BxLxD)
     if self.head is None:
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from lcx import attention, positions
-from lcx.positions import remaps
+from lcx.positions import patterns, remaps
 
 def _inputs(b=2, t=40, h=4, g=2, k=8, seed=0):
   rng = np.random.default_rng(seed)
@@ -93,3 +93,44 @@ def test_causal_future_does_not_leak():
 def test_unknown_kernel_names_the_field():
   with pytest.raises(ValueError, match=r"attention kernel 'flash' is unknown; allowed: \['chunked', 'dense'\]"):
     attention.get_kernel("flash", 64)
+
+
+def test_document_index_restarts_at_each_segment():
+  seg = jnp.asarray([[1, 1, 1, 2, 2, 3, 0, 0], [5, 5, 5, 5, 5, 5, 5, 5]])
+  np.testing.assert_array_equal(attention.document_index(seg),
+                                [[0, 1, 2, 0, 1, 0, 0, 1], list(range(8))])
+
+
+@pytest.mark.parametrize("name, fields", [("block_global", {"block": 4}),
+                                          ("sliding_window", {"window": 3}),
+                                          ("strided", {"window": 2, "stride": 3})])
+@pytest.mark.parametrize("kernel", ["dense", "chunked"])
+def test_pattern_sees_a_packed_document_as_if_alone(name, fields, kernel):
+  """A document starting mid-row keeps its own first block (block_global's global block)."""
+  cfg = patterns.default_config(name)
+  cfg.update(fields)
+  pattern = patterns.build(cfg)
+  q, k, v, _, _ = _inputs(b=1, t=21)
+  pos = jnp.asarray([list(range(5)) + list(range(16))])
+  seg = jnp.asarray([[1] * 5 + [2] * 16])
+  scheme = _scheme("rope")
+  run = lambda *a: (attention.dense(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern)
+                    if kernel == "dense" else
+                    attention.chunked(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern,
+                                      chunk_size=8))
+  packed = run(q, k, v, pos, seg)
+  alone = run(q[:, 5:], k[:, 5:], v[:, 5:], pos[:, 5:], seg[:, 5:])
+  np.testing.assert_allclose(packed[:, 5:], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_plan_holds_each_bias_once_for_all_layers():
+  """prepare_dense evaluates the learned bias once; attend reads it from the plan."""
+  q, k, v, pos, seg = _inputs()
+  scheme = _scheme("fire")
+  calls = []
+  bias = scheme.bias
+  scheme.bias = lambda *a: calls.append(1) or bias(*a)
+  plan = attention.prepare_dense(pos, seg, scheme=scheme, remap=NO_REMAP)
+  for _ in range(3):
+    attention.attend_dense(q, k, v, plan, scheme=scheme)
+  assert len(calls) == 1

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from lcx.model import Decoder
+from lcx.positions import remaps
 from tests.helpers import tiny_config
 
 
@@ -53,3 +54,31 @@ def test_every_param_has_logical_axes_matching_its_rank():
 def test_untied_and_tied_parameter_counts():
   count = lambda m: sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
   assert count(_model("rope")) - count(_model("rope", tie_embeddings=True)) == 64 * 259
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
+def test_compress_remap_reaches_absolute_embeddings(pos):
+  """Absolute schemes embed the remapped positions: compress changes logits past its start."""
+  cfg = tiny_config(pos).model
+  cfg.vocab_size = 259
+  cfg.max_len = 64  # the learned table covers every position; compress starts at 16
+  plain_model = Decoder(cfg, rngs=nnx.Rngs(0))
+  cfg.remap = remaps.default_config("compress")
+  cfg.remap.start, cfg.remap.alpha = 16, 0.25
+  compressed = Decoder(cfg, rngs=nnx.Rngs(0))
+  tokens = jnp.arange(40)[None] % 259
+  args = (tokens, jnp.arange(40)[None], jnp.ones((1, 40), jnp.int32))
+  a, b = plain_model(*args), compressed(*args)
+  np.testing.assert_allclose(a[:, :17], b[:, :17], atol=1e-5)
+  assert not np.allclose(a[:, 17:], b[:, 17:], atol=1e-3)
+
+
+@pytest.mark.parametrize("remap", ["self_extend", "rerope"])
+def test_relative_remap_on_absolute_scheme_names_the_fields(remap):
+  cfg = tiny_config("sinusoidal").model
+  cfg.vocab_size = 259
+  cfg.remap = remaps.default_config(remap)
+  with pytest.raises(ValueError, match=rf"model.remap.name='{remap}' remaps relative distances, "
+                     r"but model.position.name='sinusoidal' embeds absolute positions; with it "
+                     r"use model.remap.name in \['compress', 'none'\]"):
+    Decoder(cfg, rngs=nnx.Rngs(0))

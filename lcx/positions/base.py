@@ -91,6 +91,11 @@ def spec(name: str) -> Spec:
   return SCHEMES[name]
 
 
+def adds_embedding(name: str) -> bool:
+  """Whether the scheme adds absolute position embeddings (overrides the `embed` hook)."""
+  return spec(name).cls.embed is not Scheme.embed
+
+
 def to_config(defaults: dict[str, Any]) -> ml_collections.ConfigDict:
   """Fresh ConfigDict from a defaults dict: nested dicts become sub-dicts, `Unset` placeholders."""
   out = {}

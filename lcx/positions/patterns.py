@@ -1,8 +1,10 @@
 """Sparse attention patterns (config `model.attention.pattern`): which keys a query may see.
 
-`build(cfg)` returns `allowed(q_idx_Qx1, k_idx_1xK) -> QxK bool` over token indices within the
-row, or None for dense attention. The attention kernel composes it with the causal and
-packed-document masks, so a pattern only says what it removes:
+`build(cfg)` returns `allowed(q_idx, k_idx) -> bool` (elementwise, broadcasting), or None for
+dense attention. The indices count tokens inside each packed document (0 at its first token), so
+a document that starts mid-row keeps its own first block; they are not positions, which remaps
+and randomized training positions change. The attention kernel composes the pattern with the
+causal and packed-document masks, so a pattern only says what it removes:
   dense           nothing
   sliding_window  keys more than window-1 tokens back
   block_global    everything outside the query's own block and the first (global) block

@@ -4,7 +4,9 @@
 Attention computes the logits of each branch (rotate + bias with that branch's positions) and
 merges them: start from the LAST branch's logits, then for each earlier branch
     logits = where(use(q_pos_true_BxQx1, k_pos_true_Bx1xK), logits_branch, logits)
-`use` is None only on the last branch. Remaps (config `model.remap`):
+`use` is None only on the last branch. Additive absolute schemes (sinusoidal, learned) embed the
+positions of a one-branch remap (`Remap.positions`); a remap of several branches is a rule on
+relative distances, so `check_scheme` refuses it with those schemes. Remaps (config `model.remap`):
   none         one branch, positions unchanged
   self_extend  Jin 2024: exact positions where i - j < window; beyond, grouped positions
                query floor(i/group) + window - window//group, key floor(j/group)
@@ -24,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from lcx.positions.base import Dims, Unset, check_fields, plain, to_config
+from lcx.positions.base import Dims, Unset, adds_embedding, check_fields, plain, to_config
 
 PREFIX = "model.remap"
 
@@ -46,21 +48,28 @@ class Remap:
   def branches(self, q_pos_BxQ: jax.Array, k_pos_BxK: jax.Array) -> list[Branch]:
     return self.fn(q_pos_BxQ, k_pos_BxK)
 
+  def positions(self, pos_BxL: jax.Array) -> jax.Array:
+    """The remapped positions of a one-branch remap (what an absolute scheme embeds); a
+    several-branch remap has no single view, so positions pass unchanged (`check_scheme`)."""
+    branches = self.branches(pos_BxL, pos_BxL)
+    return branches[0].q_pos if len(branches) == 1 else pos_BxL
+
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
   fn: Callable[..., list[Branch]]  # fn(q_pos_BxQ, k_pos_BxK, *, dims, **fields)
   defaults: dict[str, Any]
   check: Callable[[ml_collections.ConfigDict], None] | None
+  relative_only: bool  # several branches: a rule on relative distances, no absolute view
 
 
 REMAPS: dict[str, _Entry] = {}
 
 
-def _register(name, defaults, check=None):
+def _register(name, defaults, check=None, relative_only=False):
 
   def wrap(fn):
-    REMAPS[name] = _Entry(fn, defaults, check)
+    REMAPS[name] = _Entry(fn, defaults, check, relative_only)
     return fn
 
   return wrap
@@ -87,7 +96,7 @@ def _check_self_extend(cfg):
     raise ValueError(f"{PREFIX}.group={cfg.group} must be >= 1")
 
 
-@_register("self_extend", {"window": 128, "group": 4}, _check_self_extend)
+@_register("self_extend", {"window": 128, "group": 4}, _check_self_extend, relative_only=True)
 def self_extend(q_pos_BxQ, k_pos_BxK, *, dims, window, group):
   """Neighbours keep exact positions; farther keys are grouped, shifted so the two views meet
   at distance `window`."""
@@ -97,7 +106,7 @@ def self_extend(q_pos_BxQ, k_pos_BxK, *, dims, window, group):
   return [near, far]
 
 
-@_register("rerope", {"window": 128}, _check_window)
+@_register("rerope", {"window": 128}, _check_window, relative_only=True)
 def rerope(q_pos_BxQ, k_pos_BxK, *, dims, window):
   """Beyond the window every key sits at relative distance `window`: the query at `window`
   and the key at 0. Relative schemes (RoPE, ALiBi, T5) see exactly i - j = window; schemes
@@ -144,6 +153,15 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   check_fields(cfg, entry.defaults, PREFIX)
   if entry.check is not None:
     entry.check(cfg)
+
+
+def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
+  """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions."""
+  if _entry(cfg.name).relative_only and adds_embedding(scheme_name):
+    relative = sorted(n for n, e in REMAPS.items() if not e.relative_only)
+    raise ValueError(f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
+                     f"model.position.name={scheme_name!r} embeds absolute positions; with it "
+                     f"use {PREFIX}.name in {relative}, or a relative scheme")
 
 
 def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:
