@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lcx.positions.base import PREFIX, Scheme, Unset, register
+from lcx.positions.base import PREFIX, Scheme, register
+from lcx.positions.registry import Unset
 
 
 def sinusoidal(pos_BxL: jax.Array, d_model: int, base: float = 10000.0) -> jax.Array:

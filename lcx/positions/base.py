@@ -12,12 +12,13 @@ One scheme instance is shared by all layers (learned schemes hold one set of par
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import ml_collections
 from flax import nnx
-from ml_collections import config_dict
+
+from lcx.positions.registry import Registry
 
 PREFIX = "model.position"
 
@@ -30,13 +31,6 @@ class Dims:
   num_heads: int
   head_dim: int
   max_len: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Unset:
-  """A config field that defaults to None yet accepts a value of `type` from the command line."""
-
-  type: type
 
 
 class Scheme(nnx.Module):
@@ -65,81 +59,21 @@ class Spec:
   """
 
   cls: type[Scheme]
-  defaults: dict[str, Any]
+  defaults: dict
   check: Callable[[ml_collections.ConfigDict, Dims], None] | None = None
   check_length: Callable[[ml_collections.ConfigDict, Dims, int], None] | None = None
 
 
-SCHEMES: dict[str, Spec] = {}
-
-
-def register(name: str, defaults: dict[str, Any], *, check=None, check_length=None):
-  """Class decorator adding a scheme to the registry under `name`."""
-
-  def wrap(cls):
-    if name in SCHEMES:
-      raise ValueError(f"position scheme {name!r} registered twice")
-    SCHEMES[name] = Spec(cls, dict(defaults), check, check_length)
-    return cls
-
-  return wrap
-
-
-def spec(name: str) -> Spec:
-  if name not in SCHEMES:
-    raise ValueError(f"{PREFIX}.name={name!r} is not a known scheme; allowed: {sorted(SCHEMES)}")
-  return SCHEMES[name]
+SCHEMES = Registry(PREFIX, "scheme", Spec)
+register = SCHEMES.register  # class decorator: register(name, defaults, check=, check_length=)
+spec = SCHEMES.entry
+default_config = SCHEMES.default_config
+validate = SCHEMES.validate  # validate(cfg, dims): raises ValueError naming the field
 
 
 def adds_embedding(name: str) -> bool:
   """Whether the scheme adds absolute position embeddings (overrides the `embed` hook)."""
   return spec(name).cls.embed is not Scheme.embed
-
-
-def to_config(defaults: dict[str, Any]) -> ml_collections.ConfigDict:
-  """Fresh ConfigDict from a defaults dict: nested dicts become sub-dicts, `Unset` placeholders."""
-  out = {}
-  for key, value in defaults.items():
-    if isinstance(value, dict):
-      out[key] = to_config(value)
-    elif isinstance(value, Unset):
-      out[key] = config_dict.placeholder(value.type)
-    else:
-      out[key] = value
-  return ml_collections.ConfigDict(out)
-
-
-def check_fields(cfg, defaults: dict[str, Any], where: str) -> None:
-  """Raises ValueError on a field of `cfg` that `defaults` does not list (recursing into dicts)."""
-  unknown = sorted(set(cfg.keys()) - set(defaults) - {"name"})
-  if unknown:
-    raise ValueError(f"{where}.{unknown[0]} is not a known field; allowed fields: "
-                     f"{sorted(defaults)}")
-  for key, value in defaults.items():
-    if isinstance(value, dict) and key in cfg:
-      check_fields(cfg[key], value, f"{where}.{key}")
-
-
-def plain(value):
-  """ConfigDict -> dict (recursively); lists -> tuples, so values are hashable static data."""
-  if isinstance(value, (ml_collections.ConfigDict, dict)):
-    return {k: plain(v) for k, v in value.items()}
-  if isinstance(value, list):
-    return tuple(value)
-  return value
-
-
-def default_config(name: str) -> ml_collections.ConfigDict:
-  """The scheme's config sub-dict: `name` plus every field with its default."""
-  return to_config({"name": name, **spec(name).defaults})
-
-
-def validate(cfg: ml_collections.ConfigDict, dims: Dims) -> None:
-  """Raises ValueError naming the field and the allowed values."""
-  s = spec(cfg.name)
-  check_fields(cfg, s.defaults, PREFIX)
-  if s.check is not None:
-    s.check(cfg, dims)
 
 
 def check_eval_length(cfg: ml_collections.ConfigDict, dims: Dims, seq_len: int) -> None:
@@ -155,6 +89,5 @@ def check_eval_length(cfg: ml_collections.ConfigDict, dims: Dims, seq_len: int) 
 
 
 def build(cfg: ml_collections.ConfigDict, dims: Dims, *, rngs: nnx.Rngs) -> Scheme:
-  validate(cfg, dims)
-  fields = {k: plain(cfg[k]) for k in cfg.keys() if k != "name"}
-  return spec(cfg.name).cls(dims=dims, rngs=rngs, **fields)
+  s, fields = SCHEMES.resolve(cfg, dims)
+  return s.cls(dims=dims, rngs=rngs, **fields)

@@ -14,33 +14,27 @@ causal and packed-document masks, so a pattern only says what it removes:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable
 
 import ml_collections
 
-from lcx.positions.base import check_fields, plain, to_config
+from lcx.positions.registry import Registry
 
 PREFIX = "model.attention.pattern"
 
-
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-  fn: Callable[..., Any] | None  # fn(q_idx_Qx1, k_idx_1xK, **fields) -> bool; None: dense
-  defaults: dict[str, Any]
+# name -> Entry(fn(q_idx_Qx1, k_idx_1xK, **fields) -> bool, or None for dense; defaults; check)
+PATTERNS = Registry(PREFIX, "pattern")
 
 
-PATTERNS: dict[str, _Entry] = {"dense": _Entry(None, {})}
+def _check_sizes(cfg):
+  for field in cfg.keys():  # every field but the name is a size
+    if field != "name" and (not isinstance(cfg[field], int) or cfg[field] < 1):
+      raise ValueError(f"{PREFIX}.{field}={cfg[field]!r} must be an int >= 1")
 
 
-def _register(name, defaults):
-
-  def wrap(fn):
-    PATTERNS[name] = _Entry(fn, defaults)
-    return fn
-
-  return wrap
+_register = functools.partial(PATTERNS.register, check=_check_sizes)
+_register("dense", {})(None)
 
 
 @_register("sliding_window", {"window": 128})
@@ -59,29 +53,14 @@ def strided(q_idx_Qx1, k_idx_1xK, *, window, stride):
   return (distance < window) | (distance % stride == 0)
 
 
-def _entry(name: str) -> _Entry:
-  if name not in PATTERNS:
-    raise ValueError(f"{PREFIX}.name={name!r} is not a known pattern; allowed: "
-                     f"{sorted(PATTERNS)}")
-  return PATTERNS[name]
-
-
 def default_config(name: str = "dense") -> ml_collections.ConfigDict:
   """The pattern's config sub-dict: `name` plus every field with its default."""
-  return to_config({"name": name, **_entry(name).defaults})
+  return PATTERNS.default_config(name)
 
 
-def validate(cfg: ml_collections.ConfigDict) -> None:
-  entry = _entry(cfg.name)
-  check_fields(cfg, entry.defaults, PREFIX)
-  for field in entry.defaults:  # every field is a size
-    if not isinstance(cfg[field], int) or cfg[field] < 1:
-      raise ValueError(f"{PREFIX}.{field}={cfg[field]!r} must be an int >= 1")
+validate = PATTERNS.validate  # validate(cfg): raises ValueError naming the field
 
 
 def build(cfg: ml_collections.ConfigDict) -> Callable[..., Any] | None:
-  validate(cfg)
-  entry = _entry(cfg.name)
-  if entry.fn is None:
-    return None
-  return functools.partial(entry.fn, **{k: plain(cfg[k]) for k in cfg.keys() if k != "name"})
+  entry, fields = PATTERNS.resolve(cfg)
+  return None if entry.value is None else functools.partial(entry.value, **fields)

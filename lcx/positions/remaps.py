@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from lcx.positions.base import Dims, Unset, adds_embedding, check_fields, plain, to_config
+from lcx.positions.base import Dims, adds_embedding
+from lcx.positions.registry import Entry, Registry, Unset
 
 PREFIX = "model.remap"
 
@@ -56,23 +57,14 @@ class Remap:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Entry:
-  fn: Callable[..., list[Branch]]  # fn(q_pos_BxQ, k_pos_BxK, *, dims, **fields)
-  defaults: dict[str, Any]
-  check: Callable[[ml_collections.ConfigDict], None] | None
-  relative_only: bool  # several branches: a rule on relative distances, no absolute view
+class _Entry(Entry):
+  """`value` is fn(q_pos_BxQ, k_pos_BxK, *, dims, **fields) -> list[Branch]; `check(cfg)`."""
+
+  relative_only: bool = False  # several branches: a rule on relative distances, no absolute view
 
 
-REMAPS: dict[str, _Entry] = {}
-
-
-def _register(name, defaults, check=None, relative_only=False):
-
-  def wrap(fn):
-    REMAPS[name] = _Entry(fn, defaults, check, relative_only)
-    return fn
-
-  return wrap
+REMAPS = Registry(PREFIX, "remap", _Entry)
+_register = REMAPS.register  # _register(name, defaults, check=, relative_only=)
 
 
 def _nearer_than(q_pos_BxQx1, k_pos_Bx1xK, *, window):
@@ -96,7 +88,8 @@ def _check_self_extend(cfg):
     raise ValueError(f"{PREFIX}.group={cfg.group} must be >= 1")
 
 
-@_register("self_extend", {"window": 128, "group": 4}, _check_self_extend, relative_only=True)
+@_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend,
+           relative_only=True)
 def self_extend(q_pos_BxQ, k_pos_BxK, *, dims, window, group):
   """Neighbours keep exact positions; farther keys are grouped, shifted so the two views meet
   at distance `window`."""
@@ -106,7 +99,7 @@ def self_extend(q_pos_BxQ, k_pos_BxK, *, dims, window, group):
   return [near, far]
 
 
-@_register("rerope", {"window": 128}, _check_window, relative_only=True)
+@_register("rerope", {"window": 128}, check=_check_window, relative_only=True)
 def rerope(q_pos_BxQ, k_pos_BxK, *, dims, window):
   """Beyond the window every key sits at relative distance `window`: the query at `window`
   and the key at 0. Relative schemes (RoPE, ALiBi, T5) see exactly i - j = window; schemes
@@ -125,7 +118,7 @@ def _check_compress(cfg):
     raise ValueError(f"{PREFIX}.start={cfg.start} must be >= 0 (None: the training length)")
 
 
-@_register("compress", {"alpha": 0.5, "start": Unset(int)}, _check_compress)
+@_register("compress", {"alpha": 0.5, "start": Unset(int)}, check=_check_compress)
 def compress(q_pos_BxQ, k_pos_BxK, *, dims, alpha, start):
   """Piecewise linear: identity up to `start`, slope alpha beyond (seed 003; not YaRN)."""
   start = dims.max_len if start is None else start
@@ -137,27 +130,17 @@ def compress(q_pos_BxQ, k_pos_BxK, *, dims, alpha, start):
   return [Branch(squeeze(q_pos_BxQ), squeeze(k_pos_BxK))]
 
 
-def _entry(name: str) -> _Entry:
-  if name not in REMAPS:
-    raise ValueError(f"{PREFIX}.name={name!r} is not a known remap; allowed: {sorted(REMAPS)}")
-  return REMAPS[name]
-
-
 def default_config(name: str = "none") -> ml_collections.ConfigDict:
   """The remap's config sub-dict: `name` plus every field with its default."""
-  return to_config({"name": name, **_entry(name).defaults})
+  return REMAPS.default_config(name)
 
 
-def validate(cfg: ml_collections.ConfigDict) -> None:
-  entry = _entry(cfg.name)
-  check_fields(cfg, entry.defaults, PREFIX)
-  if entry.check is not None:
-    entry.check(cfg)
+validate = REMAPS.validate  # validate(cfg): raises ValueError naming the field
 
 
 def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
   """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions."""
-  if _entry(cfg.name).relative_only and adds_embedding(scheme_name):
+  if REMAPS.entry(cfg.name).relative_only and adds_embedding(scheme_name):
     relative = sorted(n for n, e in REMAPS.items() if not e.relative_only)
     raise ValueError(f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
                      f"model.position.name={scheme_name!r} embeds absolute positions; with it "
@@ -165,6 +148,5 @@ def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
 
 
 def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:
-  validate(cfg)
-  fields = {k: plain(cfg[k]) for k in cfg.keys() if k != "name"}
-  return Remap(functools.partial(_entry(cfg.name).fn, dims=dims, **fields))
+  entry, fields = REMAPS.resolve(cfg)
+  return Remap(functools.partial(entry.value, dims=dims, **fields))

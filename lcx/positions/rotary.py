@@ -16,7 +16,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from lcx.positions.base import PREFIX, Scheme, Unset, plain, register
+from lcx.positions.base import PREFIX, Scheme, register
+from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS, check_rotary_dim, resolve, rope_angles
 
 ROTARY_DEFAULTS = {

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lcx.positions.base import Unset
+from lcx.positions.registry import Unset
 
 # Every field a rotary scheme's `scaling` sub-dict holds. None (Unset) means "no value": each
 # rope type says which fields it reads; a field it does not read must keep its default.
