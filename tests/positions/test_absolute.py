@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from lcx import positions
+from lcx.positions import absolute, scaling
 
 DIMS = positions.Dims(d_model=8, num_heads=2, head_dim=4, max_len=16)
 
@@ -26,6 +27,16 @@ def test_sinusoidal_matches_vaswani():
     for i in range(4):
       assert out[0, j, 2 * i] == pytest.approx(math.sin(p / 10000 ** (2 * i / 8)), abs=1e-4)
       assert out[0, j, 2 * i + 1] == pytest.approx(math.cos(p / 10000 ** (2 * i / 8)), abs=1e-4)
+
+
+def test_sinusoidal_uses_ropes_float64_frequencies():
+  """theta = scaling.theta in float64, then float32: a float32 power can be an ulp off, which
+  moves the angle at p = 1e5 by ~6e-3 rad."""
+  pos = np.array([[3, 1000, 99_999]])
+  theta32 = scaling.theta(64, 10000.0).astype(np.float32)
+  angle = (pos.astype(np.float32)[..., None] * theta32).astype(np.float64)
+  want = np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(1, 3, 64)
+  np.testing.assert_allclose(absolute.sinusoidal(jnp.asarray(pos), 64), want, atol=1e-4)
 
 
 def test_learned_adds_the_row_of_each_position():
