@@ -13,6 +13,8 @@ The "current length" read by `dynamic` and `longrope` is the static window lengt
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -134,7 +136,36 @@ def _check_xpos(cfg, dims):
     raise ValueError(f"{PREFIX}.scale_base={cfg.scale_base} must be > 0")
 
 
-@register("xpos", {**ROTARY_DEFAULTS, "scale_base": 512.0}, check=_check_xpos)
+XPOS_ZETA_MIN = 0.4 / 1.4  # zeta_0: the strongest decay, so the largest factor
+XPOS_HEADROOM = 2.0**8  # room left in float32 for the features the factors multiply
+
+
+def _xpos_log_room() -> float:
+  return math.log(float(np.finfo(np.float32).max) / XPOS_HEADROOM)
+
+
+def xpos_max_len(scale_base: float) -> int:
+  """The longest window (positions 0..T-1) whose xPos factors stay finite in float32.
+
+  From the centre, positions lie at most (T-1)/2 away, so the largest factor is
+  (1/zeta_0)^((T-1) / (2 B)); it must stay below float32 max / XPOS_HEADROOM.
+  """
+  return 1 + math.floor(2 * scale_base * _xpos_log_room() / -math.log(XPOS_ZETA_MIN))
+
+
+def _check_xpos_length(cfg, dims, seq_len):
+  del dims
+  longest = xpos_max_len(cfg.scale_base)
+  if seq_len > longest:
+    needed = math.ceil((seq_len - 1) * -math.log(XPOS_ZETA_MIN) / (2 * _xpos_log_room()))
+    raise ValueError(f"{PREFIX}.scale_base={cfg.scale_base}: xPos scales q and k by up to "
+                     f"(1.4/0.4)^(positions/(2*scale_base)), which overflows float32 past "
+                     f"{longest} positions, but {seq_len} are needed; use <= {longest} or "
+                     f"{PREFIX}.scale_base >= {needed}")
+
+
+@register("xpos", {**ROTARY_DEFAULTS, "scale_base": 512.0}, check=_check_xpos,
+          check_length=_check_xpos_length)
 class XPos(RoPE):
   """xPos: RoPE with per-pair decay zeta_i = (2i + 0.4d) / (1.4d); causal only.
 
@@ -142,8 +173,10 @@ class XPos(RoPE):
   zeta^((n-m)/B). Both are measured from a common centre (the midpoint of each row's query
   positions), which leaves every logit unchanged but keeps the factors inside float32 range
   at long lengths (torchscale does the same). q and k must therefore go through one `rotate`.
+  The centre halves the exponent, yet past `xpos_max_len(B)` positions (67,989 for B = 512,
+  leaving a factor 2^8 of room for the features) the factors still overflow and q, k turn
+  non-finite; check_eval_length refuses such windows, naming scale_base.
   """
-
   def __init__(self, *, scale_base, **kwargs):
     super().__init__(**kwargs)
     self.scale_base = float(scale_base)

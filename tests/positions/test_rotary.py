@@ -222,3 +222,28 @@ def test_command_line_style_overrides_fill_the_training_length():
   assert isinstance(cfg.scaling.factor, float)
   scheme = positions.build(cfg, DIMS, rngs=nnx.Rngs(0))
   assert scheme.scaling.original_max_position_embeddings == DIMS.max_len
+
+
+def test_xpos_length_bound_names_scale_base():
+  cfg = positions.default_config("xpos")
+  assert rotary.xpos_max_len(512.0) == 67_989
+  positions.check_eval_length(cfg, DIMS, 65_536)
+  with pytest.raises(ValueError) as error:
+    positions.check_eval_length(cfg, DIMS, 70_000)
+  assert str(error.value) == (
+      "model.position.scale_base=512.0: xPos scales q and k by up to "
+      "(1.4/0.4)^(positions/(2*scale_base)), which overflows float32 past 67989 positions, but "
+      "70000 are needed; use <= 67989 or model.position.scale_base >= 528")
+  cfg.scale_base = 528.0
+  positions.check_eval_length(cfg, DIMS, 70_000)
+
+
+def test_xpos_is_finite_up_to_the_bound_and_not_far_beyond():
+  """scale_base=8 scales the bound down to 1063 positions; float32 overflows from ~1135."""
+  scheme = build("xpos", scale_base=8.0)
+  longest = rotary.xpos_max_len(8.0)
+  assert longest == 1063
+  finite = lambda length: all(np.all(np.isfinite(x)) for x in scheme.rotate(
+      *qk(length), arange(length), arange(length)))
+  assert finite(longest)
+  assert not finite(1200)
