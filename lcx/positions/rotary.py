@@ -118,6 +118,9 @@ class PRoPE(RoPE):
   """p-RoPE: keep the round(p * R) highest frequencies (the first pairs); the rest get angle 0.
 
   The kept frequencies are RoPE's own (not re-spaced). p=0.75 was best in the paper's 2B runs.
+  The paper's rule (positions.md) leaves the rounding open; this is Python's round, half to
+  even: p=0.5 keeps 2 of R=5 pairs and 2 of R=3, p=0.25 keeps 0 of R=2. Rounding, not floor,
+  so float error never drops a pair (0.29 * 100 = 28.999..., keeps 29).
   """
 
   def __init__(self, *, p, **kwargs):

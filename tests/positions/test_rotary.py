@@ -247,3 +247,12 @@ def test_xpos_is_finite_up_to_the_bound_and_not_far_beyond():
       *qk(length), arange(length), arange(length)))
   assert finite(longest)
   assert not finite(1200)
+
+
+@pytest.mark.parametrize("p, rotary_dim, kept", [
+    (0.75, 16, 6), (0.5, 10, 2), (0.5, 6, 2), (0.25, 4, 0), (0.29, 200, 29)])
+def test_p_rope_kept_pairs_round_half_to_even(p, rotary_dim, kept):
+  """round(p * R) pairs keep a non-zero angle: 2.5 -> 2, 1.5 -> 2, 0.5 -> 0, 28.999.. -> 29."""
+  scheme = build("p_rope", positions.Dims(64, 2, 200, 32), p=p, rotary_dim=rotary_dim)
+  angle_BxLxR, _ = scheme.angles(arange(4, 1), 4)
+  assert np.flatnonzero(np.asarray(angle_BxLxR)[0, 0]).tolist() == list(range(kept))
