@@ -2,6 +2,8 @@
 
 The `scaling` argument is a Hugging Face style `rope_scaling` dict, so configs people already have
 work unchanged ({"rope_type": "yarn", "factor": 4.0, ...}; the legacy key "type" is accepted too).
+One exception: HF `longrope` configs without `factor` (Phi-3) derive it from two top-level
+fields, max_position_embeddings / original_max_position_embeddings; copy both into the dict.
 Frequencies are numpy float64 computed at trace time from static values, so they are constants
 in the compiled program. Dynamic methods (dynamic, longrope) depend on the current length only:
 there is no cache and no state, so nothing leaks from one call into the next (HF #25306).
@@ -39,6 +41,7 @@ SCALING_DEFAULTS = {
     "short_factor": Unset(tuple),  # longrope: d/2 rescale factors used up to L
     "long_factor": Unset(tuple),  # longrope: d/2 rescale factors used beyond L
     "n_hat": 0,  # longrope: positions < n_hat keep the unscaled frequencies
+    "max_position_embeddings": Unset(int),  # longrope: factor = this / L when factor is unset
 }
 
 
@@ -192,7 +195,7 @@ def _check_longrope(sc, d, where):
 
 
 @_rope_type("longrope", ("factor", LENGTH, "short_factor", "long_factor", "attention_factor",
-                         "n_hat"), check=_check_longrope)
+                         "n_hat", "max_position_embeddings"), check=_check_longrope)
 def _longrope(theta_R, d, base, sc, seq_len):
   """LongRoPE (Ding 2024): searched per-pair factors, short ones up to L, long ones beyond.
 
@@ -235,10 +238,14 @@ def resolve(scaling, rotary_dim: int, where: str = "scaling",
       raise ValueError(f"{where}.{key}={given[key]!r} is not used by rope_type={rope_type!r}; "
                        f"leave it at its default {getattr(defaults, key)!r}. Fields read by "
                        f"{rope_type!r}: {list(kind.fields)}")
+  if "factor" not in given and {"max_position_embeddings", LENGTH} <= set(given):  # as HF
+    given["factor"] = given["max_position_embeddings"] / given[LENGTH]
   sc = Scaling(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
   if "factor" in kind.fields and (sc.factor is None or sc.factor < 1):
+    derive = (f" (unset: {where}.max_position_embeddings / {where}.{LENGTH})"
+              if "max_position_embeddings" in kind.fields else "")
     raise ValueError(f"{where}.factor={sc.factor!r} must be a number >= 1 for "
-                     f"rope_type={rope_type!r}")
+                     f"rope_type={rope_type!r}{derive}")
   if LENGTH in kind.fields and (sc.original_max_position_embeddings is None
                                 or sc.original_max_position_embeddings < 1):
     raise ValueError(f"{where}.{LENGTH}={sc.original_max_position_embeddings!r} must be an int "

@@ -219,3 +219,44 @@ def test_odd_rotary_dim_is_rejected():
   with pytest.raises(ValueError, match=r"rotary_dim=7 must be an even number in \[2, "
                      r"head_dim=8\]"):
     positions.rope_frequencies(8, rotary_dim=7)
+
+
+PHI3_STYLE = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
+              "original_max_position_embeddings": 4096, "max_position_embeddings": 131072}
+
+
+def test_longrope_without_factor_derives_it_as_hf():
+  """Phi-3 has no `factor`: s = max_position_embeddings / L = 32, as HF derives it."""
+  explicit = {k: v for k, v in PHI3_STYLE.items() if k != "max_position_embeddings"}
+  for seq_len in (100, 10_000):
+    inv_freq, m = positions.rope_frequencies(16, scaling=PHI3_STYLE, seq_len=seq_len)
+    want_inv_freq, want_m = positions.rope_frequencies(16, scaling={**explicit, "factor": 32.0},
+                                                       seq_len=seq_len)
+    np.testing.assert_array_equal(inv_freq, want_inv_freq)
+    assert m == want_m == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+  # An explicit factor wins, as in HF.
+  assert positions.rope_frequencies(16, scaling={**PHI3_STYLE, "factor": 2.0})[1] == (
+      pytest.approx(math.sqrt(1 + math.log(2) / math.log(4096))))
+
+
+def test_longrope_without_factor_matches_hugging_face():
+  scale = {k: v for k, v in PHI3_STYLE.items() if k not in ("type", "max_position_embeddings")}
+  for seq_len in (100, 10_000):
+    inv_ref, m_ref = hf_frequencies(16, 10000.0, {"rope_type": "longrope", **scale}, seq_len,
+                                    131072)
+    inv_freq, m = positions.rope_frequencies(16, scaling=PHI3_STYLE, seq_len=seq_len)
+    np.testing.assert_allclose(inv_freq, inv_ref, rtol=2e-6)
+    assert m == pytest.approx(m_ref, rel=1e-6)
+
+
+def test_longrope_needs_factor_or_max_position_embeddings():
+  scale = {k: v for k, v in PHI3_STYLE.items() if k != "max_position_embeddings"}
+  with pytest.raises(ValueError) as error:
+    positions.rope_frequencies(16, scaling=scale)
+  assert str(error.value) == (
+      "scaling.factor=None must be a number >= 1 for rope_type='longrope' (unset: "
+      "scaling.max_position_embeddings / scaling.original_max_position_embeddings)")
+  with pytest.raises(ValueError, match="scaling.max_position_embeddings=8192 is not used by "
+                     "rope_type='yarn'"):
+    positions.rope_frequencies(16, scaling={"rope_type": "yarn", "factor": 2.0,
+                                            "max_position_embeddings": 8192})
