@@ -97,6 +97,24 @@ def randomized(scheme):
   return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
 
 
+def test_fire_grid_path_equals_direct_path_with_gradients():
+  """Integer positions in [0, T) take the shared-grid path; floats the direct formula."""
+  scheme = randomized(build("fire", threshold_init=12.0))
+  pos_BxT = jnp.stack([jnp.arange(24), jnp.concatenate([jnp.arange(9), jnp.arange(15)])])
+  g = jax.random.normal(jax.random.key(2), (2, 4, 24, 24))
+  graphdef, state = nnx.split(scheme)
+
+  def loss(state, pos):
+    return (nnx.merge(graphdef, state).bias(pos, pos) * g).sum()
+
+  for grid_pos in (pos_BxT, pos_BxT + 24):  # in the grid, and past it (direct path again)
+    value, grads = jax.value_and_grad(loss)(state, grid_pos)
+    want, want_grads = jax.value_and_grad(loss)(state, grid_pos.astype(jnp.float32))
+    np.testing.assert_allclose(value, want, rtol=1e-5)
+    for got, expected in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
+      np.testing.assert_allclose(got, expected, rtol=2e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", ["alibi", "t5", "fire"])
 def test_bias_block_by_block_equals_full(name):
   scheme = build(name) if name == "alibi" else randomized(build(name))
