@@ -46,17 +46,23 @@ def _mask(q_idx_Q, k_idx_K, q_seg_BxQ, k_seg_BxK, q_doc_BxQ, k_doc_BxK, pattern)
   return allowed  # BxQxK
 
 
+def _add_bias(logits_BxGxRxQxK, bias):
+  """logits plus an optional BxHxQxK bias (H may be 1: broadcast), in float32."""
+  if bias is None:
+    return logits_BxGxRxQxK
+  b, g, r = logits_BxGxRxQxK.shape[:3]
+  bias = jnp.broadcast_to(bias, (bias.shape[0], g * r) + bias.shape[2:])
+  return logits_BxGxRxQxK + bias.reshape(bias.shape[0], g, r, *bias.shape[2:]).astype(jnp.float32)
+
+
 def _logits(q_BxQxHxK, k_BxKxGxK, bias):
-  """Scaled logits plus an optional BxHxQxK bias (H may broadcast), as BxGxRxQxK float32."""
+  """Scaled logits plus an optional bias, as BxGxRxQxK float32 (token-major q and k)."""
   b, nq, h, d = q_BxQxHxK.shape
   g = k_BxKxGxK.shape[2]
   q_BxQxGxRxK = q_BxQxHxK.reshape(b, nq, g, h // g, d)
   logits = jnp.einsum("bqgrd,bkgd->bgrqk", q_BxQxGxRxK, k_BxKxGxK,
                       preferred_element_type=jnp.float32) * (d ** -0.5)
-  if bias is not None:
-    bias = jnp.broadcast_to(bias, (bias.shape[0], h) + bias.shape[2:])
-    logits = logits + bias.reshape(bias.shape[0], g, h // g, *bias.shape[2:]).astype(jnp.float32)
-  return logits
+  return _add_bias(logits, bias)
 
 
 def _merge(logits_and_use):
@@ -131,51 +137,60 @@ def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme, chunk
   """Query block i visits key blocks 0..i only (causality), so the work is half of dense.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
+  q, k and v are laid out head-major (BxGxRxTxK, BxGxTxK) once, before the loops, so every
+  block product is a plain batched matmul over contiguous rows: no per-block layout copies.
   """
   b, t, h, d = q_BxTxHxK.shape
   g = k_BxTxGxK.shape[2]
+  r = h // g
   c = min(chunk_size, t)
   n = -(-t // c)
+  tp = n * c
+  pad = lambda x: jnp.pad(x, [(0, 0), (0, tp - t)] + [(0, 0)] * (x.ndim - 2), mode="edge")
+  q_major = lambda q: jnp.transpose(pad(q).reshape(b, tp, g, r, d), (0, 2, 3, 1, 4))
+  kv_major = lambda x: jnp.transpose(pad(x), (0, 2, 1, 3))
   # Rotate before padding: dynamic scaling methods read the true length from q's shape.
-  rotated = _rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-  pad = lambda x: jnp.pad(x, [(0, 0), (0, n * c - t)] + [(0, 0)] * (x.ndim - 2), mode="edge")
-  rotated = [(pad(q), pad(k), dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)))
-             for (q, k), br in zip(rotated, plan.branches)]
-  v_BxTxGxK, pos_BxT, doc_BxT = pad(v_BxTxGxK), pad(plan.pos_BxT), pad(plan.doc_BxT)
-  seg_BxT = jnp.pad(plan.seg_BxT, [(0, 0), (0, n * c - t)])  # segment 0: never attended
-  block = lambda start: (lambda x: jax.lax.dynamic_slice_in_dim(x, start, c, axis=1))
+  rotated = [(q_major(q) * (d ** -0.5), kv_major(k),
+              dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)))
+             for (q, k), br in zip(_rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme), plan.branches)]
+  v_BxGxTxK = kv_major(v_BxTxGxK)
+  pos_BxT, doc_BxT = pad(plan.pos_BxT), pad(plan.doc_BxT)
+  seg_BxT = jnp.pad(plan.seg_BxT, [(0, 0), (0, tp - t)])  # segment 0: never attended
+  rows = lambda x, start, axis=1: jax.lax.dynamic_slice_in_dim(x, start, c, axis=axis)
 
   def query_block(i):
-    q_sl = block(i * c)
     q_idx = i * c + jnp.arange(c)
+    q_blocks = [(rows(q, i * c, 3), k, rows(br.q_pos, i * c), br) for q, k, br in rotated]
+    q_pos, q_seg, q_doc = (rows(x, i * c) for x in (pos_BxT, seg_BxT, doc_BxT))
 
     def key_block(j, carry):
       m_prev, l_prev, acc = carry
-      k_sl = block(j * c)
+      k_pos, k_seg, k_doc = (rows(x, j * c) for x in (pos_BxT, seg_BxT, doc_BxT))
       logits = _merge([
-          (_logits(q_sl(q), k_sl(k), scheme.bias(q_sl(br.q_pos), k_sl(br.k_pos))),
-           _use(br, q_sl(pos_BxT), k_sl(pos_BxT))) for q, k, br in rotated])
-      mask = _mask(q_idx, j * c + jnp.arange(c), q_sl(seg_BxT), k_sl(seg_BxT), q_sl(doc_BxT),
-                   k_sl(doc_BxT), plan.extras["pattern"])
+          (_add_bias(jnp.einsum("bgrqd,bgkd->bgrqk", qb, rows(k, j * c, 2),
+                                preferred_element_type=jnp.float32),
+                     scheme.bias(qb_pos, rows(br.k_pos, j * c))),
+           _use(br, q_pos, k_pos)) for qb, k, qb_pos, br in q_blocks])
+      mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc,
+                   plan.extras["pattern"])
       logits = jnp.where(mask[:, None, None], logits, NEG_INF)
       m_new = jnp.maximum(m_prev, logits.max(-1))
       p = jnp.exp(logits - m_new[..., None])
       corr = jnp.exp(m_prev - m_new)
       l_new = l_prev * corr + p.sum(-1)
-      pv = jnp.einsum("bgrqk,bkgd->bgrqd", p.astype(v_BxTxGxK.dtype), k_sl(v_BxTxGxK),
+      pv = jnp.einsum("bgrqk,bgkd->bgrqd", p.astype(v_BxGxTxK.dtype), rows(v_BxGxTxK, j * c, 2),
                       preferred_element_type=jnp.float32)
       return m_new, l_new, acc * corr[..., None] + pv
 
-    shape = (b, g, h // g, c)
+    shape = (b, g, r, c)
     init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
             jnp.zeros(shape + (d,), jnp.float32))
     _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
-    out = (acc / l[..., None]).astype(q_BxTxHxK.dtype)  # BxGxRxCxK
-    return jnp.moveaxis(out, 3, 1).reshape(b, c, h, d)
+    return (acc / l[..., None]).astype(q_BxTxHxK.dtype)  # BxGxRxCxK
 
-  out_NxBxCxHxK = jax.lax.map(query_block, jnp.arange(n))
-  out = jnp.moveaxis(out_NxBxCxHxK, 0, 1).reshape(b, n * c, h, d)
-  return out[:, :t]
+  out_NxBxGxRxCxK = jax.lax.map(query_block, jnp.arange(n))
+  out_BxTxHxK = jnp.transpose(out_NxBxGxRxCxK, (1, 0, 4, 2, 3, 5)).reshape(b, tp, h, d)
+  return out_BxTxHxK[:, :t]
 
 
 @dataclasses.dataclass(frozen=True)
