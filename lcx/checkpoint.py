@@ -62,9 +62,6 @@ class Checkpointer:
     """The JSON metadata (tokenizer, resolved config) saved with a checkpoint."""
     return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
 
-  def wait(self):
-    self.manager.wait_until_finished()
-
   def close(self):
     self.manager.wait_until_finished()
     self.manager.close()
