@@ -26,7 +26,9 @@ def main(argv):
     workdir = os.path.join(FLAGS.workdir, scheme)
     print(f"== {scheme}: training {config.train.steps} steps at length {config.data.seq_len} "
           f"-> {workdir}", flush=True)
-    train.train(config, workdir)
+    if train.train(config, workdir).interrupted:
+      print("== stopped early (SIGTERM): run the same command again to resume", flush=True)
+      return
     results[scheme] = evaluate.evaluate(config, workdir)
   print("\n" + evaluate.format_table(results))
   plot = report.plot_length_sweep(results, os.path.join(FLAGS.workdir, "length_sweep.png"),

@@ -7,6 +7,7 @@ fetched after step s+1 is dispatched, so the host never stalls the accelerator.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 import jax
@@ -21,7 +22,17 @@ from lcx.model import Decoder
 
 
 class NonFiniteLossError(RuntimeError):
-  """Raised when a step's loss or gradient norm is NaN or Inf; checkpoints stay untouched."""
+  """Raised when a step's loss, gradient norm or updated-parameter norm is NaN or Inf;
+  checkpoints stay untouched."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """How a train() call ended. `interrupted`: a SIGTERM or preemption stopped it before
+  train.steps, so a caller should not evaluate the unfinished model."""
+
+  metrics: dict
+  interrupted: bool
 
 
 def learning_rate(train_cfg) -> optax.Schedule:
@@ -70,7 +81,9 @@ def make_step(graphdef, tx, config):
         lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": schedule(step)}
+    # loss and grad_norm describe the input parameters; param_norm guards the ones saved.
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
+               "param_norm": optax.tree.norm(params), "lr": schedule(step)}
     return params, opt_state, metrics
 
   return step_fn
@@ -137,12 +150,12 @@ class Trainer:
 
 
 def _install_sigterm_flag() -> dict:
-  """SIGTERM sets a flag the loop checks after each step: save, then exit cleanly."""
+  """SIGTERM sets a flag checked before the first step and after each: save, exit cleanly."""
   flag = {"stop": False, "previous_handler": signal.getsignal(signal.SIGTERM)}
 
   def handler(signum, frame):
     del signum, frame
-    say("SIGTERM received: saving a checkpoint at the current step, then exiting")
+    say("SIGTERM received: finishing the current step (or setup), then saving and exiting")
     flag["stop"] = True
 
   signal.signal(signal.SIGTERM, handler)
@@ -150,17 +163,26 @@ def _install_sigterm_flag() -> dict:
 
 
 def _check_finite(step: int, metrics: dict) -> None:
-  bad = {k: v for k, v in metrics.items() if not np.isfinite(v)}
+  bad = {name: value for name, value in metrics.items() if not np.isfinite(value)}
   if bad:
     raise NonFiniteLossError(f"non-finite {bad} at step {step}; stopping. The last good "
                              "checkpoint is intact; lower train.lr or check the data.")
 
 
-def train(config, workdir: str) -> dict:
+def train(config, workdir: str) -> Outcome:
   """Trains to config.train.steps, resuming from workdir if a checkpoint is there.
 
-  Returns the metrics of the last logged step.
+  Returns the metrics of the last logged step and whether a SIGTERM or preemption cut it short.
+  The SIGTERM handler comes first, so a SIGTERM during setup also ends the call cleanly.
   """
+  stop = _install_sigterm_flag()
+  try:
+    return _train(config, workdir, stop)
+  finally:
+    signal.signal(signal.SIGTERM, stop["previous_handler"])
+
+
+def _train(config, workdir: str, stop: dict) -> Outcome:
   # --- Setup: data, tokenizer, resolved config, mesh, state. ---
   config_lib.validate(config)
   tokenizer = data.get_tokenizer(config.data)
@@ -181,14 +203,17 @@ def train(config, workdir: str) -> dict:
   else:
     state, _ = ckpt.restore(start, trainer.abstract_state, iterator)
     say(f"resumed from step {start} in {ckpt.directory}")
+  if stop["stop"]:  # nothing trained since the last checkpoint (or init): nothing to save
+    ckpt.close()
+    say(f"SIGTERM during setup: exiting before step {start + 1}; nothing new to save")
+    return Outcome({}, interrupted=True)
   say(f"model: {trainer.num_params() / 1e6:.2f}M parameters; mesh {dict(mesh.shape)}; "
       f"training steps {start}..{config.train.steps} -> {workdir}")
 
   # --- Loop. ---
   writer = MetricWriter(workdir, total=config.train.steps, initial=start,
                         tokens_per_step=config.data.batch_size * config.data.seq_len)
-  stop = _install_sigterm_flag()
-  pending, last = None, {}
+  pending, last, interrupted = None, {}, False
   try:
     for step in range(start, config.train.steps):
       batch = sharding.global_batch(next(iterator), mesh, trainer.rules)
@@ -199,8 +224,9 @@ def train(config, workdir: str) -> dict:
         last = _fetch(writer, *pending) or last
       done = step + 1
       pending = (done, metrics, done % config.train.log_every == 0)
-      stop_now = (stop["stop"] or ckpt.reached_preemption(done)
-                  or done == config.train.stop_after)
+      interrupted = ((stop["stop"] or ckpt.reached_preemption(done))
+                     and done < config.train.steps)
+      stop_now = interrupted or done == config.train.stop_after
       if ckpt.should_save(done) or done == config.train.steps or stop_now:
         _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
         ckpt.save(done, state, iterator, meta, force=True)
@@ -210,14 +236,13 @@ def train(config, workdir: str) -> dict:
     if pending is not None:
       last = _fetch(writer, pending[0], pending[1], True) or last
   finally:
-    signal.signal(signal.SIGTERM, stop["previous_handler"])
     ckpt.close()
     writer.close()
-  return last
+  return Outcome(last, interrupted)
 
 
 def _fetch(writer, step, metrics, log_now):
   """Checks a step's metrics for NaN/Inf; at log steps writes them with throughput."""
-  values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  values = {name: float(value) for name, value in jax.device_get(metrics).items()}
   _check_finite(step, values)
   return writer.step_done(step, values, log=log_now)

@@ -1,11 +1,15 @@
-"""Train loop: a golden first step, loss going down on real data, NaN stops the run."""
+"""Train loop: a golden first step, loss going down on real data, NaN stops the run, SIGTERM
+during setup."""
+
+import os
+import signal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lcx import sharding, train
+from lcx import checkpoint, sharding, train
 from tests.helpers import read_metrics, tiny_config
 
 # The tiny RoPE model from seed 0 on the fixed batch below: loss and grad norm of the first
@@ -74,14 +78,53 @@ def test_loss_goes_down_on_real_data(tmp_path):
   assert any((tmp_path / "tensorboard").iterdir())
 
 
+def _saved_steps(workdir):
+  return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+
+
 def test_nan_loss_stops_run_and_keeps_last_good_checkpoint(tmp_path):
-  config = tiny_config("nope", steps=50, lr=1e30, warmup_steps=0, checkpoint_every=1,
+  # lr=1e10: step 1's parameters are huge but finite and saved; step 2's loss is NaN.
+  config = tiny_config("nope", steps=50, lr=1e10, warmup_steps=0, checkpoint_every=1,
                        clip_norm=0.0)
   with pytest.raises(train.NonFiniteLossError, match=r"non-finite .* at step (\d+)") as err:
     train.train(config, str(tmp_path))
   bad_step = int(err.value.args[0].split("at step ")[1].split(";")[0])
-  saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+  saved = _saved_steps(tmp_path)
   assert saved and max(saved) < bad_step
+  params, meta = checkpoint.restore_params(str(tmp_path))
+  assert meta["step"] == max(saved)
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+
+
+def test_non_finite_updated_params_are_never_saved(tmp_path):
+  # lr=1e30: step 1's loss and gradients (of the initial parameters) are finite, but the
+  # parameters it produces have an infinite norm; they must not become a checkpoint.
+  config = tiny_config("nope", steps=5, lr=1e30, warmup_steps=0, checkpoint_every=1,
+                       clip_norm=0.0)
+  with pytest.raises(train.NonFiniteLossError,
+                     match=r"^non-finite \{'param_norm': array\(inf.*\} at step 1; stopping"):
+    train.train(config, str(tmp_path))
+  assert _saved_steps(tmp_path) == []
+
+
+def test_param_norm_is_a_step_metric():
+  first, _ = _two_steps(tiny_config("rope", warmup_steps=0, lr=1e-3))
+  assert np.isfinite(first["param_norm"]) and float(first["param_norm"]) > 0
+
+
+def test_sigterm_during_setup_exits_cleanly(tmp_path, monkeypatch):
+  build = train.data.make_train_iterator
+
+  def build_then_sigterm(*args, **kwargs):  # the signal arrives while the dataset is built
+    os.kill(os.getpid(), signal.SIGTERM)
+    return build(*args, **kwargs)
+
+  monkeypatch.setattr(train.data, "make_train_iterator", build_then_sigterm)
+  before = signal.getsignal(signal.SIGTERM)
+  outcome = train.train(tiny_config(steps=20), str(tmp_path))
+  assert outcome.interrupted and outcome.metrics == {}
+  assert _saved_steps(tmp_path) == [] and not (tmp_path / "metrics.jsonl").exists()
+  assert signal.getsignal(signal.SIGTERM) is before
 
 
 def _scheme_params(name):
