@@ -1,7 +1,8 @@
 """Config checks that run before any compilation, each naming the field and what is allowed.
 
-ml_collections already rejects unknown fields and wrong types on the command line; this module
-checks ranges and cross-field rules, and delegates each sub-dict to the package that owns it.
+ml_collections already rejects unknown fields and wrong types on the command line (lcx.main
+words its errors with `field_path_error`); this module checks ranges, cross-field rules and the
+mesh against the devices, and delegates each sub-dict to the package that owns it.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 
+import jax
 import ml_collections
+from flax import nnx
 
 from lcx import data, positions, sharding
-from lcx.model import DTYPES
+from lcx.model import DTYPES, Decoder
 from lcx.positions import patterns, remaps
 
 MLPS = ("gelu", "swiglu")
@@ -54,6 +57,15 @@ RANGES = [
 ]
 
 
+# The config field that sets each logical axis's size (lcx.model names the axes). A parameter
+# axis missing here is reported by its parameter path.
+AXIS_FIELDS = {
+    "vocab": "model.vocab_size", "embed": "model.d_model", "heads": "model.num_heads",
+    "kv_heads": "model.num_kv_heads", "head_dim": "model.head_dim", "mlp": "model.mlp_dim",
+    "batch": "data.batch_size",
+}
+
+
 def _get(config, dotted):
   for key in dotted.split("."):
     config = config[key]
@@ -61,12 +73,14 @@ def _get(config, dotted):
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError on the first bad field; call before building anything."""
+  """Raises ValueError on the first bad field; call before building anything, and after
+  jax.distributed.initialize (the mesh is checked against the global device count)."""
   for field, ok, allowed in RANGES:
     value = _get(config, field)
     if not ok(value):
       raise ValueError(f"{field}={value!r} is not allowed; must be {allowed}")
   m = config.model
+  _check_position_fields(m)
   if m.num_heads % m.num_kv_heads:
     raise ValueError(f"model.num_kv_heads={m.num_kv_heads} must divide "
                      f"model.num_heads={m.num_heads}")
@@ -82,7 +96,59 @@ def validate(config: ml_collections.ConfigDict) -> None:
     positions.check_eval_length(m.position, dims, config.train.random_positions)
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
-  sharding.rules_from_config(config.sharding)
+  check_mesh(resolve(config, data.get_tokenizer(config.data).vocab_size), jax.device_count())
+
+
+def _check_position_fields(model_cfg) -> None:
+  """Two mistakes the scheme's own checks would report by a field the user never set."""
+  p = model_cfg.position
+  held = sorted(set(p.keys()) - {"name"})
+  if p.name in positions.SCHEMES and held != sorted(positions.spec(p.name).defaults):
+    raise ValueError(f"model.position.name={p.name!r}, but model.position holds another scheme's "
+                     f"fields {held}: a scheme's fields come with its "
+                     f"config, so pick it with --config=configs/base.py:pos={p.name} instead")
+  if "rotary_dim" in p and p.rotary_dim is None and model_cfg.head_dim % 2:
+    raise ValueError(f"model.head_dim={model_cfg.head_dim} must be even for the rotary scheme "
+                     f"{p.name!r} (it rotates pairs of features); set an even model.head_dim, "
+                     f"or model.position.rotary_dim to an even number below {model_cfg.head_dim}")
+
+
+def sharded_dims(config) -> list[tuple[str, str, int]]:
+  """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
+
+  Parameter shapes come from the abstract Decoder (nothing is allocated), so a parameter added
+  to the model is checked too. Ordered as AXIS_FIELDS, so the vocabulary is reported first.
+  """
+  params = nnx.state(nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))), nnx.Param)
+  dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
+  is_var = lambda x: isinstance(x, nnx.Variable)
+  for path, var in jax.tree.leaves_with_path(params, is_leaf=is_var):
+    for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
+      if logical is not None:
+        where = f"parameter {jax.tree_util.keystr(path)} axis {logical}"
+        dims.setdefault((logical, size), AXIS_FIELDS.get(logical, where))
+  rank = {logical: i for i, logical in enumerate(AXIS_FIELDS)}
+  return sorted(((field, logical, size) for (logical, size), field in dims.items()),
+                key=lambda d: rank.get(d[1], len(rank)))
+
+
+def check_mesh(config, num_devices: int) -> None:
+  """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
+  (vocabulary resolved); the processes' share of the batch is data.validate's check."""
+  sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
+  rules = sharding.rules_from_config(config.sharding)
+  sharding.check_divisible(sharded_dims(config), sizes, rules)
+
+
+def field_path_error(config, dotted: str) -> str | None:
+  """`train.lrr is not a known field; allowed: [...]` for a path `config` lacks, else None."""
+  node, walked = config, []
+  for key in dotted.split("."):
+    if not isinstance(node, ml_collections.ConfigDict) or key not in node:
+      allowed = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+      return f"{'.'.join([*walked, key])} is not a known field; allowed: {allowed}"
+    node, walked = node[key], [*walked, key]
+  return None
 
 
 def validate_eval(config: ml_collections.ConfigDict) -> None:

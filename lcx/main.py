@@ -1,43 +1,105 @@
 """Entry point: python -m lcx.main --config=configs/base.py[:args] --workdir=DIR --mode=MODE.
 
-The same command runs on every host of a TPU pod slice or SLURM allocation: JAX's cluster
-detection joins the processes (see lcx.sharding.initialize_distributed). Restarting the same
-command in the same workdir resumes from the last complete checkpoint.
+The same command runs on every host of a TPU pod slice or SLURM allocation: `--distributed=auto`
+joins the processes when the environment shows a cluster (see lcx.sharding). Restarting the same
+command in the same workdir resumes from the last complete checkpoint. A bad flag or config is
+one `error: ...` line on stderr and exit status 2, before anything is written.
 """
+
+import re
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from lcx import config as config_lib, evaluate, metrics, sharding, train
+from lcx.metrics import say
 
-MODES = ("train", "eval", "train_and_eval")
+# mode -> (config check, trains, evaluates); eval modes check the eval lengths before training.
+MODES = {
+    "train": (config_lib.validate, True, False),
+    "eval": (config_lib.validate_eval, False, True),
+    "train_and_eval": (config_lib.validate_eval, True, True),
+}
 
 config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory: config, metrics, checkpoints, eval.")
-flags.DEFINE_enum("mode", "train", MODES, "What to run.")
+flags.DEFINE_enum("mode", "train", list(MODES), "What to run.")
 flags.DEFINE_integer("eval_step", None, "Checkpoint step to evaluate (default: latest).")
+flags.DEFINE_enum("distributed", "auto", list(sharding.DISTRIBUTED_MODES),
+                  "jax.distributed.initialize(): auto (when SLURM or TPU pod variables or JAX's "
+                  "Cloud TPU VM detection show a cluster), on (always), off (never).")
 flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (explicit multi-host).")
 flags.DEFINE_integer("num_processes", 0, "Number of processes (explicit multi-host).")
 flags.DEFINE_integer("process_id", -1, "This process's index (explicit multi-host).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 FLAGS = flags.FLAGS
+OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
+
+
+def fail(message: str):
+  """Exits with status 2 after one `error: ...` line, no traceback: the user's input was bad."""
+  print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def _config_argument(argv) -> str | None:
+  """The last --config=PATH[:ARGS] (or --config PATH) value; absl keeps the last too."""
+  found = None
+  for i, arg in enumerate(argv):
+    if re.match(r"^--?config(=|$)", arg):
+      found = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+  return found
+
+
+def _explain(error: Exception, argv) -> str:
+  """The error's text, with two rewordings: an unknown --config.PATH names the section that
+  lacks it and what it has; an error in get_config() drops the traceback ml_collections adds."""
+  path = _config_argument(argv)
+  if isinstance(error, (AttributeError, KeyError)) and path:
+    config = FLAGS["config"].parser.parse(path)
+    for match in filter(None, map(OVERRIDE.match, argv)):
+      message = config_lib.field_path_error(config, match.group(1))
+      if message:
+        return message
+  if "Error whilst parsing config file" in str(error):
+    root = error
+    while root.__cause__ or root.__context__:
+      root = root.__cause__ or root.__context__
+    return f"--config={path}: {root}"
+  return str(error)
+
+
+def parse_flags(argv):
+  """absl's flag parsing, with each error (config file, override, type) as one line."""
+  try:
+    argv = FLAGS(argv)
+    FLAGS.config.keys()  # a missing config file raises only when the config is first read
+    return argv
+  except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:
+    fail(_explain(error, argv))
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
-  sharding.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
-                                  FLAGS.process_id)
+  check, trains, evaluates = MODES[FLAGS.mode]
   config = FLAGS.config
-  if FLAGS.mode in ("eval", "train_and_eval"):
-    config_lib.validate_eval(config)  # fail before training, not after
-  if FLAGS.mode in ("train", "train_and_eval"):
-    train.train(config, FLAGS.workdir)
-  if FLAGS.mode in ("eval", "train_and_eval"):
+  try:
+    sharding.initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address,
+                                    FLAGS.num_processes, FLAGS.process_id)
+    check(config)
+  except (ValueError, AttributeError) as error:
+    fail(str(error))
+  if trains and train.train(config, FLAGS.workdir).interrupted and evaluates:
+    say("training stopped early (SIGTERM or preemption): skipping evaluation; run the same "
+        "command again to resume and evaluate")
+    return
+  if evaluates:
     evaluate.evaluate(config, FLAGS.workdir, FLAGS.eval_step)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -6,11 +6,12 @@ each logical name to mesh axes, so the parallelism layout is a config change, no
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import jax
-import numpy as np
-from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from lcx.metrics import say
@@ -18,22 +19,82 @@ from lcx.metrics import say
 MESH_AXES = ("data", "fsdp", "tensor")
 
 
-def initialize_distributed(coordinator_address: str = "", num_processes: int = 0,
-                           process_id: int = -1) -> None:
-  """Joins a multi-process JAX run when there is one; a no-op on a single host.
+class Sign(NamedTuple):
+  """How `--distributed=auto` recognises a cluster: a test of the environment, and whether the
+  run must fail when jax.distributed.initialize() then finds no cluster (False: a single host is
+  possible, so the run goes on as one process)."""
 
-  Explicit arguments (from flags) win; otherwise JAX's own cluster detection reads the
-  environment of a TPU pod slice (TPU metadata) or a SLURM allocation (SLURM_* variables).
+  test: Callable[[Mapping[str, str]], bool]
+  must_join: bool
+
+
+# On a match, jax.distributed.initialize() with no arguments reads the same environment (and, on
+# a Cloud TPU VM, the metadata server) to find the coordinator and the other processes. A GCE TPU
+# pod slice reached by `gcloud compute tpus tpu-vm ssh --worker=all` sets none of TPU_ENV_VARS:
+# JAX's own TPU VM check is what recognises it; it also holds on a single-host TPU VM outside
+# GCE's TPU API, where JAX finds no cluster.
+TPU_ENV_VARS = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_WORKER_ID",
+                "TPU_ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+CLUSTER_SIGNS = {
+    "slurm": Sign(lambda env: "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1,
+                  must_join=True),
+    "tpu_env": Sign(lambda env: any(env.get(name) for name in TPU_ENV_VARS), must_join=True),
+    "cloud_tpu_vm": Sign(lambda env: _jax_detects_cloud_tpu_vm(), must_join=False),
+}
+# --distributed: whether to call jax.distributed.initialize() without arguments, given the
+# detected cluster (None: none).
+DISTRIBUTED_MODES = {
+    "auto": lambda cluster: cluster is not None,
+    "on": lambda cluster: True,
+    "off": lambda cluster: False,
+}
+
+
+def _jax_detects_cloud_tpu_vm() -> bool:
+  """JAX's own check, made at `import jax`: TPU chips on the PCI bus and libtpu installed.
+
+  The flag lives in a private module (no public API says this): a JAX without it counts as no.
   """
+  try:
+    from jax._src import cloud_tpu_init
+  except ImportError:
+    return False
+  return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
+
+
+def detect_cluster(env: Mapping[str, str]) -> str | None:
+  """The first CLUSTER_SIGNS entry `env` matches (None: a single process)."""
+  return next((name for name, sign in CLUSTER_SIGNS.items() if sign.test(env)), None)
+
+
+def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
+                           num_processes: int = 0, process_id: int = -1,
+                           env: Mapping[str, str] | None = None) -> None:
+  """Joins a multi-process JAX run when there is one (see DISTRIBUTED_MODES); else a no-op.
+
+  Explicit arguments (from flags) win over `mode`, which decides whether to call
+  jax.distributed.initialize() and let JAX read the cluster from the environment.
+  """
+  if mode not in DISTRIBUTED_MODES:
+    raise ValueError(f"--distributed={mode!r}; allowed: {sorted(DISTRIBUTED_MODES)}")
+  cluster = detect_cluster(os.environ if env is None else env)
   if coordinator_address:
+    if mode == "off":
+      raise ValueError("--distributed=off contradicts --coordinator_address; drop one")
     # CPU processes need gloo for cross-process collectives; the setting is inert on GPU/TPU.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
-  elif "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-    jax.distributed.initialize()
-  elif os.environ.get("TPU_WORKER_HOSTNAMES", "").count(",") > 0:
-    jax.distributed.initialize()
+  elif DISTRIBUTED_MODES[mode](cluster):
+    try:
+      jax.distributed.initialize()
+    except ValueError as e:  # JAX found no cluster it knows in the environment
+      if mode == "auto" and not CLUSTER_SIGNS[cluster].must_join:
+        say(f"--distributed=auto: {cluster} seen, but JAX finds no cluster ({e}); one process")
+        return
+      raise ValueError(f"--distributed={mode}: jax.distributed.initialize() could not read a "
+                       f"cluster from the environment ({e}); pass --coordinator_address, "
+                       "--num_processes and --process_id, or --distributed=off") from e
   else:
     return
   say(f"process {jax.process_index()} of {jax.process_count()}, {jax.local_device_count()} "
@@ -47,13 +108,15 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
   if len(free) > 1 or any(s == 0 or s < -1 for s in sizes):
     raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))}: sizes must be positive, "
                      "with at most one -1 (fill the remaining devices)")
-  known = int(np.prod([s for s in sizes if s != -1]))
+  known = math.prod(s for s in sizes if s != -1)
   if free:
     if num_devices % known:
-      raise ValueError(f"mesh: {num_devices} devices are not divisible by {known}")
+      raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))}: the {num_devices} devices do not "
+                       f"divide by the other axes' product {known}, so mesh."
+                       f"{MESH_AXES[free[0]]}=-1 cannot fill them")
     sizes[free[0]] = num_devices // known
-  if int(np.prod(sizes)) != num_devices:
-    raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))} needs {int(np.prod(sizes))} "
+  if math.prod(sizes) != num_devices:
+    raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} "
                      f"devices, but {num_devices} are available")
   return tuple(sizes)
 
@@ -87,13 +150,20 @@ def logical_to_spec(logical_axes, rules) -> P:
   return P(*[rules[a] if a is not None else None for a in logical_axes])
 
 
-def param_shardings(state: nnx.State, mesh, rules):
-  """NamedSharding for every variable of `state`, from its `logical_axes` metadata."""
+def check_divisible(named_dims, mesh_sizes: dict[str, int], rules) -> None:
+  """Raises ValueError naming the field of the first dimension its mesh axes do not divide.
 
-  def one(v):
-    return NamedSharding(mesh, logical_to_spec(v.get_metadata().get("logical_axes"), rules))
-
-  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+  `named_dims` holds (config field, logical axis, size). Checked with the config, because JAX
+  raises the same (IndivisibleError) only at compilation, after the run directory was written.
+  """
+  for field, logical, size in named_dims:
+    axes = rules.get(logical) or ()
+    shards = math.prod(mesh_sizes[a] for a in axes)
+    if size % shards:
+      mesh = "*".join(f"mesh.{a}" for a in axes)
+      raise ValueError(f"{field}={size} is not divisible by {mesh}={shards} (sharding.{logical}="
+                       f"{','.join(axes)!r}); set --config.sharding.{logical}='' to replicate "
+                       f"it, or make {field} a multiple of {shards}")
 
 
 def batch_sharding(mesh, rules) -> NamedSharding:

@@ -1,4 +1,5 @@
-"""Exact resume across processes, SIGKILL and SIGTERM, partial checkpoints, notebook restore."""
+"""Exact resume across processes, SIGKILL and SIGTERM (no evaluation after it), partial
+checkpoints, notebook restore."""
 
 import os
 import shutil
@@ -88,6 +89,18 @@ def test_sigterm_saves_current_step_and_exits_zero(tmp_path):
   assert saved is not None and 5 <= saved < 5000
   assert logged == saved  # the checkpoint is at the step the run had reached
   assert "SIGTERM" in stderr
+
+
+def test_train_and_eval_skips_evaluation_after_sigterm(tmp_path):
+  proc = _start(tmp_path, "--mode=train_and_eval", "--config.train.steps=100000",
+                "--config.train.checkpoint_every=5000")
+  _wait_for(lambda: _steps_logged(tmp_path) >= 3, proc)
+  proc.send_signal(signal.SIGTERM)
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == 0, stderr[-3000:]
+  assert "training stopped early (SIGTERM or preemption): skipping evaluation" in stderr
+  assert checkpoint.Checkpointer(str(tmp_path), every=1, keep=3).latest_step() is not None
+  assert not (tmp_path / "eval").exists()
 
 
 def test_restore_params_on_another_device_layout(tmp_path):

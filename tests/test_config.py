@@ -1,7 +1,5 @@
 """Bad configs fail before anything is compiled, naming the field and what is allowed."""
 
-import os
-
 import pytest
 
 from lcx import config as config_lib
@@ -40,11 +38,61 @@ def test_kv_heads_must_divide_heads():
 def test_odd_head_dim_with_rotary_scheme():
   config = tiny_config("rope")
   config.model.head_dim = 15
-  with pytest.raises(ValueError, match=r"head_dim.*15.*even|even.*15"):
+  with pytest.raises(ValueError, match=r"^model\.head_dim=15 must be even for the rotary scheme "
+                     r"'rope' \(it rotates pairs of features\); set an even model\.head_dim, or "
+                     r"model\.position\.rotary_dim to an even number below 15$"):
     config_lib.validate(config)
+  config.model.position.rotary_dim = 14  # rotating part of an odd head is fine
+  config_lib.validate(config)
   config = tiny_config("nope")
   config.model.head_dim = 15
   config_lib.validate(config)  # NoPE has no rotation: odd head dims are fine
+
+
+def test_scheme_name_changed_without_its_fields():
+  config = tiny_config("rope")
+  config.model.position.name = "alibi"
+  with pytest.raises(ValueError, match=r"^model\.position\.name='alibi', but model\.position holds "
+                     r"another scheme's fields \['base', 'pairing', 'rotary_dim', 'scaling'\]: .* "
+                     r"--config=configs/base\.py:pos=alibi instead$"):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize("mesh, changes, message", [
+    ({"data": 2, "tensor": 2}, {},
+     r"model\.vocab_size=259 is not divisible by mesh\.tensor=2 \(sharding\.vocab='tensor'\); "
+     r"set --config\.sharding\.vocab='' to replicate it, or make model\.vocab_size a "
+     r"multiple of 2$"),
+    ({"data": 2, "tensor": 2}, {"sharding.vocab": "", "model.num_kv_heads": 1},
+     r"model\.num_kv_heads=1 is not divisible by mesh\.tensor=2 \(sharding\.kv_heads='tensor'\)"),
+    ({"data": 4}, {"data.batch_size": 6},
+     r"data\.batch_size=6 is not divisible by mesh\.data\*mesh\.fsdp=4 "
+     r"\(sharding\.batch='data,fsdp'\)"),
+    ({"fsdp": 4, "data": 1}, {"model.d_model": 66, "model.head_dim": 16},
+     r"model\.d_model=66 is not divisible by mesh\.fsdp=4 \(sharding\.embed='fsdp'\)"),
+    ({"data": 2, "tensor": 2}, {"sharding.vocab": ""}, None),  # every other dimension divides
+])
+def test_mesh_must_divide_every_sharded_dimension(mesh, changes, message):
+  config = tiny_config()
+  config.model.vocab_size = 259
+  for axis, size in mesh.items():
+    config.mesh[axis] = size
+  for dotted, value in changes.items():
+    section, key = dotted.split(".")
+    config[section][key] = value
+  if message is None:
+    config_lib.check_mesh(config, num_devices=4)
+  else:
+    with pytest.raises(ValueError, match="^" + message):
+      config_lib.check_mesh(config, num_devices=4)
+
+
+def test_mesh_must_fit_the_devices():
+  config = tiny_config()
+  config.mesh.tensor = 2  # data=-1 fills the one device of this process: it cannot
+  with pytest.raises(ValueError, match=r"^mesh=\{'data': -1, 'fsdp': 1, 'tensor': 2\}: the 1 "
+                     r"devices do not divide by the other axes' product 2, so mesh\.data=-1"):
+    config_lib.validate(config)
 
 
 def test_unknown_scheme_name():
@@ -60,13 +108,27 @@ def test_unknown_config_argument():
 
 
 @pytest.mark.parametrize("flag, message", [
-    ("--config.train.lrr=0.1", "lrr"),
-    ("--config.train.steps=ten", "steps"),
+    ("--config.train.lrr=0.1", "train.lrr is not a known field; allowed: ['b1', 'b2', "
+     "'checkpoint_every', 'clip_norm', 'decay', 'keep_checkpoints', 'log_every', 'lr', 'min_lr', "
+     "'random_positions', 'steps', 'stop_after', 'warmup_steps', 'weight_decay']"),
+    ("--config.model.position.scaling.facter=4", "model.position.scaling.facter is not a known "
+     "field; allowed: ["),
+    ("--config.train.steps=ten",
+     "flag --config.train.steps=ten: invalid literal for int() with base 10: 'ten'"),
     ("--config.train.lr=-1", "train.lr=-1.0 is not allowed; must be > 0"),
-    ("--config.model.position.name=spiral", "model.position.name='spiral' is not a known scheme"),
+    ("--config.model.position.name=spiral",
+     "model.position.name='spiral' is not a known scheme; allowed: ["),
+    ("--config.model.position.name=alibi", "model.position.name='alibi', but model.position "
+     "holds another scheme's fields"),
+    ("--config.model.head_dim=15", "model.head_dim=15 must be even for the rotary scheme 'rope'"),
+    ("--config=configs/base.py:size=tiny,scheme=rope", "--config=configs/base.py:size=tiny,"
+     "scheme=rope: config argument 'scheme' is unknown; allowed: ['pos', 'size']"),
 ])
 def test_command_line_errors_fail_before_compiling(tmp_path, flag, message):
-  proc = run_lcx([*TINY_FLAGS, f"--workdir={tmp_path}", flag], check=False, timeout=120)
-  assert proc.returncode != 0
-  assert message in proc.stderr
-  assert not (tmp_path / "checkpoints").exists()
+  workdir = tmp_path / "run"
+  proc = run_lcx([*TINY_FLAGS, f"--workdir={workdir}", flag], check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  lines = proc.stderr.strip().splitlines()
+  assert lines[-1].startswith("error: " + message), lines[-1]
+  assert "Traceback" not in proc.stderr
+  assert not workdir.exists()  # nothing written: no config.json, checkpoints or metrics
