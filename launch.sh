@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# lcx launcher: creates .venv on first use (re-installs when pyproject.toml changes), then
-# dispatches a subcommand. Flags after the subcommand pass through unchanged.
+# lcx launcher: creates .venv on first use, installs what the subcommand needs (re-installs when
+# pyproject.toml changes), then dispatches. Flags after the subcommand pass through unchanged.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV=.venv
 PYTHON=${PYTHON:-python3}
-EXTRAS=${LCX_EXTRAS:-test}  # e.g. LCX_EXTRAS=test,gpu ./launch.sh train ...
 
 usage() {
   cat <<'USAGE'
@@ -17,34 +16,56 @@ usage: ./launch.sh COMMAND [FLAGS...]
   eval         python -m lcx.main --mode=eval  --config=... --workdir=...  (same config as train)
   bench        throughput, MFU, position overhead, long eval, peers -> bench.json (adds the bench extra)
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
-  test         the test suite (pytest flags pass through)
+  test         the test suite (pytest flags pass through; adds the test extra)
   help         this text
 
-Multi-host: run the same train/eval command on every host. On a TPU pod slice
-(`gcloud compute tpus tpu-vm ssh NAME --worker=all --command="cd lcx && ./launch.sh train ..."`)
-and under SLURM (`srun ./launch.sh train ...`), JAX finds the other processes from the
-environment. Elsewhere pass --coordinator_address=HOST:PORT --num_processes=N --process_id=I.
-Environment: LCX_EXTRAS (pip extras, default "test"; add gpu or tpu), LCX_DATA_DIR (datasets).
+Multi-host: run the same train/eval command on every host. --distributed=auto (the default)
+calls jax.distributed.initialize() when the environment shows a cluster: SLURM with more than
+one task (`srun ./launch.sh train ...`), TPU pod variables (TPU_WORKER_ID, TPU_ACCELERATOR_TYPE,
+TPU_WORKER_HOSTNAMES, ...), or JAX's own Cloud TPU VM check, which is what finds a GCE pod slice
+reached by `gcloud compute tpus tpu-vm ssh NAME --worker=all --command="cd lcx && ./launch.sh
+train ..."` (it sets none of those variables). --distributed=on always initializes,
+--distributed=off never; elsewhere pass --coordinator_address=HOST:PORT --num_processes=N
+--process_id=I.
+Environment: LCX_EXTRAS (pip extras added to every command, e.g. gpu or tpu), LCX_DATA_DIR
+(datasets). The first command installs into .venv under a file lock, so concurrent srun tasks
+wait for one install; a venv that already has the wanted extras is reused.
 USAGE
 }
 
+# ensure_venv EXTRA...: the venv has lcx with at least these extras (and LCX_EXTRAS). The stamp
+# holds the pyproject.toml hash and the extras installed: a superset is reused, anything else
+# installs the union, so alternating `test` and `bench` installs each extra once.
 ensure_venv() {
-  local stamp="$VENV/.lcx-install" want
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
+  local stamp="$VENV/.lcx-install" hash old_hash="" have="" want extra spec=.
+  hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  mkdir -p "$VENV"
+  exec 9>"$VENV/.lcx-install.lock"
+  command -v flock >/dev/null && flock 9  # concurrent srun tasks: one installs, the rest wait
   [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
-  if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    echo "[lcx] installing lcx[$EXTRAS] into $VENV ..." >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$EXTRAS]"
-    echo "$want" > "$stamp"
+  if [[ -f "$stamp" ]]; then read -r old_hash have < "$stamp" || true; fi
+  [[ "$old_hash" == "$hash" ]] || have=""
+  want=$have
+  for extra in "$@" ${LCX_EXTRAS//,/ }; do
+    [[ ",$want," == *",$extra,"* ]] || want="${want:+$want,}$extra"
+  done
+  if [[ "$old_hash" != "$hash" || "$want" != "$have" ]]; then
+    [[ -n "$want" ]] && spec=".[$want]"
+    echo "[lcx] installing lcx${spec#.} into $VENV ..." >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    echo "$hash $want" > "$stamp"
   fi
+  exec 9>&-
 }
 
 cmd=${1:-help}
 [[ $# -gt 0 ]] && shift
+# Extras each command needs beyond the base install.
 case "$cmd" in
   help|-h|--help) usage; exit 0 ;;
-  bench) [[ ",$EXTRAS," == *,bench,* ]] || EXTRAS="$EXTRAS,bench"; ensure_venv ;;
-  quickstart|train|eval|data|test) ensure_venv ;;
+  quickstart|train|eval|data) ensure_venv ;;
+  test) ensure_venv test ;;
+  bench) ensure_venv bench ;;
   *) echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
 
