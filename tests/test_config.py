@@ -3,6 +3,7 @@
 import pytest
 
 from lcx import config as config_lib
+from lcx.positions import remaps
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
@@ -132,3 +133,34 @@ def test_command_line_errors_fail_before_compiling(tmp_path, flag, message):
   assert lines[-1].startswith("error: " + message), lines[-1]
   assert "Traceback" not in proc.stderr
   assert not workdir.exists()  # nothing written: no config.json, checkpoints or metrics
+
+
+def test_learned_table_must_cover_training_and_randomized_positions():
+  config = tiny_config("learned")
+  config.model.position.num_positions = config.data.seq_len - 1
+  with pytest.raises(ValueError, match=rf"the learned table has {config.data.seq_len - 1} "
+                     rf"positions .* but {config.data.seq_len} are needed"):
+    config_lib.validate(config)
+  config.model.position.num_positions = config.data.seq_len
+  config_lib.validate(config)
+  config.train.random_positions = 4 * config.data.seq_len
+  with pytest.raises(ValueError, match=rf"but {4 * config.data.seq_len} are needed"):
+    config_lib.validate(config)
+
+
+def test_relative_remap_with_absolute_scheme_fails_in_validation():
+  config = tiny_config("sinusoidal")
+  config.model.remap = remaps.default_config("self_extend")
+  with pytest.raises(ValueError, match=r"model.remap.name='self_extend' remaps relative "
+                     r"distances, but model.position.name='sinusoidal' embeds absolute positions"):
+    config_lib.validate(config)
+
+
+def test_task_eval_skips_text_eval_lengths():
+  """A task's eval widths are checked per example; eval.multipliers mean nothing for it."""
+  config = tiny_config("learned")
+  config.data.name = "task"
+  config_lib.validate_eval(config)  # 8x seq_len would exceed the learned table for text
+  config.data.name = "stdlib"
+  with pytest.raises(ValueError, match=r"are needed"):
+    config_lib.validate_eval(config)
