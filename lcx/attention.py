@@ -5,7 +5,8 @@ depends on positions only, once per forward pass, and its result (a `Plan`) is s
 layer: the remap's branches and, in the dense kernel, the mask and each branch's bias. A learned
 bias (T5, FIRE) is then evaluated once per step and its gradient flows back once, not once per
 layer. `attend(q, k, v, plan, scheme=)` does the per-layer work; the scheme's `rotate` hook acts
-there because it touches q and k.
+there because it touches q and k. q and k come token-major (the rotary hooks' layout), v goes in
+and the output comes out head-major, the layouts the matmuls around them want (no copies).
 
 Both kernels take the same ingredients, so they agree to float precision:
   - the scheme's `rotate` and `bias` hooks (positions in, no stored (T, T) tables),
@@ -114,15 +115,16 @@ def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
               {"mask_BxTxT": mask_BxTxT, "biases": biases, "uses": uses})
 
 
-def attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme):
+def attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan: Plan, *, scheme) -> jax.Array:
+  """-> out_BxHxTxK."""
   b, t, h, d = q_BxTxHxK.shape
   rotated = _rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
   logits = _merge([(_logits(q, k, bias), use) for (q, k), bias, use
                    in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
   logits = jnp.where(plan.extras["mask_BxTxT"][:, None, None], logits, NEG_INF)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v_BxTxGxK.dtype)
-  out = jnp.einsum("bgrqk,bkgd->bqgrd", probs, v_BxTxGxK)
-  return out.reshape(b, t, h, d)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v_BxGxTxK.dtype)
+  out_BxGxRxTxK = jnp.einsum("bgrqk,bgkd->bgrqd", probs, v_BxGxTxK)
+  return out_BxGxRxTxK.reshape(b, h, t, d)
 
 
 # --- Chunked: online softmax over key blocks; memory O(T * chunk), not O(T^2). ---
@@ -133,12 +135,13 @@ def prepare_chunked(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
   return Plan(branches, pos_BxT, seg_BxT, doc_BxT, {"pattern": pattern})
 
 
-def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme, chunk_size=512):
-  """Query block i visits key blocks 0..i only (causality), so the work is half of dense.
+def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan: Plan, *, scheme,
+                   chunk_size=512) -> jax.Array:
+  """-> out_BxHxTxK. Query block i visits key blocks 0..i only (causality), so the work is half of dense.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
-  q, k and v are laid out head-major (BxGxRxTxK, BxGxTxK) once, before the loops, so every
-  block product is a plain batched matmul over contiguous rows: no per-block layout copies.
+  q and k are laid out head-major (BxGxRxTxK, BxGxTxK) once, before the loops (v comes so), so
+  every block product is a plain batched matmul over contiguous rows: no per-block layout copies.
   """
   b, t, h, d = q_BxTxHxK.shape
   g = k_BxTxGxK.shape[2]
@@ -153,7 +156,7 @@ def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme, chunk
   rotated = [(q_major(q) * (d ** -0.5), kv_major(k),
               dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)))
              for (q, k), br in zip(_rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme), plan.branches)]
-  v_BxGxTxK = kv_major(v_BxTxGxK)
+  v_BxGxTxK = jnp.pad(v_BxGxTxK, [(0, 0), (0, 0), (0, tp - t), (0, 0)], mode="edge")
   pos_BxT, doc_BxT = pad(plan.pos_BxT), pad(plan.doc_BxT)
   seg_BxT = jnp.pad(plan.seg_BxT, [(0, 0), (0, tp - t)])  # segment 0: never attended
   rows = lambda x, start, axis=1: jax.lax.dynamic_slice_in_dim(x, start, c, axis=axis)
@@ -189,14 +192,14 @@ def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan: Plan, *, scheme, chunk
     return (acc / l[..., None]).astype(q_BxTxHxK.dtype)  # BxGxRxCxK
 
   out_NxBxGxRxCxK = jax.lax.map(query_block, jnp.arange(n))
-  out_BxTxHxK = jnp.transpose(out_NxBxGxRxCxK, (1, 0, 4, 2, 3, 5)).reshape(b, tp, h, d)
-  return out_BxTxHxK[:, :t]
+  out_BxHxTxK = jnp.transpose(out_NxBxGxRxCxK, (1, 2, 3, 0, 4, 5)).reshape(b, h, tp, d)
+  return out_BxHxTxK[:, :, :t]
 
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   prepare: Callable[..., Plan]
-  attend: Callable[..., jax.Array]  # attend(q, k, v, plan, *, scheme)
+  attend: Callable[..., jax.Array]  # attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme)
 
 
 def _kernels(chunk_size: int) -> dict[str, Kernel]:
@@ -212,15 +215,20 @@ def get_kernel(name: str, chunk_size: int) -> Kernel:
   return kernels[name]
 
 
+_head_major = lambda x_BxTxNxK: jnp.swapaxes(x_BxTxNxK, 1, 2)
+_token_major = lambda x_BxNxTxK: jnp.swapaxes(x_BxNxTxK, 1, 2)
+
+
 def dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None):
-  """One-call dense attention (tests, single layers): prepare then attend."""
+  """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  return attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan, scheme=scheme)
+  return _token_major(attend_dense(q_BxTxHxK, k_BxTxGxK, _head_major(v_BxTxGxK), plan,
+                                   scheme=scheme))
 
 
 def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
             chunk_size=512):
-  """One-call chunked attention (tests, single layers): prepare then attend."""
+  """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  return attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, plan, scheme=scheme,
-                        chunk_size=chunk_size)
+  return _token_major(attend_chunked(q_BxTxHxK, k_BxTxGxK, _head_major(v_BxTxGxK), plan,
+                                     scheme=scheme, chunk_size=chunk_size))

@@ -7,6 +7,8 @@ Every parameter carries logical axis names that `lcx.sharding` maps onto the mes
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -48,9 +50,36 @@ class Attention(nnx.Module):
     dt = x_BxLxD.dtype
     q_BxLxHxK = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
     k_BxLxGxK = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
-    v_BxLxGxK = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wv[...].astype(dt))
-    out_BxLxHxK = kernel.attend(q_BxLxHxK, k_BxLxGxK, v_BxLxGxK, plan, scheme=scheme)
-    return jnp.einsum("blhk,hkd->bld", out_BxLxHxK, self.wo[...].astype(dt))
+    v_BxGxLxK = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
+    out_BxHxLxK = kernel.attend(q_BxLxHxK, k_BxLxGxK, v_BxGxLxK, plan, scheme=scheme)
+    return jnp.einsum("bhlk,hkd->bld", out_BxHxLxK, self.wo[...].astype(dt))
+
+
+_GELU_C = (2 / math.pi) ** 0.5
+
+
+@jax.custom_vjp
+def gelu(x):
+  """tanh-approximate GELU (jax.nn.gelu's default), with a hand-written derivative.
+
+  Autodiff keeps several B x L x F intermediates of the tanh formula for the backward pass, and
+  XLA:CPU materializes a full-size broadcast of each constant in it; this backward reads only x
+  and recomputes tanh: 6% faster default train step (interleaved A/B, experiments/bench).
+  """
+  return 0.5 * x * (1 + jnp.tanh(_GELU_C * (x + 0.044715 * x ** 3)))
+
+
+def _gelu_fwd(x):
+  return gelu(x), x
+
+
+def _gelu_bwd(x, g):
+  t = jnp.tanh(_GELU_C * (x + 0.044715 * x ** 3))
+  dt_dx = (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * x * x)
+  return (g * (0.5 * (1 + t) + 0.5 * x * dt_dx),)
+
+
+gelu.defvjp(_gelu_fwd, _gelu_bwd)
 
 
 class MLP(nnx.Module):
@@ -69,7 +98,7 @@ class MLP(nnx.Module):
     if self.swiglu:
       h_BxLxF = h_BxLxF * jax.nn.silu(x_BxLxD @ self.w_gate[...].astype(dt))
     else:
-      h_BxLxF = jax.nn.gelu(h_BxLxF)
+      h_BxLxF = gelu(h_BxLxF)
     return h_BxLxF @ self.w_out[...].astype(dt)
 
 

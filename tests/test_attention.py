@@ -132,5 +132,5 @@ def test_plan_holds_each_bias_once_for_all_layers():
   scheme.bias = lambda *a: calls.append(1) or bias(*a)
   plan = attention.prepare_dense(pos, seg, scheme=scheme, remap=NO_REMAP)
   for _ in range(3):
-    attention.attend_dense(q, k, v, plan, scheme=scheme)
+    attention.attend_dense(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme)
   assert len(calls) == 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx.model import Decoder
+from lcx.model import Decoder, gelu
 from lcx.positions import remaps
 from tests.helpers import tiny_config
 
@@ -82,3 +82,11 @@ def test_relative_remap_on_absolute_scheme_names_the_fields(remap):
                      r"but model.position.name='sinusoidal' embeds absolute positions; with it "
                      r"use model.remap.name in \['compress', 'none'\]"):
     Decoder(cfg, rngs=nnx.Rngs(0))
+
+
+def test_gelu_matches_jax_with_its_gradient():
+  x = jnp.linspace(-8, 8, 1001)
+  np.testing.assert_allclose(gelu(x), jax.nn.gelu(x, approximate=True), atol=1e-6)
+  grad = lambda f: jax.vmap(jax.grad(f))(x)
+  np.testing.assert_allclose(grad(gelu), grad(lambda v: jax.nn.gelu(v, approximate=True)),
+                             atol=1e-5)
