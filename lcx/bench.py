@@ -581,7 +581,7 @@ PLANS = {
     "steps": (2, 1),
     "train_steps": (10, 3),
     "peak_sizes": ([1024, 2048, 4096], [2048]),
-    "eval_lengths": ([1024, 4096, 16384, 32768], [1024, 4096]),
+    "eval_lengths": ([1024, 4096, 16384, 32768, 65536], [1024, 4096]),
     "eval_repeats": (2, 1),
 }
 _LISTS = {"sizes": str, "schemes": str, "peak_sizes": int, "eval_lengths": int}

@@ -45,7 +45,7 @@ def test_dense_eval_memory_estimate():
 
 def test_flags_quick_full_and_overrides():
   full, quick = bench.parse_args([]), bench.parse_args(["--quick"])
-  assert full.sections == list(bench.SECTIONS) and full.eval_lengths[-1] == 32768
+  assert full.sections == list(bench.SECTIONS) and full.eval_lengths[-1] == 65536
   assert len(quick.schemes) < len(full.schemes) and quick.rounds < full.rounds
   args = bench.parse_args(["--quick", "--schemes=nope,fire", "--rounds=7", "--sections=eval"])
   assert (args.schemes, args.rounds, args.sections) == (["nope", "fire"], 7, ["eval"])
