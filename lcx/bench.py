@@ -242,10 +242,13 @@ def xla_matmul(dtype: str, n: int) -> Runner:
 
 
 def torch_matmul(dtype: str, n: int) -> Runner:
+  """PyTorch's matmul on the device JAX runs on (CPU, or CUDA when JAX is on a GPU)."""
   import torch
 
-  a, b = (torch.randn(n, n, dtype=getattr(torch, dtype)) for _ in range(2))
-  step = lambda: torch.matmul(a, b)  # eager CPU: returns when done
+  device = "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
+  a, b = (torch.randn(n, n, dtype=getattr(torch, dtype), device=device) for _ in range(2))
+  sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+  step = lambda: (torch.matmul(a, b), sync())  # eager: returns when done
   return Runner(step, timed(step))
 
 
