@@ -474,8 +474,18 @@ def eval_point(scheme: str, size: str, train_len: int, kernel: str, length: int,
   times = [timed(forward) for _ in range(repeats)]
   return {"length": length, "kernel": kernel, "compile_s": sum(compiles), "first_call_s": first_s,
           "forward_s": statistics.median(times), "forward_s_all": times,
-          "peak_gb": _proc_status_kb("VmHWM") * 1024 / GB, "rss_before_gb": rss_before * 1024 / GB,
-          "hwm_reset": hwm_reset, "programs_compiled": len(compiles)}
+          "peak_gb": _peak_bytes() / GB, "peak_of": jax.default_backend(),
+          "rss_before_gb": rss_before * 1024 / GB, "hwm_reset": hwm_reset,
+          "programs_compiled": len(compiles)}
+
+
+def _peak_bytes() -> int:
+  """Peak memory of the device the forward ran on: the accelerator's allocator peak, or on
+  CPU the process's resident high-water mark (VmHWM, host RAM is the device memory there)."""
+  stats = jax.devices()[0].memory_stats() if jax.default_backend() != "cpu" else None
+  if stats and "peak_bytes_in_use" in stats:
+    return stats["peak_bytes_in_use"]
+  return _proc_status_kb("VmHWM") * 1024
 
 
 SECTIONS = {"peak": section_peak, "train": section_train, "positions": section_positions,
