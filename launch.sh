@@ -46,7 +46,8 @@ ensure_venv() {
   if [[ -f "$stamp" ]]; then read -r old_hash have < "$stamp" || true; fi
   [[ "$old_hash" == "$hash" ]] || have=""
   want=$have
-  for extra in "$@" ${LCX_EXTRAS//,/ }; do
+  local always=${LCX_EXTRAS:-}
+  for extra in "$@" ${always//,/ }; do
     [[ ",$want," == *",$extra,"* ]] || want="${want:+$want,}$extra"
   done
   if [[ "$old_hash" != "$hash" || "$want" != "$have" ]]; then

@@ -26,9 +26,12 @@ def checkout(tmp_path):
   return tmp_path
 
 
-def _start(checkout, *args, extras=""):
+def _start(checkout, *args, extras=None):
+  """extras=None leaves LCX_EXTRAS unset, as on a fresh machine (launch.sh runs under set -u)."""
   env = {"PATH": "/usr/bin:/bin", "PYTHON": str(checkout / "stub_python"),
-         "STUB_LOG": str(checkout / "calls.log"), "LCX_EXTRAS": extras}
+         "STUB_LOG": str(checkout / "calls.log")}
+  if extras is not None:
+    env["LCX_EXTRAS"] = extras
   return subprocess.Popen(["bash", str(checkout / "launch.sh"), *args], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -41,7 +44,7 @@ def _calls(checkout):
   return calls
 
 
-def _launch(checkout, *args, extras=""):
+def _launch(checkout, *args, extras=None):
   proc = _start(checkout, *args, extras=extras)
   out, err = proc.communicate(timeout=30)
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), _calls(checkout)
@@ -67,7 +70,7 @@ def _installs(calls):
 
 
 def test_each_command_installs_its_extras_once(checkout):
-  def pip(*args, extras=""):
+  def pip(*args, extras=None):
     return _installs(_launch(checkout, *args, extras=extras)[1])
 
   proc, calls = _launch(checkout, "train", "--workdir=w")
