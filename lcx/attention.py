@@ -99,14 +99,10 @@ class Plan:
   extras: dict[str, Any]
 
 
-def _branches(pos_BxT, seg_BxT, remap):
-  return remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
-
-
 # --- Dense: materializes the full BxHxTxT logits; fastest at training lengths. ---
 
 def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
-  branches, doc_BxT = _branches(pos_BxT, seg_BxT, remap)
+  branches, doc_BxT = remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
   idx = jnp.arange(pos_BxT.shape[1])
   mask_BxTxT = _mask(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, pattern)
   biases = [scheme.bias(br.q_pos, br.k_pos) for br in branches]
@@ -131,13 +127,13 @@ def attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan: Plan, *, scheme) -> jax.
 
 def prepare_chunked(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
   del scheme  # biases are evaluated block by block in `attend_chunked`
-  branches, doc_BxT = _branches(pos_BxT, seg_BxT, remap)
+  branches, doc_BxT = remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
   return Plan(branches, pos_BxT, seg_BxT, doc_BxT, {"pattern": pattern})
 
 
 def attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan: Plan, *, scheme,
                    chunk_size=512) -> jax.Array:
-  """-> out_BxHxTxK. Query block i visits key blocks 0..i only (causality), so the work is half of dense.
+  """-> out_BxHxTxK. Query block i visits key blocks 0..i only (causality): half of dense's work.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
   q and k are laid out head-major (BxGxRxTxK, BxGxTxK) once, before the loops (v comes so), so
@@ -215,20 +211,22 @@ def get_kernel(name: str, chunk_size: int) -> Kernel:
   return kernels[name]
 
 
-_head_major = lambda x_BxTxNxK: jnp.swapaxes(x_BxTxNxK, 1, 2)
-_token_major = lambda x_BxNxTxK: jnp.swapaxes(x_BxNxTxK, 1, 2)
+def _swap_heads_time(x):
+  """BxTxNxK <-> BxNxTxK."""
+  return jnp.swapaxes(x, 1, 2)
 
 
 def dense(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None):
   """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  return _token_major(attend_dense(q_BxTxHxK, k_BxTxGxK, _head_major(v_BxTxGxK), plan,
-                                   scheme=scheme))
+  v_BxGxTxK = _swap_heads_time(v_BxTxGxK)
+  return _swap_heads_time(attend_dense(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme))
 
 
 def chunked(q_BxTxHxK, k_BxTxGxK, v_BxTxGxK, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
             chunk_size=512):
   """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  return _token_major(attend_chunked(q_BxTxHxK, k_BxTxGxK, _head_major(v_BxTxGxK), plan,
-                                     scheme=scheme, chunk_size=chunk_size))
+  v_BxGxTxK = _swap_heads_time(v_BxTxGxK)
+  return _swap_heads_time(attend_chunked(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme,
+                                         chunk_size=chunk_size))

@@ -443,8 +443,9 @@ def eval_point(scheme: str, size: str, train_len: int, kernel: str, length: int,
   """Forward passes (per-token loss, as `evaluate.Evaluator`) of batch 1 x `length`.
 
   The first call compiles; `repeats` more run the same length again, which must not recompile
-  (XLA compilations are counted). Peak memory is VmHWM after resetting it (clear_refs 5) once
-  the program is compiled, so it covers the repeated forward passes only.
+  (XLA compilations are counted). Peak memory on CPU is VmHWM after resetting it (clear_refs 5)
+  once the program is compiled, so it covers the repeated forward passes only; on an
+  accelerator it is the allocator's peak over the whole process (first call included).
   """
   config = bench_config(scheme, size, 1, train_len)
   graphdef, params = nnx.split(Decoder(config.model, rngs=nnx.Rngs(0)))

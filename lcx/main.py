@@ -91,7 +91,7 @@ def main(argv):
     sharding.initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address,
                                     FLAGS.num_processes, FLAGS.process_id)
     check(config)
-  except (ValueError, AttributeError) as error:
+  except ValueError as error:
     fail(str(error))
   if trains and train.train(config, FLAGS.workdir).interrupted and evaluates:
     say("training stopped early (SIGTERM or preemption): skipping evaluation; run the same "

@@ -139,11 +139,14 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     x_BxLxD = jnp.take(self.embed[...], tokens_BxL, axis=0)
-    x_BxLxD = self.position.embed(x_BxLxD, self.remap.positions(pos_BxL)).astype(self.dtype)
     kernel = attention.get_kernel(kernel, self.chunk_size)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
     plan = kernel.prepare(pos_BxL, seg_BxL, scheme=self.position, remap=self.remap,
                           pattern=self.pattern)
+    # Absolute schemes embed a one-branch remap's positions (remaps.check_scheme refuses the
+    # several-branch remaps with them).
+    embed_pos_BxL = plan.branches[0].q_pos if len(plan.branches) == 1 else pos_BxL
+    x_BxLxD = self.position.embed(x_BxLxD, embed_pos_BxL).astype(self.dtype)
     for block in self.blocks:
       x_BxLxD = block(x_BxLxD, scheme=self.position, kernel=kernel, plan=plan)
     x_BxLxD = self.final_norm(x_BxLxD)

@@ -5,7 +5,7 @@ Attention computes the logits of each branch (rotate + bias with that branch's p
 merges them: start from the LAST branch's logits, then for each earlier branch
     logits = where(use(q_pos_true_BxQx1, k_pos_true_Bx1xK), logits_branch, logits)
 `use` is None only on the last branch. Additive absolute schemes (sinusoidal, learned) embed the
-positions of a one-branch remap (`Remap.positions`); a remap of several branches is a rule on
+positions of a one-branch remap (its only branch's); a remap of several branches is a rule on
 relative distances, so `check_scheme` refuses it with those schemes. Remaps (config `model.remap`):
   none         one branch, positions unchanged
   self_extend  Jin 2024: exact positions where i - j < window; beyond, grouped positions
@@ -48,12 +48,6 @@ class Remap:
 
   def branches(self, q_pos_BxQ: jax.Array, k_pos_BxK: jax.Array) -> list[Branch]:
     return self.fn(q_pos_BxQ, k_pos_BxK)
-
-  def positions(self, pos_BxL: jax.Array) -> jax.Array:
-    """The remapped positions of a one-branch remap (what an absolute scheme embeds); a
-    several-branch remap has no single view, so positions pass unchanged (`check_scheme`)."""
-    branches = self.branches(pos_BxL, pos_BxL)
-    return branches[0].q_pos if len(branches) == 1 else pos_BxL
 
 
 @dataclasses.dataclass(frozen=True)
