@@ -142,11 +142,29 @@ class Evaluator:
         examples += tasks.eval_examples(d.task, size, count, d.seed, tokenizer, depth)
         bucket_N += [next(i for i, (lo, hi) in enumerate(buckets) if lo <= size <= hi)] * count
         depth_N += [depth] * count
-    hits_N, bucket_N, depth_N = self.task_hits(examples), np.array(bucket_N), np.array(depth_N)
-    say(f"task {d.task}: {len(examples)} examples scored")
+    bucket_N, depth_N = np.array(bucket_N), np.array(depth_N)
+    # Each bucket at its own width: short sizes do not pay for the longest, and a bucket the
+    # scheme cannot score (a learned table too short) is reported as skipped, not fatal.
+    hits_N, skipped = np.zeros(len(examples)), {}
+    for i, (lo, hi) in enumerate(buckets):
+      rows = np.flatnonzero(bucket_N == i)
+      if not rows.size:
+        continue
+      chosen = [examples[r] for r in rows]
+      try:
+        positions.check_eval_length(self.config.model.position, _dims(self.config),
+                                    max(len(p) + len(a) for p, a in chosen) - 1)
+      except ValueError as error:
+        skipped[i] = str(error)
+        say(f"task {d.task}: sizes {lo}-{hi} skipped: {error}")
+        continue
+      hits_N[rows] = self.task_hits(chosen)
+    say(f"task {d.task}: {len(examples)} examples, {len(skipped)} size buckets skipped")
 
     def by_bucket(rows_N):
-      return {f"{lo}-{hi}": _accuracy(hits_N[rows_N & (bucket_N == i)])
+      return {f"{lo}-{hi}": ({"accuracy": None, "examples": int((rows_N & (bucket_N == i)).sum()),
+                              "skipped": skipped[i]} if i in skipped else
+                             _accuracy(hits_N[rows_N & (bucket_N == i)]))
               for i, (lo, hi) in enumerate(buckets)}
 
     everything = np.ones(len(examples), bool)
@@ -266,6 +284,8 @@ def format_task_table(name: str, results: dict) -> str:
   lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
   lines.insert(1, "  ".join("-" * w for w in widths))
   low, high = results["train_sizes"]
+  lines += [f"sizes {bucket} skipped: {r['skipped']}" for bucket, r in results["buckets"].items()
+            if "skipped" in r]
   return (f"{name}: {results['task']} exact match by task size; trained on sizes {low}-{high}\n"
           + "\n".join(lines))
 

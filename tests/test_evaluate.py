@@ -204,3 +204,19 @@ def test_train_and_eval_from_the_command_line(tmp_path):
   assert sorted(results["lengths"]) == ["32", "64"] and results["step"] == 10
   assert "perplexity (per token) by eval length; train length 32" in out.stdout
   assert json.load(open(tmp_path / "config.json"))["model"]["vocab_size"] == 259
+
+
+def test_task_buckets_past_a_learned_table_are_skipped_not_fatal(tmp_path, capsys):
+  """A learned table of 16 positions scores the sizes it covers; longer buckets say why not."""
+  config = tiny_config("learned", steps=20, checkpoint_every=1000)
+  config.data.update(name="task", task="copy", task_min_len=1, task_max_len=6, seq_len=16,
+                     batch_size=8, task_eval_examples=40)
+  train.train(config, str(tmp_path))
+  results = evaluate.evaluate(config, str(tmp_path))
+  buckets = results["buckets"]
+  assert list(buckets) == ["1-6", "7-12", "13-24"]
+  assert buckets["1-6"]["accuracy"] is not None and "skipped" not in buckets["1-6"]
+  long = buckets["13-24"]
+  assert long["accuracy"] is None and long["examples"] > 0
+  assert "the learned table has 16 positions" in long["skipped"]
+  assert "sizes 13-24 skipped: model.position.max_len_policy='error'" in capsys.readouterr().out
