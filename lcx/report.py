@@ -260,6 +260,42 @@ def variant_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   return "\n\n".join(out)
 
 
+SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
+
+
+def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
+  """Runs named STEM-s<seed> that differ only in the seed: per length, the mean over seeds and
+  [min, max] across them (the run-to-run spread, where the per-run CIs above are the sampling
+  spread over documents). One table per protocol group; stems with one seed are left out."""
+  fmt = _ppl if metric == "perplexity" else _f3
+  out = []
+  for group in _groups(_lengths_results(results), _length_group_key):
+    by_stem: dict = {}
+    for r in group:
+      match = SEEDED_RUN.match(str(r["run"]))
+      if match:
+        by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
+    by_stem = {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+    if not by_stem:
+      continue
+    lengths = sorted({int(n) for rs in by_stem.values() for r in rs for n in r["lengths"]})
+    rows = []
+    for (stem, variant), rs in by_stem.items():
+      seeds = ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in rs), key=int))
+      row = [f"{stem}/{variant}", seeds]
+      for n in map(str, lengths):
+        values = [r["lengths"][n][metric] for r in rs if n in r["lengths"]]
+        row.append(_cell(sum(values) / len(values), [min(values), max(values)], fmt)
+                   if len(values) == len(rs) else "-")
+      rows.append(row)
+    train_len = group[0]["train_len"]
+    out.append(f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. "
+               f"Cells: mean over seeds [min, max across seeds].\n\n" + markdown_table(
+                   ["runs/variant", "seeds"] + [_times(n, train_len) for n in lengths], rows,
+                   align="ll" + "r" * len(lengths)))
+  return "\n\n".join(out)
+
+
 def _longest(r: dict) -> str:
   return max(r["lengths"], key=int)
 
@@ -391,6 +427,7 @@ def sections(results: Sequence[dict]) -> list[tuple[str, str, str | None]]:
   candidates = [
       ("Perplexity by evaluation length", length_tables(results), "perplexity"),
       ("Bits per byte by evaluation length", length_tables(results, "bits_per_byte"), None),
+      ("Perplexity across seeds", seed_tables(results), None),
       ("Variants by evaluation length, per run", variant_tables(results), "variants"),
       ("Loss by position", position_tables(results), "loss_by_position"),
       ("Task exact match by size", task_tables(results), "tasks"),

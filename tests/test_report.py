@@ -315,3 +315,17 @@ def test_mean_reciprocal_rank_across_tasks():
                                "rope": (1 / 3 + 1 / 2) / 2}, abs=1e-3)
   assert "0.900" in table  # nope on copy: the mean over its two seeds
   assert report.rank_tables(results[:4]) == ""  # one task: no ranking
+
+
+def test_seed_table_is_mean_and_range_over_seeds():
+  results = [lengths_result(run=f"books-rope-s{seed}", losses={1: 2.0 + 0.1 * seed, 2: 2.5})
+             for seed in (0, 1, 2)] + [lengths_result(run="books-alibi-s0")]
+  text = report.seed_tables(results)
+  row = next(line for line in text.splitlines() if line.startswith("| books-rope/none"))
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  ppl = [math.exp(2.0 + 0.1 * seed) for seed in (0, 1, 2)]
+  assert cells[1] == "0,1,2"
+  assert cells[2] == f"{sum(ppl) / 3:.2f} [{ppl[0]:.2f}, {ppl[2]:.2f}]"
+  assert cells[3] == f"{math.exp(2.5):.2f} [{math.exp(2.5):.2f}, {math.exp(2.5):.2f}]"
+  assert "books-alibi" not in text  # one seed: no spread to show
+  assert report.seed_tables([lengths_result(run="rope")]) == ""
