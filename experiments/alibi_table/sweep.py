@@ -1,5 +1,7 @@
 """ALiBi paper Table 2 / Figure 1 analog: every position family trained short (L=64), tested to
-32x L, on books (and the paper's five schemes on stdlib too), windows and sliding protocols.
+32x L, on books (and the paper's five schemes on stdlib too), windows and sliding protocols; plus,
+for the NoPE paper's text shape, the loss of the last L tokens of each long held-out book as the
+context before them grows (protocol last_k on long documents, seed 0 of every books run).
 
 `./launch.sh sweep experiments/alibi_table` (CPU, 2 cores) or `experiments/alibi_table:full`
 (one GPU host: the default-size model at L=256, 4000 steps). Seeds 0-2 for the five schemes the
@@ -52,4 +54,8 @@ def get_runs(arg=""):
         runs[f"{name}-sliding"] = Run("", {"eval.variants": "none", "eval.protocol": "sliding",
                                            "eval.multipliers": sliding_multipliers},
                                       needs=(name,), mode="eval", on=name)
+        if data == "books" and seed == 0:  # the NoPE paper's last-k shape (experiments/nope_tasks)
+          runs[f"{name}-last_k"] = Run("", {
+              "eval.variants": "none", "eval.protocol": "last_k", "eval.last_k": seq_len,
+              "eval.documents": "long"}, needs=(name,), mode="eval", on=name)
   return runs
