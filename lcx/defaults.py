@@ -78,6 +78,10 @@ def get_config(arg=None):
   # fresh optimizer and schedule: fine-tuning at a new data.seq_len / position scaling.
   config.train.init_from = ""
   config.train.init_from_any_scheme = False  # True: init_from may change model.position.name
+  # A JSON file whose RoPE scaling replaces model.position.scaling before anything is built: a HF
+  # config.json, a bare scaling dict, or the LongRoPE search's WORKDIR/longrope/factors.json (to
+  # fine-tune with searched factors). "": off.
+  config.train.scaling_file = ""
   config.train.eval_every = 0  # >0: score eval.during_train lengths every N steps
 
   config.eval = ml_collections.ConfigDict()

@@ -24,6 +24,7 @@ from flax import nnx
 
 from lcx import checkpoint, config as config_lib, data, defaults, sharding
 from lcx.data import tokenizers
+from lcx.evaluate import variants
 from lcx.metrics import say
 from lcx.model import Decoder, is_variable
 from lcx.positions import scaling as scaling_lib
@@ -82,6 +83,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   `workdir`: the run to train; with it a `train.init_from` is resolved (`_init_from`) and
   checked against its source, and `init_from` of the result says where parameters come from.
   """
+  config = with_scaling_file(config)
   config_lib.validate(config)
   data.open_source(config.data)  # a missing corpus fails here, before anything is written
   tokenizer = data.get_tokenizer(config.data)
@@ -95,6 +97,24 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   if source is not None:
     _check_source(config, abstract_params, source, source_cfg)
   return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source)
+
+
+def with_scaling_file(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with model.position.scaling read from train.scaling_file (a copy; unchanged
+  without one), so a fine-tune trains with e.g. searched LongRoPE factors and its config.json
+  records both the file and the factors."""
+  path = config.train.get("scaling_file", "")
+  if not path:
+    return config
+  if "scaling" not in config.model.position:
+    raise ValueError(f"train.scaling_file={path!r} is not allowed with model.position.name="
+                     f"{config.model.position.name!r}; allowed: a rotary scheme (it has a "
+                     "scaling)")
+  try:
+    scaling = scaling_lib.read_hf_scaling(path)
+  except ValueError as error:
+    raise ValueError(f"train.scaling_file={path!r}: {error}") from None
+  return variants.apply(config, {variants.SCALING: scaling})
 
 
 def for_variant(prepared: Prepared, config: ml_collections.ConfigDict) -> Prepared:

@@ -206,3 +206,23 @@ def test_the_cli_refuses_a_missing_source_before_writing(tmp_path):
   assert proc.stderr.strip().splitlines()[-1] == (
       f"error: train.init_from='{tmp_path}/missing': no such directory {tmp_path}/missing")
   assert not workdir.exists()
+
+
+def test_a_scaling_file_sets_the_scaling_the_finetune_trains_with(source, tmp_path):
+  long_factor = [1.0, 1.0, 1.5, 1.5, 2.0, 2.5, 3.0, 3.5]  # head_dim 16: 8 rotary pairs
+  factors = tmp_path / "factors.json"
+  factors.write_text(json.dumps({"rope_type": "longrope", "factor": 2.0,
+                                 "original_max_position_embeddings": 32,
+                                 "short_factor": [1.0] * 8, "long_factor": long_factor}))
+  config = _finetune_config(source, scaling_file=str(factors))
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  prepared = prepare.prepare(config, str(workdir))
+  scaling = prepared.config.model.position.scaling
+  assert scaling.rope_type == "longrope"
+  assert list(scaling.long_factor) == long_factor
+  assert prepared.config.train.scaling_file == str(factors)
+  _refused(_finetune_config(source, scaling_file=str(tmp_path / "missing.json")), workdir,
+           r"train.scaling_file=.*missing.json.*cannot read")
+  nope = tiny_config("nope", scaling_file=str(factors))
+  _refused(nope, workdir, r"train.scaling_file=.* is not allowed with model.position.name='nope'")

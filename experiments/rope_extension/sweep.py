@@ -1,6 +1,7 @@
 """PI / YaRN / LongRoPE analog: one RoPE checkpoint trained at L, evaluated at 1x-16x L with every
 training-free extension method (PI, NTK, dynamic NTK, YaRN, llama3, searched LongRoPE,
-Self-Extend, ReRoPE) on long documents, then fine-tuned briefly at 4x L (PI, YaRN).
+Self-Extend, ReRoPE) on long documents, then fine-tuned briefly at 4x L (PI, YaRN, and
+LongRoPE with its searched factors).
 
 `./launch.sh sweep experiments/rope_extension` (CPU) or `experiments/rope_extension:full`.
 Claims (positions.md): no scaling explodes past L; PI needs fine-tuning; NTK, dynamic and YaRN
@@ -42,4 +43,9 @@ def get_runs(arg=""):
         "model.position.scaling.rope_type": rope_type,
         "model.position.scaling.factor": float(s), **extra,
         "eval.variants": "none", **evaluation}, needs=("rope",))
+  # LongRoPE: fine-tuned with the factors its search found (train.scaling_file).
+  runs["longrope_finetuned"] = Run(ft_config, {
+      "train.init_from": "{runs}/rope", "train.warmup_steps": 20,
+      "train.scaling_file": "{runs}/rope/longrope/factors.json",
+      "eval.variants": "none", **evaluation}, needs=("rope", "longrope_search"))
   return runs
