@@ -97,6 +97,7 @@ def get_config(arg=None):
   config.eval.sample_seed = 0  # which validation documents (a seeded draw across the split)
   # >0: score at randomized positions, a sorted sample of [0, this) per document (Ruoss 2023's
   # reference samples at test time too), drawn with eval.sample_seed; 0: positions 0..n-1.
+  # Every evaluator's scoring (lcx/evaluate/runner.py), not the passkey probe's generation.
   config.eval.random_positions = 0
   config.eval.bootstrap = 1000  # resamples of documents for 95% confidence intervals (0: none)
   config.eval.buckets_per_octave = 4  # loss-by-position buckets, log-spaced
