@@ -258,8 +258,11 @@ def kerple_power(distance, r1, r2):
   return -r1 * jnp.where(positive, jnp.exp(r2 * jnp.log(jnp.where(positive, d, 1.0))), 0.0)
 
 
-class Kerple(Scheme):
+class KerpleBias:
   """bias = kernel(i - j; r1_h, r2_h) with r1, r2 > 0 learned per head (shared by layers).
+
+  A mixin of the two registered schemes (kernel and r2's upper bound set by each), not a
+  Scheme itself: every Scheme subclass is a registered name.
 
   As in the paper's code: r1 and r2 start uniform in (0, r1_init) and (0, r2_init) (or at those
   values, init='constant') and are clamped to >= eps (r2 of the power variant to [eps, 2]).
@@ -293,7 +296,7 @@ KERPLE_DEFAULTS = {"init": "uniform", "eps": KERPLE_EPS}
 
 
 @register("kerple_log", {"r1_init": 2.0, "r2_init": 1.0, **KERPLE_DEFAULTS}, check=_check_kerple)
-class KerpleLog(Kerple):
+class KerpleLog(KerpleBias, Scheme):
   """-r1 ln(1 + r2 |i - j|): the paper's best variant (its code: r1 ~ U(0, 2), r2 ~ U(0, 1))."""
 
   kernel = staticmethod(kerple_log)
@@ -301,7 +304,7 @@ class KerpleLog(Kerple):
 
 @register("kerple_power", {"r1_init": 1.0, "r2_init": 2.0, **KERPLE_DEFAULTS},
           check=_check_kerple_power)
-class KerplePower(Kerple):
+class KerplePower(KerpleBias, Scheme):
   """-r1 |i - j|^r2, r2 in (0, 2] (its code: r1 ~ U(0, 1), r2 ~ U(0, 2)); r2 = 1 is a learned
   ALiBi."""
 
