@@ -133,6 +133,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.train.random_positions and config.train.random_positions < config.data.seq_len:
     raise ValueError(f"train.random_positions={config.train.random_positions} must be 0 (off) "
                      f"or >= data.seq_len={config.data.seq_len}")
+  _check_sampled_positions(config)
   if config.train.eval_every and config.data.name == "task":
     raise ValueError(f"train.eval_every={config.train.eval_every} scores validation text; a "
                      "data.name='task' run is scored by exact match after training "
@@ -142,7 +143,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   positions.validate(m.position, dims)
   # A learned table must cover the training windows, and the sampled positions if randomized.
   positions.check_eval_length(m.position, dims,
-                              max(train_length(config), config.train.random_positions))
+                              max(train_length(config), config.train.random_positions,
+                                  config.train.pose_target))
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
   check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
@@ -160,6 +162,21 @@ def _check_position_fields(model_cfg) -> None:
     raise ValueError(f"model.head_dim={model_cfg.head_dim} must be even for the rotary scheme "
                      f"{p.name!r} (it rotates pairs of features); set an even model.head_dim, "
                      f"or model.position.rotary_dim to an even number below {model_cfg.head_dim}")
+
+
+def _check_sampled_positions(config) -> None:
+  """PoSE and randomized positions: each 0 (off) or enough positions for a row; not both."""
+  t, seq_len = config.train, config.data.seq_len
+  if not (t.pose_target == 0 or t.pose_target >= seq_len):
+    raise ValueError(f"train.pose_target={t.pose_target!r} is not allowed; allowed: 0 (off) or "
+                     f">= data.seq_len={seq_len}")
+  if t.pose_target and t.random_positions:
+    raise ValueError(f"train.pose_target={t.pose_target!r} is not allowed with "
+                     f"train.random_positions={t.random_positions!r}; allowed: one of the two, "
+                     "the other 0")
+  if config.eval.random_positions < 0:
+    raise ValueError(f"eval.random_positions={config.eval.random_positions!r} is not allowed; "
+                     "allowed: 0 (off) or >= the longest eval length")
 
 
 def sharded_dims(config) -> list[tuple[str, str, int]]:
@@ -203,6 +220,10 @@ def validate_eval(config: ml_collections.ConfigDict) -> None:
                        "(data.task_eval_depths for needle depths)")
     return
   ev, lengths = config.eval, eval_lengths(config)
+  if 0 < ev.random_positions < max(lengths):
+    raise ValueError(f"eval.random_positions={ev.random_positions!r} is not allowed; allowed: 0 "
+                     f"(off) or >= the longest eval length {max(lengths)} (each window needs "
+                     "that many distinct positions)")
   protocols = _items(ev.protocol)
   if "last_k" in protocols and "long" not in _items(ev.documents):
     raise ValueError(f"eval.protocol='last_k' scores the end of long documents: it needs "

@@ -70,6 +70,9 @@ def get_config(arg=None):
   config.train.weight_decay = 0.1  # on matrices only
   config.train.clip_norm = 1.0
   config.train.random_positions = 0  # >0: Ruoss 2023 randomized positions from [0, this)
+  # >0: PoSE (Zhu 2024) positions toward this length: each document's positions in two chunks,
+  # the second shifted by a random skip, all below this (not with random_positions).
+  config.train.pose_target = 0
   config.train.log_every = 50
   config.train.checkpoint_every = 500
   config.train.keep_checkpoints = 3
@@ -96,6 +99,10 @@ def get_config(arg=None):
   config.eval.last_k = 0  # last_k: tokens scored at each document prefix's end (0: L / 4)
   config.eval.num_tokens = 65536  # validation tokens scored at every length
   config.eval.sample_seed = 0  # which validation documents (a seeded draw across the split)
+  # >0: score at randomized positions, a sorted sample of [0, this) per document (Ruoss 2023's
+  # reference samples at test time too), drawn with eval.sample_seed; 0: positions 0..n-1.
+  # Every evaluator's scoring (lcx/evaluate/runner.py), not the passkey probe's generation.
+  config.eval.random_positions = 0
   config.eval.bootstrap = 1000  # resamples of documents for 95% confidence intervals (0: none)
   config.eval.buckets_per_octave = 4  # loss-by-position buckets, log-spaced
   config.eval.batch_tokens = 16384  # tokens per forward pass

@@ -73,13 +73,16 @@ def make_step(graphdef, tx, config):
   """The pure train step: (params, opt_state, batch, step) -> (params, opt_state, metrics)."""
   schedule = learning_rate(config.train)
   key = jax.random.key(config.seed)
-  random_max = config.train.random_positions
+  random_max, pose_target = config.train.random_positions, config.train.pose_target
 
   def step_fn(params, opt_state, batch, step):
     pos_BxL = batch["positions"]
     if random_max:
       pos_BxL = positions.randomized_positions(jax.random.fold_in(key, step), pos_BxL,
                                                random_max, batch["segment_ids"])
+    if pose_target:  # config.validate: never with random_max
+      pos_BxL = positions.pose_positions(jax.random.fold_in(key, step), pos_BxL, pose_target,
+                                         batch["segment_ids"])
     loss, grads = jax.value_and_grad(
         lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(params)
     updates, opt_state = tx.update(grads, opt_state, params)

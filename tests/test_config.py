@@ -170,3 +170,35 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
   for name in ("task", "stdlib"):
     config.data.name = name
     config_lib.validate_eval(config)  # 8x seq_len exceeds the learned table
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"train.pose_target": 16},
+     r"train.pose_target=16 is not allowed; allowed: 0 \(off\) or >= data.seq_len=32"),
+    ({"train.pose_target": 128, "train.random_positions": 256},
+     r"train.pose_target=128 is not allowed with train.random_positions=256; allowed: one of"),
+    ({"eval.random_positions": -1}, r"eval.random_positions=-1 is not allowed; allowed: 0 \(off\)"),
+])
+def test_sampled_positions_are_checked_naming_the_fields(fields, message):
+  config = tiny_config()
+  for field, value in fields.items():
+    section, key = field.split(".")
+    config[section][key] = value
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)
+
+
+def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths():
+  config = tiny_config("learned", pose_target=128)
+  with pytest.raises(ValueError, match=r"the learned table has 32 positions .* but 128 are"):
+    config_lib.validate(config)
+  config.model.position.num_positions = 128
+  config_lib.validate(config)
+  config = tiny_config()
+  config.eval.random_positions = 128  # eval lengths 32..256 by default multipliers (1, 2, 4, 8)
+  config_lib.validate(config)
+  with pytest.raises(ValueError, match=r"eval.random_positions=128 is not allowed; allowed: 0 "
+                     r"\(off\) or >= the longest eval length 256"):
+    config_lib.validate_eval(config)
+  config.eval.random_positions = 256
+  config_lib.validate_eval(config)

@@ -123,7 +123,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(positions.patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 4 * 7 + 4 * 4 + 2 * 2 + 9 * 3
+  assert len(cases) == 3 * 4 * 7 + 7 * 4 + 2 * 2 + 12 * 3
   assert QUICK <= set(cases)
 
 

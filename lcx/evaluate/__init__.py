@@ -82,7 +82,8 @@ def restore(prepared, workdir: str, step: int | None = None):
 def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   """(result name, variant, overrides, config) for each of eval.variants x (for text runs)
   eval.protocol x eval.documents, all checked before any runs. The result name is the variant's
-  file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless that is windows over the stream."""
+  file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless that is windows over the stream, and
+  `.randomM` (M recorded in the overrides too) with eval.random_positions=M."""
   cfg, out = prepared.config, []
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(
       cfg.eval)
@@ -96,11 +97,25 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
       name = variants.file_name(spec)[:-len(".json")]
       if (protocol, documents) != ("windows", "stream"):
         name += f".{protocol}-{documents}"
+      sampled = combo_cfg.eval.random_positions
+      if sampled:  # scored at other positions: its own file, and said in the overrides
+        name += f".random{sampled}"
+        changes = {**changes, "eval.random_positions": sampled}
       out.append((name, spec, changes, combo_cfg))
   if not out:
     raise ValueError("eval.variants is empty; give at least one, e.g. 'none'")
   passkey.check_lengths(cfg, prepared.tokenizer)
   return out
+
+
+def _plain_positions(changes: dict, variant_cfg) -> tuple[dict, ml_collections.ConfigDict]:
+  """A variant's overrides and config without eval.random_positions: the passkey probe generates
+  at plain positions, so the setting is not its own (nor may it skip its lengths)."""
+  if not variant_cfg.eval.random_positions:
+    return changes, variant_cfg
+  plain = ml_collections.ConfigDict(variant_cfg.to_dict())
+  plain.eval.random_positions = 0
+  return {k: v for k, v in changes.items() if k != "eval.random_positions"}, plain
 
 
 def _write(path: str, result: dict) -> None:
@@ -166,7 +181,7 @@ def evaluate(config, workdir: str, step: int | None = None, *, force: bool = Fal
   if kind == "lengths" and passkey_lengths:  # once per variant, whatever the protocols
     first = {}
     for name, spec, changes, variant_cfg in todo:
-      first.setdefault(spec, (changes, variant_cfg))
+      first.setdefault(spec, _plain_positions(changes, variant_cfg))
     jobs += [(passkey.result_name(variants.file_name(spec)[:-len(".json")]), spec, changes,
               variant_cfg, "passkey", passkey_lengths,
               lambda runner: passkey.sweep(runner, prepared.tokenizer))

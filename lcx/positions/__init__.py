@@ -5,5 +5,5 @@ from lcx.positions import patterns, remaps  # noqa: F401  (public sub-modules)
 from lcx.positions.base import (SCHEMES, Dims, Scheme, build, check_eval_length, default_config,
                                 register, spec, validate)
 from lcx.positions.biases import alibi_slopes, t5_bucket
-from lcx.positions.randomized import randomized_positions
+from lcx.positions.randomized import pose_positions, randomized_positions
 from lcx.positions.scaling import rope_frequencies

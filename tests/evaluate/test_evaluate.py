@@ -311,3 +311,58 @@ def test_several_protocols_and_document_sets_in_one_call_never_overwrite(rope_ru
     assert os.path.exists(f"{workdir}/eval/{name}.json")
     assert name == "none" or name.split(".")[1] == f"{r['protocol']['protocol']}-" \
         f"{r['protocol']['documents']}"
+
+
+def _untrained_runner(config):
+  """A Runner over freshly initialized parameters (no training: the positions are the point)."""
+  from flax import nnx
+  from lcx.model import Decoder
+  prepared = prepare.prepare(config)
+  params = nnx.state(Decoder(prepared.config.model, rngs=nnx.Rngs(0)), nnx.Param)
+  return runner_lib.Runner(prepared, params)
+
+
+def test_eval_random_positions_change_what_the_model_sees_and_are_seeded():
+  """Two packed documents (12 + 20 tokens) per row: with eval.random_positions each gets a
+  sorted sample of [0, 1024), the same on every call and in any batching; ALiBi's loss moves."""
+  rng = np.random.default_rng(0)
+  inputs, targets = (rng.integers(0, 256, (6, 32)).astype(np.int32) for _ in range(2))
+  pos = np.tile(np.concatenate([np.arange(12), np.arange(20)]), (6, 1)).astype(np.int32)
+  seg = np.tile(np.array([1] * 12 + [2] * 20, np.int32), (6, 1))
+  config = tiny_config("alibi")
+  plain = _untrained_runner(config)
+  config.eval.random_positions = 1024
+  sampled = _untrained_runner(config)
+  seen = sampled.model_positions(pos, seg)
+  np.testing.assert_array_equal(plain.model_positions(pos, seg), pos)
+  assert seen.min() >= 0 and seen.max() < 1024 and seen.max() > 32
+  for doc in (seen[:, :12], seen[:, 12:]):
+    assert np.all(np.diff(doc, axis=1) > 0)
+  np.testing.assert_array_equal(seen, sampled.model_positions(pos, seg))
+  nll = sampled.nll(inputs, targets, pos, seg)
+  assert np.abs(nll - plain.nll(inputs, targets, pos, seg)).max() > 1e-3
+  np.testing.assert_array_equal(nll, sampled.nll(inputs, targets, pos, seg))
+  config.eval.batch_tokens = 64  # two rows per batch instead of all six
+  np.testing.assert_allclose(_untrained_runner(config).nll(inputs, targets, pos, seg), nll,
+                             rtol=1e-5, atol=1e-6)
+  config.eval.sample_seed = 1
+  assert not np.array_equal(_untrained_runner(config).model_positions(pos, seg), seen)
+
+
+def test_eval_random_positions_name_the_results_and_enter_their_overrides():
+  config = tiny_config("rope")
+  config.eval.variants = "none,yarn@4"
+  config.eval.random_positions = 256
+  todo = evaluate.plan(prepare.prepare(config))
+  assert [name for name, *_ in todo] == ["none.random256", "yarn@4.random256"]
+  for _, _, changes, variant_cfg in todo:
+    assert changes["eval.random_positions"] == 256
+    assert variant_cfg.eval.random_positions == 256
+  changes, passkey_cfg = evaluate._plain_positions(todo[1][2], todo[1][3])
+  assert "eval.random_positions" not in changes and passkey_cfg.eval.random_positions == 0
+  assert changes[evaluate.variants.SCALING]["rope_type"] == "yarn"
+  config.eval.random_positions = 0
+  plain = evaluate.plan(prepare.prepare(config))
+  assert [name for name, *_ in plain] == ["none", "yarn@4"]
+  assert evaluate._settings("lengths", todo[0][3], "none", todo[0][2], [32]) != (
+      evaluate._settings("lengths", plain[0][3], "none", plain[0][2], [32]))
