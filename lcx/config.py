@@ -14,9 +14,9 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import data, positions, sharding
+from lcx import data, patterns, positions, sharding
 from lcx.model import DTYPES, Decoder, is_variable
-from lcx.positions import patterns, remaps
+from lcx.positions import remaps
 
 MLPS = ("gelu", "swiglu")
 PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py

@@ -7,8 +7,8 @@ every field and default.
 
 import ml_collections
 
-from lcx import data, positions
-from lcx.positions import patterns, remaps
+from lcx import data, patterns, positions
+from lcx.positions import remaps
 
 SIZES = {  # d_model, num_layers, num_heads, mlp_dim
     "tiny": (64, 2, 4, 256),

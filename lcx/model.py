@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, positions
-from lcx.positions import patterns, remaps
+from lcx import attention, patterns, positions
+from lcx.positions import remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, positions
-from lcx.positions import patterns, remaps
+from lcx import attention, patterns, positions
+from lcx.positions import remaps
 from tests.helpers import schemes_with
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import generate, positions, prepare, train
+from lcx import generate, patterns, positions, prepare, train
 from lcx.data import tasks
 from lcx.evaluate import runner as runner_lib, tasks as task_eval
 from lcx.model import Decoder
@@ -42,7 +42,7 @@ def _model(scheme, remap="none", rope_type="default", pattern="dense"):
     cfg.position.scaling.update(rope_type=rope_type, **SCALINGS[rope_type])
   cfg.remap = remaps.default_config(remap)
   cfg.remap.update(REMAPS[remap])
-  cfg.attention.pattern = positions.patterns.default_config(pattern)
+  cfg.attention.pattern = patterns.default_config(pattern)
   cfg.attention.pattern.update(PATTERNS[pattern])
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   if scheme == "t5":  # zero at init: give the buckets values, so the bias matters
@@ -122,7 +122,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[0] for c in cases} == set(positions.SCHEMES)
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
-  assert {c[3] for c in cases} == set(positions.patterns.PATTERNS) == set(PATTERNS)
+  assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
   assert len(cases) == 3 * 4 * 7 + 4 * 4 + 2 * 2 + 9 * 3
   assert QUICK <= set(cases)
 

@@ -1,5 +1,7 @@
 """Sparse attention patterns (config `model.attention.pattern`): which keys a query may see.
 
+Masks, not positions: they live beside `lcx.attention`, which composes them with causality.
+
 `build(cfg)` returns `allowed(q_idx, k_idx) -> bool` (elementwise, broadcasting), or None for
 dense attention. The indices count tokens inside each packed document (0 at its first token), so
 a document that starts mid-row keeps its own first block; they are not positions, which remaps

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lcx.positions import patterns
+from lcx import patterns
 
 N = 12
 
