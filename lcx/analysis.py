@@ -22,6 +22,7 @@ tokens of their document before them:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -135,10 +136,9 @@ def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
 def _forward(decoder: Decoder, tokens_BxT, pos_BxT, seg_BxT, kernel_name: str):
   """Decoder.__call__ with a recording kernel: ([(q, k) per layer], logits_BxTxV)."""
   kernel = attention.get_kernel(kernel_name, decoder.chunk_size)
-  plan = kernel.prepare(pos_BxT, seg_BxT, scheme=decoder.position, remap=decoder.remap,
-                        pattern=decoder.pattern)
+  plans = decoder.plans(functools.partial(kernel.prepare, pos_BxT, seg_BxT))
   record = []
-  logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plan)
+  logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plans)
   return record, logits
 
 

@@ -54,6 +54,10 @@ def get_config(arg=None):
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
   config.model.position = positions.default_config(arg.pos)
   config.model.remap = remaps.default_config("none")
+  # Per-layer schedule (lcx/model.py): every nope_every-th block without positions (0: none),
+  # and the other blocks attending only to the last position_window keys (0: all).
+  config.model.nope_every = 0
+  config.model.position_window = 0
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512

@@ -4,6 +4,11 @@ Positions and segment ids are explicit inputs: packed documents restart at posit
 attend across documents, and remaps/extension methods act on positions before any hook.
 Every parameter carries logical axis names that `lcx.sharding` maps onto the mesh.
 
+Per-layer position schedule: with `model.nope_every=k` every k-th block (block i with
+(i + 1) % k == 0) gets no position signal (identity hooks, no remap: Llama 4's iRoPE, SmolLM3),
+and with `model.position_window=W` the blocks that do get it attend only to the last W keys
+(RNoPE-SWA); the NoPE blocks keep the full context. Each kind of block has its own plan.
+
 Generation (`lcx.generate`) gives every layer a KV cache (`init_cache`) of unrotated keys and
 values, fills it with a forward pass over the whole cache, then runs `decode` steps: the
 positions, remaps, biases, masks and rotations go through the same attention code as training.
@@ -11,6 +16,7 @@ positions, remaps, biases, masks and rotations go through the same attention cod
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -162,6 +168,13 @@ class Decoder(nnx.Module):
     remaps.check_scheme(cfg.remap, cfg.position.name)
     self.remap = remaps.build(cfg.remap, positions.Dims.of(cfg))
     self.pattern = patterns.build(cfg.attention.pattern)
+    self.nope_every = cfg.nope_every
+    # The NoPE blocks' hooks (identity) and remap (none); the positioned blocks' window.
+    self.identity = positions.Scheme()
+    self.no_remap = remaps.build(remaps.default_config("none"), positions.Dims.of(cfg))
+    window = (functools.partial(patterns.sliding_window, window=cfg.position_window)
+              if cfg.position_window else None)
+    self.positioned_pattern = patterns.intersect(self.pattern, window)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.head = None if cfg.tie_embeddings else _param(
@@ -176,9 +189,29 @@ class Decoder(nnx.Module):
                        f"(prefill) or `decode` steps, not {tokens_BxL.shape[1]} tokens")
     kernel = attention.get_kernel(kernel, self.chunk_size)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
-    plan = kernel.prepare(pos_BxL, seg_BxL, scheme=self.position, remap=self.remap,
-                          pattern=self.pattern)
-    return self.forward(tokens_BxL, pos_BxL, kernel, plan)
+    plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
+    return self.forward(tokens_BxL, pos_BxL, kernel, plans)
+
+  def has_positions(self, layer: int) -> bool:
+    """Whether block `layer` (from 0) gets the position signal: all but every nope_every-th."""
+    return not (self.nope_every and (layer + 1) % self.nope_every == 0)
+
+  def plans(self, prepare) -> tuple[attention.Plan, attention.Plan | None]:
+    """(the positioned blocks' plan, the NoPE blocks' plan or None when there are none).
+
+    `prepare` is a kernel's prepare with the positions bound; it gets scheme, remap, pattern.
+    """
+    plan = prepare(scheme=self.position, remap=self.remap, pattern=self.positioned_pattern)
+    if all(self.has_positions(i) for i in range(len(self.blocks))):
+      return plan, None
+    return plan, prepare(scheme=self.identity, remap=self.no_remap, pattern=self.pattern)
+
+  def layer_inputs(self, layer: int, plans) -> dict:
+    """The scheme and plan block `layer` attends with (its keyword arguments but the kernel)."""
+    plan, nope_plan = plans
+    if self.has_positions(layer):
+      return {"scheme": self.position, "plan": plan}
+    return {"scheme": self.identity, "plan": nope_plan}
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""
@@ -199,21 +232,22 @@ class Decoder(nnx.Module):
     """
     b, n = tokens_BxN.shape
     kernel = attention.get_kernel("dense", self.chunk_size)
-    plan = attention.prepare_step(start, n, self.cache_size(), b, scheme=self.position,
-                                  remap=self.remap, pattern=self.pattern)
+    plans = self.plans(functools.partial(attention.prepare_step, start, n, self.cache_size(), b))
     pos_BxN = jnp.broadcast_to(start + jnp.arange(n), (b, n))
-    return self.forward(tokens_BxN, pos_BxN, kernel, plan)
+    return self.forward(tokens_BxN, pos_BxN, kernel, plans)
 
-  def forward(self, tokens_BxL, pos_BxL, kernel, plan):
+  def forward(self, tokens_BxL, pos_BxL, kernel, plans):
     """Embeddings, blocks and head, for queries at the true positions `pos_BxL`, through a
-    `Kernel` object and its `plan` (analysis passes a kernel that records q and k)."""
+    `Kernel` object and its `plans` (`Decoder.plans`; analysis passes a kernel that records
+    q and k)."""
+    plan = plans[0]
     x_BxLxD = jnp.take(self.embed[...], tokens_BxL, axis=0)
     # Absolute schemes embed a one-branch remap's positions (remaps.check_scheme refuses the
     # several-branch remaps with them).
     embed_pos_BxL = plan.branches[0].q_pos if len(plan.branches) == 1 else pos_BxL
     x_BxLxD = self.position.embed(x_BxLxD, embed_pos_BxL).astype(self.dtype)
-    for block in self.blocks:
-      x_BxLxD = block(x_BxLxD, scheme=self.position, kernel=kernel, plan=plan)
+    for i, block in enumerate(self.blocks):
+      x_BxLxD = block(x_BxLxD, kernel=kernel, **self.layer_inputs(i, plans))
     x_BxLxD = self.final_norm(x_BxLxD)
     if self.head is None:
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5

@@ -55,6 +55,22 @@ def strided(q_idx_Qx1, k_idx_1xS, *, window, stride):
   return (distance < window) | (distance % stride == 0)
 
 
+def _all_of(allowed_N, q_idx_Qx1, k_idx_1xS):
+  out = allowed_N[0](q_idx_Qx1, k_idx_1xS)
+  for allowed in allowed_N[1:]:
+    out = out & allowed(q_idx_Qx1, k_idx_1xS)
+  return out
+
+
+def intersect(*allowed) -> Callable[..., Any] | None:
+  """The pattern allowing only what every given one allows (None entries, dense, drop out):
+  a sparse pattern plus a layer's own window (model.position_window)."""
+  kept = tuple(a for a in allowed if a is not None)
+  if len(kept) <= 1:
+    return kept[0] if kept else None
+  return functools.partial(_all_of, kept)
+
+
 def default_config(name: str = "dense") -> ml_collections.ConfigDict:
   """The pattern's config sub-dict: `name` plus every field with its default."""
   return PATTERNS.default_config(name)

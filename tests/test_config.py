@@ -4,7 +4,7 @@ import pytest
 
 from lcx import defaults, config as config_lib
 from lcx.positions import remaps
-from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import TINY_FLAGS, run_lcx, set_fields, tiny_config
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -170,3 +170,19 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
   for name in ("task", "stdlib"):
     config.data.name = name
     config_lib.validate_eval(config)  # 8x seq_len exceeds the learned table
+
+
+@pytest.mark.parametrize("pos, field, value, message", [
+    ("rope", "model.nope_every", -1,
+     r"model.nope_every=-1 is not allowed; allowed: an int >= 0 \(0: every block has positions\)"),
+    ("rope", "model.position_window", -3,
+     r"model.position_window=-3 is not allowed; allowed: an int >= 0 \(0: no window\)"),
+    ("sinusoidal", "model.nope_every", 2,
+     r"model.nope_every=2 is not allowed with model.position.name='sinusoidal', which embeds "
+     r"positions once at the input \(no block's hooks carry them\); allowed: 0"),
+])
+def test_attention_options_name_the_field(pos, field, value, message):
+  config = tiny_config(pos)
+  set_fields(config, {field: value})
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)

@@ -15,7 +15,7 @@ from lcx.data import tasks
 from lcx.evaluate import runner as runner_lib, tasks as task_eval
 from lcx.model import Decoder
 from lcx.positions import remaps
-from tests.helpers import run_lcx, tiny_config
+from tests.helpers import run_lcx, set_fields, tiny_config
 
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
@@ -33,8 +33,11 @@ PATTERNS = {"dense": {}, "sliding_window": {"window": 8}, "block_global": {"bloc
             "strided": {"window": 4, "stride": 5}}
 
 
-def _model(scheme, remap="none", rope_type="default", pattern="dense"):
-  cfg = tiny_config(scheme).model
+def _model(scheme, remap="none", rope_type="default", pattern="dense", options=None):
+  """`options`: dotted fields under model (e.g. {"nope_every": 2}) set before building."""
+  config = tiny_config(scheme)
+  set_fields(config.model, options or {})
+  cfg = config.model
   cfg.vocab_size, cfg.max_len = 259, L
   if scheme == "learned":
     cfg.position.max_len_policy = "clamp"  # positions past the table reuse its last row
@@ -111,6 +114,19 @@ def test_cached_logits_equal_the_full_forward_pass(scheme, remap, rope_type, pat
   """Prompt of 10, generated to 48 positions (3x the training length 16): the logits at every
   step equal the forward pass over the prefix so far (float32)."""
   model = _model(scheme, remap, rope_type, pattern)
+  tokens_BxN, logits_BxNxV = _generate(model, _prompt())
+  reference = _prefix_logits(model, np.concatenate([_prompt(), tokens_BxN], axis=1))
+  assert np.isfinite(logits_BxNxV).all()
+  np.testing.assert_allclose(logits_BxNxV, reference, atol=1e-4, rtol=1e-4)
+
+
+# The attention options beside the scheme: each with a remap and a pattern too.
+OPTIONS = {"schedule": {"nope_every": 2, "position_window": 5}}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_cached_logits_equal_the_full_forward_pass_with_attention_options(name):
+  model = _model("rope", "rerope", "default", "strided", OPTIONS[name])
   tokens_BxN, logits_BxNxV = _generate(model, _prompt())
   reference = _prefix_logits(model, np.concatenate([_prompt(), tokens_BxN], axis=1))
   assert np.isfinite(logits_BxNxV).all()

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import ml_collections
 
+from lcx import defaults
 from lcx.positions import remaps
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS
@@ -50,12 +51,18 @@ def _is(field: str, prefixes) -> bool:
 def trained_difference(config: dict, trained: dict,
                        may_change: tuple[str, ...] = EVAL_TIME) -> tuple[str, Any, Any] | None:
   """(field, value in `config`, value in `trained`) of the first trained field outside
-  `may_change` where the two resolved configs (as dicts) differ; None if none does."""
+  `may_change` where the two resolved configs (as dicts) differ; None if none does.
+
+  A field `trained` lacks (a run saved before lcx had it) counts as its default: a new field's
+  default is the behaviour lcx had before it (model.nope_every=0, ...).
+  """
   given = _flatten(json.loads(json.dumps(config, default=list)))
   saved = _flatten(json.loads(json.dumps(trained, default=list)))
+  default = _flatten(json.loads(json.dumps(defaults.get_config().to_dict(), default=list)))
   first = "model.position.name"  # a scheme switch explains every other difference
   for field in sorted(set(given) | set(saved), key=lambda f: (f != first, f)):
-    if _is(field, TRAINED) and not _is(field, may_change) and given.get(field) != saved.get(field):
+    value = saved[field] if field in saved else default.get(field)
+    if _is(field, TRAINED) and not _is(field, may_change) and given.get(field) != value:
       return field, given.get(field), saved.get(field)
   return None
 

@@ -99,3 +99,14 @@ def test_hf_variant_takes_a_hugging_face_config_verbatim(tmp_path):
   assert config.model.position.scaling.original_max_position_embeddings == 32
   with pytest.raises(ValueError, match=r"'hf@/nonexistent.json': no file /nonexistent.json"):
     variants.overrides("hf@/nonexistent.json", {})
+
+
+def test_a_field_an_old_run_lacks_counts_as_its_default():
+  """A run saved before model.nope_every existed trained without it: 0 matches, 2 does not."""
+  trained = defaults.get_config("pos=rope").to_dict()
+  del trained["model"]["nope_every"]
+  variants.check_trained(defaults.get_config("pos=rope").to_dict(), trained)
+  given = defaults.get_config("pos=rope")
+  given.model.nope_every = 2
+  with pytest.raises(ValueError, match=r"model.nope_every=2 differs from the checkpoint's None"):
+    variants.check_trained(given.to_dict(), trained)
