@@ -14,7 +14,7 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import data, patterns, positions, sharding
+from lcx import data, patterns, positions, sharding, temperature
 from lcx.model import DTYPES, Decoder, is_variable
 from lcx.positions import remaps
 
@@ -99,6 +99,9 @@ def _count(value) -> bool:
 OPTIONS = [
     ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
     ("model.position_window", _count, "an int >= 0 (0: no window)"),
+    ("model.attention.temperature", lambda v: v in temperature.TEMPERATURES,
+     f"one of {temperature.TEMPERATURES}"),
+    ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
 ]
 
 

@@ -61,6 +61,10 @@ def get_config(arg=None):
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512
+  # Logit temperature (lcx/temperature.py): none | log_n | ssmax (trained), and C of the
+  # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
+  config.model.attention.temperature = "none"
+  config.model.attention.beta_c = 0.0
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000
@@ -102,7 +106,8 @@ def get_config(arg=None):
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
   # (lcx/evaluate/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
-  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, or a name from named_variants.
+  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, or a name from
+  # named_variants.
   config.eval.variants = "none"
   config.eval.named_variants = ml_collections.ConfigDict()  # name -> {dotted.field: value}
   config.eval.during_train = (1, 4)  # train.eval_every: these multiples of L

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, patterns, positions
+from lcx import attention, patterns, positions, temperature
 from lcx.positions import remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -85,10 +85,19 @@ class Attention(nnx.Module):
     self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
+    # Logit temperature (lcx/temperature.py): SSMax's learned s per head, or None.
+    self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
+    self.beta_c = float(cfg.attention.beta_c)
+    self.ssmax_H = None if self.temperature != "ssmax" else nnx.Param(
+        jnp.full((h,), temperature.ssmax_init(cfg.max_len), jnp.float32), logical_axes=("heads",))
 
-  def __call__(self, x_BxLxD, *, scheme, kernel, plan):
+  def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
+    """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
     dt = x_BxLxD.dtype
     q_BxLxHxE = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
+    q_BxLxHxE = temperature.scale_queries(q_BxLxHxE, temperature.query_factor(
+        self.temperature, q_pos_BxL, plan.len_BxT, train_len=self.train_len,
+        ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...], beta_c=self.beta_c))
     k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
@@ -247,7 +256,7 @@ class Decoder(nnx.Module):
     embed_pos_BxL = plan.branches[0].q_pos if len(plan.branches) == 1 else pos_BxL
     x_BxLxD = self.position.embed(x_BxLxD, embed_pos_BxL).astype(self.dtype)
     for i, block in enumerate(self.blocks):
-      x_BxLxD = block(x_BxLxD, kernel=kernel, **self.layer_inputs(i, plans))
+      x_BxLxD = block(x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **self.layer_inputs(i, plans))
     x_BxLxD = self.final_norm(x_BxLxD)
     if self.head is None:
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5

@@ -180,6 +180,11 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
     ("sinusoidal", "model.nope_every", 2,
      r"model.nope_every=2 is not allowed with model.position.name='sinusoidal', which embeds "
      r"positions once at the input \(no block's hooks carry them\); allowed: 0"),
+    ("rope", "model.attention.temperature", "log",
+     r"model.attention.temperature='log' is not allowed; allowed: one of \('none', 'log_n', "
+     r"'ssmax'\)"),
+    ("rope", "model.attention.beta_c", -0.5,
+     r"model.attention.beta_c=-0.5 is not allowed; allowed: a number >= 0 \(0: off\)"),
 ])
 def test_attention_options_name_the_field(pos, field, value, message):
   config = tiny_config(pos)

@@ -99,7 +99,8 @@ def _block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL, kernel="dense"):
   """Block `layer`'s output for input x, with the scheme and plan the decoder gives it."""
   kernel = attention.get_kernel(kernel, model.chunk_size)
   plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
-  return model.blocks[layer](x_BxLxD, kernel=kernel, **model.layer_inputs(layer, plans))
+  return model.blocks[layer](x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL,
+                             **model.layer_inputs(layer, plans))
 
 
 def _x(t=12, seed=0):

@@ -7,8 +7,8 @@ remap variant the whole `model.remap`), so nothing of the run's own setting leak
 `none` is the run exactly as trained (a fine-tuned run keeps its own scaling).
 
 Eval-time fields are the ones that change no parameter: position scaling, the learned table's
-max_len_policy, remaps, sparse patterns and the attention kernel's chunk, compute dtype, and
-eval.*. Everything else under model.*, and data.seq_len, is trained and must match the
+max_len_policy, remaps, sparse patterns, the attention kernel's chunk, the eval-time logit
+temperature beta_c, compute dtype, and eval.*. Everything else under model.*, and data.seq_len, is trained and must match the
 checkpoint: `check_trained` names the first that differs.
 """
 
@@ -28,7 +28,8 @@ from lcx.positions.scaling import SCALING_DEFAULTS
 
 # Prefixes of the fields that may differ from training (the rest of TRAINED must match).
 EVAL_TIME = ("model.position.scaling", "model.position.max_len_policy", "model.remap",
-             "model.attention", "model.dtype")
+             "model.attention.pattern", "model.attention.chunk_size", "model.attention.beta_c",
+             "model.dtype")
 TRAINED = ("model", "data.seq_len")
 
 SCALING = "model.position.scaling"
@@ -136,13 +137,21 @@ def _rerope(spec, arg):
   return {"model.remap": {"name": "rerope", "window": window}}
 
 
+def _beta(spec, arg):
+  """DroPE's fitted temperature: logits times 1 + C ln(T/L) past the training length."""
+  c = _number(spec, arg)
+  if c < 0:
+    raise ValueError(f"eval.variants: {spec!r} needs C >= 0")
+  return {"model.attention.beta_c": c}
+
+
 # name -> overrides(spec, arg); None: takes no argument.
 VARIANTS: dict[str, Callable[[str, str], dict] | None] = {
     "none": None,
     "linear": _scaling("linear"), "ntk": _scaling("ntk"), "dynamic": _scaling("dynamic"),
     "yarn": _scaling("yarn"), "llama3": _scaling("llama3"),
     "longrope": _longrope, "hf": _hf,
-    "self_extend": _self_extend, "rerope": _rerope,
+    "self_extend": _self_extend, "rerope": _rerope, "beta": _beta,
 }
 
 
