@@ -99,6 +99,7 @@ def _count(value) -> bool:
 OPTIONS = [
     ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
     ("model.position_window", _count, "an int >= 0 (0: no window)"),
+    ("model.qk_norm", lambda v: isinstance(v, bool), "True or False"),
     ("model.attention.temperature", lambda v: v in temperature.TEMPERATURES,
      f"one of {temperature.TEMPERATURES}"),
     ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),

@@ -51,6 +51,7 @@ def get_config(arg=None):
   config.model.tie_embeddings = False
   config.model.dtype = "float32"  # compute dtype; parameters stay float32
   config.model.norm_eps = 1e-6
+  config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
   config.model.position = positions.default_config(arg.pos)
   config.model.remap = remaps.default_config("none")

@@ -41,15 +41,17 @@ def _param(rngs, shape, fan_in, axes, scale=1.0):
 
 
 class RMSNorm(nnx.Module):
+  """Over the last axis (size `dim`, logical axis `axis`) with a learned scale from 1."""
 
-  def __init__(self, dim, eps):
-    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), logical_axes=("embed",))
+  def __init__(self, dim, eps, axis="embed"):
+    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), logical_axes=(axis,))
     self.eps = eps
 
   def __call__(self, x_BxLxD):
     x = x_BxLxD.astype(jnp.float32)
     x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
-    return (x * self.scale[...][None, None, :]).astype(x_BxLxD.dtype)
+    scale = jnp.expand_dims(self.scale[...], tuple(range(x.ndim - 1)))  # any leading axes
+    return (x * scale).astype(x_BxLxD.dtype)
 
 
 class KVCache(nnx.Module):
@@ -85,6 +87,11 @@ class Attention(nnx.Module):
     self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
+    # QK-norm (OLMo 2, Qwen 3, Gemma 3): q and k RMS-normalized per head, one learned scale
+    # over head_dim each, before any position hook, so logits stay bounded at any length.
+    self.q_norm, self.k_norm = ((RMSNorm(k, cfg.norm_eps, "head_dim"),
+                                 RMSNorm(k, cfg.norm_eps, "head_dim")) if cfg.qk_norm
+                                else (None, None))
     # Logit temperature (lcx/temperature.py): SSMax's learned s per head, or None.
     self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
     self.beta_c = float(cfg.attention.beta_c)
@@ -95,10 +102,12 @@ class Attention(nnx.Module):
     """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
     dt = x_BxLxD.dtype
     q_BxLxHxE = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
+    k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
+    if self.q_norm is not None:
+      q_BxLxHxE, k_BxLxGxE = self.q_norm(q_BxLxHxE), self.k_norm(k_BxLxGxE)
     q_BxLxHxE = temperature.scale_queries(q_BxLxHxE, temperature.query_factor(
         self.temperature, q_pos_BxL, plan.len_BxT, train_len=self.train_len,
         ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...], beta_c=self.beta_c))
-    k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention
+from lcx import attention, positions
 from lcx.model import Decoder, gelu
 from lcx.positions import remaps
 from tests.helpers import schemes_with, tiny_config
@@ -145,6 +145,42 @@ def test_position_window_masks_far_keys_in_positioned_layers_only():
 def test_layer_schedule_chunked_equals_dense(pos):
   model = _model(pos, nope_every=2, position_window=5)
   model.chunk_size = 8
-  tokens = jnp.arange(21)[None] * 7 % 259
-  args = (tokens, jnp.arange(21)[None], jnp.ones((1, 21), jnp.int32))
-  np.testing.assert_allclose(model(*args, kernel="chunked"), model(*args), atol=2e-4, rtol=2e-4)
+  np.testing.assert_allclose(model(*_tokens(21), kernel="chunked"), model(*_tokens(21)),
+                             atol=2e-4, rtol=2e-4)
+
+
+class _Recorder(positions.Scheme):
+  """Identity hooks that keep the q and k each rotate call is given."""
+
+  def __init__(self):
+    self.seen = nnx.data([])
+
+  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
+    self.seen.append((q_BxLxHxE, k_BxLxGxE))
+    return q_BxLxHxE, k_BxLxGxE
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+def test_qk_norm_gives_unit_rms_rows_at_the_position_hook(qk_norm):
+  model = _model("rope", qk_norm=qk_norm)
+  model.position = _Recorder()
+  model(*_tokens(12))
+  (q, k), = model.position.seen[:1]
+  assert len(model.position.seen) == 2  # one per layer
+  for x in (q, k):
+    rms = np.sqrt(np.mean(np.square(np.asarray(x)), axis=-1))
+    assert np.allclose(rms, 1.0, atol=1e-4) == qk_norm
+
+
+def test_qk_norm_chunked_equals_dense_and_its_scales_act():
+  model = _model("rope", qk_norm=True)
+  model.chunk_size = 8
+  np.testing.assert_allclose(model(*_tokens(21), kernel="chunked"), model(*_tokens(21)),
+                             atol=2e-4, rtol=2e-4)
+  before = model(*_tokens(21))
+  model.blocks[0].attn.k_norm.scale[...] = jnp.full((16,), 2.0)
+  assert np.abs(model(*_tokens(21)) - before).max() > 1e-3
+
+
+def _tokens(t):
+  return jnp.arange(t)[None] * 7 % 259, jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
