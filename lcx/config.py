@@ -22,6 +22,7 @@ MLPS = ("gelu", "swiglu")
 PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
+SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
 
 # (field, predicate, what is allowed)
 RANGES = [
@@ -103,6 +104,7 @@ OPTIONS = [
     ("model.attention.temperature", lambda v: v in temperature.TEMPERATURES,
      f"one of {temperature.TEMPERATURES}"),
     ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
+    ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
 ]
 
 

@@ -66,6 +66,7 @@ def get_config(arg=None):
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
   config.model.attention.temperature = "none"
   config.model.attention.beta_c = 0.0
+  config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000

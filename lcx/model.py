@@ -97,6 +97,9 @@ class Attention(nnx.Module):
     self.beta_c = float(cfg.attention.beta_c)
     self.ssmax_H = None if self.temperature != "ssmax" else nnx.Param(
         jnp.full((h,), temperature.ssmax_init(cfg.max_len), jnp.float32), logical_axes=("heads",))
+    # Attention sink (gpt-oss): a learned logit per head in every softmax denominator, from 0.
+    self.sink_H = None if cfg.attention.sink == "none" else nnx.Param(
+        jnp.zeros((h,), jnp.float32), logical_axes=("heads",))
 
   def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
     """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
@@ -111,7 +114,8 @@ class Attention(nnx.Module):
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
-    out_BxHxLxE = kernel.attend(q_BxLxHxE, k_BxLxGxE, v_BxGxLxE, plan, scheme=scheme)
+    out_BxHxLxE = kernel.attend(q_BxLxHxE, k_BxLxGxE, v_BxGxLxE, plan, scheme=scheme,
+                                sink_H=None if self.sink_H is None else self.sink_H[...])
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
 

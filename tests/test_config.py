@@ -185,6 +185,8 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
      r"'ssmax'\)"),
     ("rope", "model.attention.beta_c", -0.5,
      r"model.attention.beta_c=-0.5 is not allowed; allowed: a number >= 0 \(0: off\)"),
+    ("rope", "model.attention.sink", "attention",
+     r"model.attention.sink='attention' is not allowed; allowed: one of \('none', 'learned'\)"),
 ])
 def test_attention_options_name_the_field(pos, field, value, message):
   config = tiny_config(pos)

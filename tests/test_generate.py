@@ -123,7 +123,8 @@ def test_cached_logits_equal_the_full_forward_pass(scheme, remap, rope_type, pat
 # The attention options beside the scheme: each with a remap and a pattern too.
 OPTIONS = {"schedule_log_n_qk_norm": {"nope_every": 2, "position_window": 5,
                                      "attention.temperature": "log_n", "qk_norm": True},
-           "ssmax_beta": {"attention.temperature": "ssmax", "attention.beta_c": 0.5}}
+           "ssmax_beta_sink": {"attention.temperature": "ssmax", "attention.beta_c": 0.5,
+                               "attention.sink": "learned"}}
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))

@@ -171,7 +171,7 @@ def test_every_scheme_trains_without_nan_and_learns(name, tmp_path):
 @pytest.mark.parametrize("options", [
     {"model.nope_every": 2, "model.position_window": 8},
     {"model.attention.temperature": "log_n"}, {"model.attention.temperature": "ssmax"},
-    {"model.qk_norm": True}])
+    {"model.qk_norm": True}, {"model.attention.sink": "learned"}])
 def test_attention_options_train_without_nan(options):
   """A few steps on the fixed batch: every loss finite and falling."""
   config = tiny_config("rope", warmup_steps=0, lr=3e-3)
