@@ -108,8 +108,8 @@ def get_config(arg=None):
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
   # (lcx/evaluate/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
-  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, or a name from
-  # named_variants.
+  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, sink@S/W, or a name
+  # from named_variants.
   config.eval.variants = "none"
   config.eval.named_variants = ml_collections.ConfigDict()  # name -> {dotted.field: value}
   config.eval.during_train = (1, 4)  # train.eval_every: these multiples of L

@@ -12,6 +12,9 @@ causal and packed-document masks, so a pattern only says what it removes:
   block_global    everything outside the query's own block and the first (global) block
   strided         Child et al. 2019: keep the local window and every key whose distance to
                   the query is a multiple of `stride`
+  streaming       StreamingLLM (Xiao 2023): the first `sink` tokens and the last `window` keys
+                  (variant sink@S/W). Positions stay true: StreamingLLM's cache also re-numbers
+                  them by cache slot, which this mask alone does not do.
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ def block_global(q_idx_Qx1, k_idx_1xS, *, block):
 def strided(q_idx_Qx1, k_idx_1xS, *, window, stride):
   distance = q_idx_Qx1 - k_idx_1xS
   return (distance < window) | (distance % stride == 0)
+
+
+@_register("streaming", {"sink": 4, "window": 128})
+def streaming(q_idx_Qx1, k_idx_1xS, *, sink, window):
+  return (q_idx_Qx1 - k_idx_1xS < window) | (k_idx_1xS < sink)
 
 
 def _all_of(allowed_N, q_idx_Qx1, k_idx_1xS):

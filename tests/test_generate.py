@@ -30,7 +30,7 @@ SCALINGS = {
                  "long_factor": (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0), "n_hat": 2},
 }
 PATTERNS = {"dense": {}, "sliding_window": {"window": 8}, "block_global": {"block": 8},
-            "strided": {"window": 4, "stride": 5}}
+            "strided": {"window": 4, "stride": 5}, "streaming": {"sink": 2, "window": 6}}
 
 
 def _model(scheme, remap="none", rope_type="default", pattern="dense", options=None):
@@ -142,7 +142,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 4 * 7 + 4 * 4 + 2 * 2 + 9 * 3
+  assert len(cases) == 3 * 4 * 7 + 4 * 4 + 2 * 2 + 9 * 4
   assert QUICK <= set(cases)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import ml_collections
 
-from lcx import defaults
+from lcx import defaults, patterns
 from lcx.positions import remaps
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS
@@ -33,6 +33,9 @@ EVAL_TIME = ("model.position.scaling", "model.position.max_len_policy", "model.r
 TRAINED = ("model", "data.seq_len")
 
 SCALING = "model.position.scaling"
+PATTERN = "model.attention.pattern"
+# Sections a variant replaces whole: name -> the section's defaults, which the variant updates.
+SECTIONS = {"model.remap": remaps.default_config, PATTERN: patterns.default_config}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -137,6 +140,12 @@ def _rerope(spec, arg):
   return {"model.remap": {"name": "rerope", "window": window}}
 
 
+def _streaming(spec, arg):
+  """StreamingLLM's cache as a mask: the first S tokens and the last W keys."""
+  sink, window = _ints(spec, arg, 2)
+  return {PATTERN: {"name": "streaming", "sink": sink, "window": window}}
+
+
 def _beta(spec, arg):
   """DroPE's fitted temperature: logits times 1 + C ln(T/L) past the training length."""
   c = _number(spec, arg)
@@ -152,6 +161,7 @@ VARIANTS: dict[str, Callable[[str, str], dict] | None] = {
     "yarn": _scaling("yarn"), "llama3": _scaling("llama3"),
     "longrope": _longrope, "hf": _hf,
     "self_extend": _self_extend, "rerope": _rerope, "beta": _beta,
+    "sink": _streaming,
 }
 
 
@@ -183,7 +193,8 @@ def overrides(spec: str, named: dict) -> dict:
 
 
 def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.ConfigDict:
-  """A copy of `config` with the overrides; a whole scaling or remap dict replaces the old one.
+  """A copy of `config` with the overrides; a whole scaling, remap or pattern dict replaces the
+  old one.
 
   Raises ValueError naming a field that does not exist or is trained.
   """
@@ -200,11 +211,10 @@ def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.Co
       config.model.position.scaling = ml_collections.ConfigDict(
           {k: (None if isinstance(v, Unset) else v) for k, v in new.items()})
       continue
-    if field == "model.remap":
-      new = remaps.default_config(value["name"]).to_dict()
+    if field in SECTIONS:
+      new = SECTIONS[field](value["name"]).to_dict()
       new.update(value)
-      config.model.remap = ml_collections.ConfigDict(new)
-      continue
+      value = ml_collections.ConfigDict(new)
     *parents, leaf = field.split(".")
     node = config
     for key in parents:
