@@ -16,7 +16,9 @@ query. `model.attention.temperature` (trained):
 and, at evaluation, `model.attention.beta_c` = C (variant `beta@C`, DroPE's fitted temperature,
 Gelberg 2025, 2512.12167): factor 1 + C ln(T / L) for a current length T > L (1 up to L), T
 each token's sequence length (`attention.document_length`, as dynamic RoPE scaling reads it).
-Every factor is a function of positions, so dense, chunked and cached attention agree.
+Every factor is a function of positions, so dense, chunked and cached attention agree. The
+factors act in every block, NoPE blocks of the per-layer schedule included (Llama 4 tempers
+its NoPE layers only).
 """
 
 from __future__ import annotations

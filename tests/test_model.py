@@ -110,8 +110,8 @@ def _x(t=12, seed=0):
 @pytest.mark.parametrize("pos, move", [("fire", lambda p: p + 100), ("rope", lambda p: 3 * p + 5)])
 def test_nope_every_layer_ignores_positions_and_the_other_does_not(pos, move):
   """nope_every=2 of 2 blocks: block 1 has identity hooks (its output is the same at moved
-  positions), block 0 keeps the scheme (FIRE reads the query's position past its threshold L = 32, RoPE
-  the distances)."""
+  positions), block 0 keeps the scheme (FIRE reads the query's position past its threshold
+  L = 32, RoPE the distances)."""
   model = _model(pos, nope_every=2)
   assert [model.has_positions(i) for i in range(2)] == [True, False]
   x, seg = _x(), jnp.ones((1, 12), jnp.int32)

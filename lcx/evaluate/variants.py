@@ -8,8 +8,9 @@ remap variant the whole `model.remap`), so nothing of the run's own setting leak
 
 Eval-time fields are the ones that change no parameter: position scaling, the learned table's
 max_len_policy, remaps, sparse patterns, the attention kernel's chunk, the eval-time logit
-temperature beta_c, compute dtype, and eval.*. Everything else under model.*, and data.seq_len, is trained and must match the
-checkpoint: `check_trained` names the first that differs.
+temperature beta_c, compute dtype, and eval.*. Everything else under model.*, and
+data.seq_len, is trained and must match the checkpoint: `check_trained` names the first that
+differs (a field the checkpoint's config lacks, added to lcx since, counts as its default).
 """
 
 from __future__ import annotations
