@@ -22,6 +22,7 @@ tokens of their document before them:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -125,9 +126,9 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
   """`kernel` whose attend also keeps the (q, k) it is given: the model's own projections."""
 
-  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme):
+  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme, sink_H=None):
     record.append((q_BxTxHxK, k_BxTxGxK))
-    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme)
+    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme, sink_H=sink_H)
 
   return attention.Kernel(kernel.prepare, attend)
 
@@ -135,10 +136,9 @@ def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
 def _forward(decoder: Decoder, tokens_BxT, pos_BxT, seg_BxT, kernel_name: str):
   """Decoder.__call__ with a recording kernel: ([(q, k) per layer], logits_BxTxV)."""
   kernel = attention.get_kernel(kernel_name, decoder.chunk_size)
-  plan = kernel.prepare(pos_BxT, seg_BxT, scheme=decoder.position, remap=decoder.remap,
-                        pattern=decoder.pattern)
+  plans = decoder.plans(functools.partial(kernel.prepare, pos_BxT, seg_BxT))
   record = []
-  logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plan)
+  logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plans)
   return record, logits
 
 
@@ -184,26 +184,32 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
 
 # --- Attention maps from lcx.attention's own pieces. ---
 
-def _dense_logits(decoder, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
+def _layer_parts(decoder, layer):
+  """(scheme, remap, pattern) block `layer` attends with: the decoder's, or for a NoPE block of
+  the per-layer schedule identity hooks, no remap and the pattern without the window."""
+  if decoder.has_positions(layer):
+    return decoder.position, decoder.remap, decoder.positioned_pattern
+  return decoder.identity, decoder.no_remap, decoder.pattern
+
+
+def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
   """Every query row: the dense kernel's plan and logits (attend_dense's lines, no softmax)."""
-  scheme = decoder.position
-  plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=decoder.remap,
-                                 pattern=decoder.pattern)
+  scheme, remap, pattern = _layer_parts(decoder, layer)
+  plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
   logits = attention._merge([(attention._logits(q, k, bias), use) for (q, k), bias, use
                              in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
   return logits, plan.extras["mask_BxTxT"]
 
 
-def _row_logits(decoder, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
+def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
   """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length.
 
   The whole sequence is rotated (per-token lengths, xPos's centre), as the chunked kernel does;
   biases, `use` masks and the mask are then taken for the chosen rows.
   """
-  scheme = decoder.position
-  plan = attention.prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=decoder.remap,
-                                   pattern=decoder.pattern)
+  scheme, remap, pattern = _layer_parts(decoder, layer)
+  plan = attention.prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   rows = lambda x: jnp.take(x, rows_Q, axis=1)
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
   logits = attention._merge([
@@ -211,7 +217,7 @@ def _row_logits(decoder, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
        attention._use(br, rows(plan.pos_BxT), plan.pos_BxT))
       for (q, k), br in zip(rotated, plan.branches)])
   mask = attention._mask(rows_Q, jnp.arange(pos_BxT.shape[1]), rows(plan.seg_BxT), plan.seg_BxT,
-                         rows(plan.doc_BxT), plan.doc_BxT, decoder.pattern)
+                         rows(plan.doc_BxT), plan.doc_BxT, pattern)
   return logits, mask
 
 
@@ -224,8 +230,10 @@ def default_rows(length: int, count: int = DEFAULT_ROWS) -> np.ndarray:
 class Maps:
   """Attention of query rows `rows_Q` over all T keys, per layer N (`layers`) and head H.
 
-  probs: N x B x H x Q x T (0 where not allowed); logits: the same, NaN where not allowed
-  (scaled, bias added, remap branches merged: what the softmax sees); allowed: B x Q x T;
+  probs: N x B x H x Q x T (0 where not allowed; a row sums to < 1 with a learned sink);
+  logits: the same, NaN where not allowed (scaled, bias added, remap branches merged: what the
+  softmax sees); allowed: B x Q x T, the keys any of the layers may see (the per-layer
+  schedule's windowed blocks see fewer);
   pos, seg, doc: B x T true positions, segment ids and index in the document.
   """
 
@@ -275,20 +283,24 @@ def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows
   def make(dense):
     def run(state, q_NxBxTxHxK, k_NxBxTxGxK, pos, seg, rows_Q):
       decoder = nnx.merge(graphdef, state)
-      probs, logits = [], []
-      for q, k in zip(q_NxBxTxHxK, k_NxBxTxGxK):
+      probs, logits, masks = [], [], []
+      for layer, q, k in zip(layers, q_NxBxTxHxK, k_NxBxTxGxK):
         if dense:
-          lg, mask = _dense_logits(decoder, q, k, pos, seg)
+          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg)
         else:
-          lg, mask = _row_logits(decoder, q, k, pos, seg, rows_Q)
+          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q)
         b, g, r, nq, nk = lg.shape
-        lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF).reshape(b, g * r, nq, nk)
-        probs.append(jax.nn.softmax(lg, axis=-1))
+        lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
+        sink = decoder.blocks[layer].attn.sink_H
+        probs.append(attention._softmax(lg, None if sink is None else sink[...]).reshape(
+            b, g * r, nq, nk))
+        lg = lg.reshape(b, g * r, nq, nk)
         logits.append(jnp.where(mask[:, None], lg, jnp.nan))
-      return jnp.stack(probs), jnp.stack(logits), mask
+        masks.append(mask)
+      return jnp.stack(probs), jnp.stack(logits), jnp.any(jnp.stack(masks), axis=0)
     return jax.jit(run)
 
-  program = model.program(("maps", dense), lambda: make(dense))
+  program = model.program(("maps", dense, layers), lambda: make(dense))
   q, k = values.q[list(layers)], values.k[list(layers)]
   if dense:
     probs, logits, allowed = program(state, q, k, pos_BxT, seg_BxT, rows_Q)

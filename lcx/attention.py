@@ -13,7 +13,8 @@ Both kernels take the same ingredients, so they agree to float precision:
   - the remap's branches (Self-Extend, ReRoPE: several position views merged by a `use` mask),
   - a mask built from causality, packed-document segments and an optional sparse pattern, the
     pattern seeing each token's index within its own document (not its row index, nor its
-    position, which remaps and randomized training positions change).
+    position, which remaps and randomized training positions change),
+  - an optional learned sink logit per head in every softmax denominator (`_softmax`).
 
 A generation step (`prepare_step`) is a dense plan too, whose queries are the new tokens and
 whose keys are a KV cache's slots: the same hooks, mask and merge, so cached logits equal the
@@ -91,6 +92,24 @@ def _logits(q_BxQxHxE, k_BxSxGxE, bias):
   logits = jnp.einsum("bqgpe,bsge->bgpqs", q_BxQxGxPxE, k_BxSxGxE,
                       preferred_element_type=jnp.float32) * (d ** -0.5)
   return _add_bias(logits, bias)
+
+
+def _sink_GxP(sink_H, g, per):
+  """A per-head sink logit (H = G * P, q's head order) as float32 G x P."""
+  return sink_H.astype(jnp.float32).reshape(g, per)
+
+
+def _softmax(logits_BxGxPxQxS, sink_H=None):
+  """Softmax over the keys; with `sink_H`, one more logit per head joins every denominator but
+  no key (gpt-oss, x-transformers' head_learned_sink), so a query may attend to nothing: its
+  weights over the real keys then sum to < 1."""
+  if sink_H is None:
+    return jax.nn.softmax(logits_BxGxPxQxS, axis=-1)
+  g, per = logits_BxGxPxQxS.shape[1:3]
+  sink_1xGxPx1x1 = _sink_GxP(sink_H, g, per)[None, :, :, None, None]
+  m = jnp.maximum(logits_BxGxPxQxS.max(-1, keepdims=True), sink_1xGxPx1x1)
+  p = jnp.exp(logits_BxGxPxQxS - m)
+  return p / (p.sum(-1, keepdims=True) + jnp.exp(sink_1xGxPx1x1 - m))
 
 
 def _merge(logits_and_use):
@@ -177,14 +196,16 @@ def prepare_step(start, num_new: int, size: int, batch: int, *, scheme, remap,
               _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme), start)
 
 
-def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme) -> jax.Array:
-  """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots)."""
+def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
+                 sink_H=None) -> jax.Array:
+  """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots).
+  `sink_H`: a learned sink logit per head (`_softmax`), or None."""
   b, t, h, d = q_BxTxHxE.shape
   rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
   logits = _merge([(_logits(q, k, bias), use) for (q, k), bias, use
                    in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
   logits = jnp.where(plan.extras["mask_BxTxT"][:, None, None], logits, NEG_INF)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v_BxGxTxE.dtype)
+  probs = _softmax(logits, sink_H).astype(v_BxGxTxE.dtype)
   out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", probs, v_BxGxTxE)
   return out_BxGxPxTxE.reshape(b, h, t, d)
 
@@ -198,9 +219,10 @@ def prepare_chunked(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
               {"pattern": pattern})
 
 
-def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
+def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None,
                    chunk_size=512) -> jax.Array:
   """-> out_BxHxTxE. Query block i visits key blocks 0..i only (causality): half of dense's work.
+  A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
   q and k are laid out head-major (BxGxPxTxE, BxGxTxE) once, before the loops (v comes so), so
@@ -260,8 +282,12 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
       return m_new, l_new, acc * corr[..., None] + pv
 
     shape = (b, g, per, c)
-    init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
-            jnp.zeros(shape + (d,), jnp.float32))
+    if sink_H is None:
+      m0, l0 = jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32)
+    else:
+      m0 = jnp.broadcast_to(_sink_GxP(sink_H, g, per)[None, :, :, None], shape)
+      l0 = jnp.ones(shape, jnp.float32)
+    init = (m0, l0, jnp.zeros(shape + (d,), jnp.float32))
     _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
     return (acc / l[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
@@ -273,7 +299,8 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   prepare: Callable[..., Plan]
-  attend: Callable[..., jax.Array]  # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme)
+  # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None)
+  attend: Callable[..., jax.Array]
 
 
 def _kernels(chunk_size: int) -> dict[str, Kernel]:
@@ -294,17 +321,19 @@ def _swap_heads_time(x):
   return jnp.swapaxes(x, 1, 2)
 
 
-def dense(q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None):
+def dense(q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
+          sink_H=None):
   """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
-  return _swap_heads_time(attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme))
+  return _swap_heads_time(attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme,
+                                       sink_H=sink_H))
 
 
 def chunked(q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
-            chunk_size=512):
+            sink_H=None, chunk_size=512):
   """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
   return _swap_heads_time(attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme,
-                                         chunk_size=chunk_size))
+                                         sink_H=sink_H, chunk_size=chunk_size))

@@ -14,14 +14,15 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import data, positions, sharding
+from lcx import data, patterns, positions, sharding, temperature
 from lcx.model import DTYPES, Decoder, is_variable
-from lcx.positions import patterns, remaps
+from lcx.positions import remaps
 
 MLPS = ("gelu", "swiglu")
 PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
+SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
 
 # (field, predicate, what is allowed)
 RANGES = [
@@ -90,6 +91,23 @@ RANGES = [
 ]
 
 
+def _count(value) -> bool:
+  """An int >= 0 (not a bool): a layer period or a window, 0 for off."""
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# (field, predicate, the allowed values): the options, worded "F=V is not allowed; allowed: A".
+OPTIONS = [
+    ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
+    ("model.position_window", _count, "an int >= 0 (0: no window)"),
+    ("model.qk_norm", lambda v: isinstance(v, bool), "True or False"),
+    ("model.attention.temperature", lambda v: v in temperature.TEMPERATURES,
+     f"one of {temperature.TEMPERATURES}"),
+    ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
+    ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
+]
+
+
 def _items(text: str) -> list[str]:
   return [x.strip() for x in str(text).split(",") if x.strip()]
 
@@ -123,6 +141,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     value = _get(config, field)
     if not ok(value):
       raise ValueError(f"{field}={value!r} is not allowed; must be {allowed}")
+  for field, ok, allowed in OPTIONS:
+    value = _get(config, field)
+    if not ok(value):
+      raise ValueError(f"{field}={value!r} is not allowed; allowed: {allowed}")
   m = config.model
   _check_position_fields(m)
   if m.num_heads % m.num_kv_heads:
@@ -141,6 +163,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   data.validate(config.data)
   dims = positions.Dims.of(m)
   positions.validate(m.position, dims)
+  if m.nope_every and positions.base.adds_embedding(m.position.name):
+    raise ValueError(f"model.nope_every={m.nope_every} is not allowed with model.position.name="
+                     f"{m.position.name!r}, which embeds positions once at the input (no "
+                     "block's hooks carry them); allowed: 0")
   # A learned table must cover the training windows, and the sampled positions if randomized.
   positions.check_eval_length(m.position, dims,
                               max(train_length(config), config.train.random_positions,

@@ -7,8 +7,8 @@ every field and default.
 
 import ml_collections
 
-from lcx import data, positions
-from lcx.positions import patterns, remaps
+from lcx import data, patterns, positions
+from lcx.positions import remaps
 
 SIZES = {  # d_model, num_layers, num_heads, mlp_dim
     "tiny": (64, 2, 4, 256),
@@ -51,12 +51,22 @@ def get_config(arg=None):
   config.model.tie_embeddings = False
   config.model.dtype = "float32"  # compute dtype; parameters stay float32
   config.model.norm_eps = 1e-6
+  config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
   config.model.position = positions.default_config(arg.pos)
   config.model.remap = remaps.default_config("none")
+  # Per-layer schedule (lcx/model.py): every nope_every-th block without positions (0: none),
+  # and the other blocks attending only to the last position_window keys (0: all).
+  config.model.nope_every = 0
+  config.model.position_window = 0
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512
+  # Logit temperature (lcx/temperature.py): none | log_n | ssmax (trained), and C of the
+  # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
+  config.model.attention.temperature = "none"
+  config.model.attention.beta_c = 0.0
+  config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000
@@ -109,7 +119,8 @@ def get_config(arg=None):
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
   # (lcx/evaluate/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
-  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, or a name from named_variants.
+  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, sink@S/W, or a name
+  # from named_variants.
   config.eval.variants = "none"
   config.eval.named_variants = ml_collections.ConfigDict()  # name -> {dotted.field: value}
   config.eval.during_train = (1, 4)  # train.eval_every: these multiples of L

@@ -15,7 +15,9 @@ of a longer prefix other frequencies, so the hidden states of the layers after t
 with them their keys and values, change for tokens already cached. Whenever the frequencies at
 the current length differ from those the cache was built with, the step is a prefill instead
 (dynamic: every step past the training length; longrope: once, on crossing it), so the logits
-are exactly those of the prefix run again, as such a scaling defines them.
+are exactly those of the prefix run again, as such a scaling defines them. The eval-time
+temperature `model.attention.beta_c` (1 + C ln(T/L) on every query of a T-token sequence) is
+such a case too: every step past L is a prefill.
 
 Sampling: temperature 0 is greedy (argmax); otherwise logits / temperature, restricted to the
 top_k most likely tokens when top_k > 0, drawn with a key folded from `seed` and the step, so a
@@ -32,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lcx import temperature
 from lcx.positions import rotary, scaling
 
 
@@ -57,6 +60,15 @@ def _frequencies(scheme):
                                                   jnp.asarray(length))[0]
 
 
+def _beta(model):
+  """length -> the eval-time temperature factor on every query (lcx.temperature), or None
+  where it is off."""
+  attn = model.blocks[0].attn
+  if not attn.beta_c:
+    return None
+  return functools.partial(temperature.beta_factor, train_len=attn.train_len, c=attn.beta_c)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
                                              "top_k", "kernel", "with_logits"))
 def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature, top_k, kernel,
@@ -66,7 +78,7 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
   model = nnx.merge(graphdef, params)
   model.init_cache(b, size)
   graphdef, cache, rest = nnx.split(model, nnx.Cache, ...)
-  frequencies = _frequencies(model.position)
+  frequencies, beta = _frequencies(model.position), _beta(model)
   pos_BxS = jnp.broadcast_to(jnp.arange(size), (b, size))
 
   def prefill(cache, tokens_BxS, length):
@@ -85,12 +97,14 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
 
   def advance(cache, tokens_BxS, i, built):
     """The logits after tokens 0..p+i-1: a prefill first, and again wherever the frequencies
-    at the current length differ from those at `built` (the length the cached hidden states
-    were computed at); a step otherwise."""
+    or the beta temperature at the current length differ from those at `built` (the length
+    the cached hidden states were computed at); a step otherwise."""
     length = p + i
     refill = i == 0
     if frequencies is not None:
       refill = refill | jnp.any(frequencies(length) != frequencies(built))
+    if beta is not None:
+      refill = refill | (beta(length) != beta(built))
     logits_BxV, cache = jax.lax.cond(refill, prefill, step, cache, tokens_BxS, length)
     return logits_BxV, cache, jnp.where(refill, length, built)
 

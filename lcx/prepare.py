@@ -302,7 +302,8 @@ def run_config(workdir: str) -> ml_collections.ConfigDict:
   with open(path) as f:
     saved = json.load(f)
   config = defaults.get_config(f"pos={saved['model']['position']['name']}")
-  from lcx.positions import patterns, remaps  # registries, for the sub-dicts' defaults
+  from lcx import patterns  # registries, for the sub-dicts' defaults
+  from lcx.positions import remaps
   config.model.remap = remaps.default_config(saved["model"]["remap"]["name"])
   config.model.attention.pattern = patterns.default_config(
       saved["model"]["attention"]["pattern"]["name"])

@@ -42,6 +42,16 @@ def tiny_config(pos: str = "rope", **train):
   return config
 
 
+def set_fields(config, fields: dict) -> None:
+  """Sets dotted fields ("model.attention.sink": "learned") of a ConfigDict in place."""
+  for dotted, value in fields.items():
+    *parents, leaf = dotted.split(".")
+    node = config
+    for key in parents:
+      node = node[key]
+    node[leaf] = value
+
+
 TINY_FLAGS = ["--config=configs/base.py:size=tiny", f"--config.data.data_dir={DATA_DIR}",
               "--config.data.seq_len=32", "--config.data.batch_size=8",
               "--config.train.warmup_steps=5", "--config.train.log_every=1",

@@ -301,3 +301,18 @@ def test_load_restores_a_run_with_its_variant(tmp_path):
   assert slowest == pytest.approx(1 / 4)
   with pytest.raises(ValueError, match="only eval-time fields"):
     analysis.load(str(tmp_path), variant={"model.num_heads": 2})
+
+
+def test_maps_follow_the_layer_schedule_and_the_sink():
+  """Block 0 (positioned) sees the last 4 keys only, block 1 (NoPE) all; the sink (0 at init)
+  takes some of every row's mass."""
+  model = _model("rope", layers=2)
+  model.config.model.nope_every, model.config.model.position_window = 2, 4
+  model.config.model.attention.sink = "learned"
+  model = analysis.Model(model.config, Decoder(model.config.model, rngs=nnx.Rngs(0)))
+  maps = analysis.attention_maps(model, _tokens(t=12))
+  far_QxT = np.subtract.outer(np.arange(12), np.arange(12)) >= 4
+  assert (maps.probs[0][..., far_QxT] == 0).all()
+  assert (maps.probs[1][..., far_QxT & maps.allowed[0]] > 0).all()
+  sums = maps.probs.sum(-1)
+  assert (sums < 1 - 1e-3).all() and (sums > 0).all()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, positions
-from lcx.positions import patterns, remaps
+from lcx import attention, patterns, positions
+from lcx.positions import remaps
 from tests.helpers import schemes_with
 
 
@@ -193,3 +193,47 @@ def test_packed_documents_each_get_their_own_length_scaling(rope_type, kernel):
     alone = run(q[:, start:end], k[:, start:end], v[:, start:end], pos[:, start:end],
                 seg[:, start:end])
     np.testing.assert_allclose(packed[:, start:end], alone, atol=1e-5, rtol=1e-5)
+
+
+def _run_kernel(kernel, *args, **kwargs):
+  if kernel == "dense":
+    return attention.dense(*args, **kwargs)
+  return attention.chunked(*args, **kwargs, chunk_size=16)
+
+
+@pytest.mark.parametrize("kernel", ["dense", "chunked"])
+def test_a_very_negative_sink_is_no_sink(kernel):
+  q, k, v, pos, seg = _inputs()
+  kw = dict(scheme=_scheme("rope"), remap=NO_REMAP)
+  plain = _run_kernel(kernel, q, k, v, pos, seg, **kw)
+  sunk = _run_kernel(kernel, q, k, v, pos, seg, sink_H=jnp.full((4,), -1e4), **kw)
+  np.testing.assert_allclose(sunk, plain, atol=1e-6)
+  assert np.abs(_run_kernel(kernel, q, k, v, pos, seg, sink_H=jnp.zeros(4), **kw)
+                - plain).max() > 1e-2
+
+
+@pytest.mark.parametrize("kernel", ["dense", "chunked"])
+def test_sink_weights_are_the_closed_form_and_sum_below_one(kernel):
+  """v = one-hot of the key index, so the outputs are the weights: exp(l_s) / (sum_j exp(l_j)
+  + exp(sink_h)) over the causal keys j, with l = q.k / sqrt(E) (NoPE)."""
+  t, e = 6, 8
+  q, k, _, pos, seg = _inputs(b=1, t=t, h=2, g=1, k=e)
+  v = jnp.broadcast_to(jnp.eye(t, e)[None, :, None, :], (1, t, 1, e))
+  sink_H = jnp.asarray([0.5, -1.0])
+  got = np.asarray(_run_kernel(kernel, q, k, v, pos, seg, scheme=_scheme("nope", heads=2),
+                               remap=NO_REMAP, sink_H=sink_H))[0]  # T x H x E
+  logits = np.einsum("qhe,se->hqs", np.asarray(q[0]), np.asarray(k[0, :, 0])) / np.sqrt(e)
+  causal = np.tril(np.ones((t, t), bool))
+  num = np.where(causal, np.exp(logits), 0.0)
+  want = num / (num.sum(-1, keepdims=True) + np.exp(np.asarray(sink_H))[:, None, None])
+  np.testing.assert_allclose(np.moveaxis(got[:, :, :t], 1, 0), want, atol=1e-5)
+  assert (got.sum(-1) < 1 - 1e-3).all()
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_sink_chunked_equals_dense(name):
+  q, k, v, pos, seg = _inputs()
+  kw = dict(scheme=_scheme(name), remap=_remap("rerope", window=6),
+            sink_H=jnp.asarray([0.3, -0.2, 1.5, 0.0]))
+  np.testing.assert_allclose(attention.chunked(q, k, v, pos, seg, chunk_size=16, **kw),
+                             attention.dense(q, k, v, pos, seg, **kw), atol=3e-5, rtol=3e-5)

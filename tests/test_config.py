@@ -4,7 +4,7 @@ import pytest
 
 from lcx import defaults, config as config_lib
 from lcx.positions import remaps
-from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import TINY_FLAGS, run_lcx, set_fields, tiny_config
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -202,3 +202,26 @@ def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths
     config_lib.validate_eval(config)
   config.eval.random_positions = 256
   config_lib.validate_eval(config)
+
+
+@pytest.mark.parametrize("pos, field, value, message", [
+    ("rope", "model.nope_every", -1,
+     r"model.nope_every=-1 is not allowed; allowed: an int >= 0 \(0: every block has positions\)"),
+    ("rope", "model.position_window", -3,
+     r"model.position_window=-3 is not allowed; allowed: an int >= 0 \(0: no window\)"),
+    ("sinusoidal", "model.nope_every", 2,
+     r"model.nope_every=2 is not allowed with model.position.name='sinusoidal', which embeds "
+     r"positions once at the input \(no block's hooks carry them\); allowed: 0"),
+    ("rope", "model.attention.temperature", "log",
+     r"model.attention.temperature='log' is not allowed; allowed: one of \('none', 'log_n', "
+     r"'ssmax'\)"),
+    ("rope", "model.attention.beta_c", -0.5,
+     r"model.attention.beta_c=-0.5 is not allowed; allowed: a number >= 0 \(0: off\)"),
+    ("rope", "model.attention.sink", "attention",
+     r"model.attention.sink='attention' is not allowed; allowed: one of \('none', 'learned'\)"),
+])
+def test_attention_options_name_the_field(pos, field, value, message):
+  config = tiny_config(pos)
+  set_fields(config, {field: value})
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import generate, positions, prepare, train
+from lcx import generate, patterns, positions, prepare, train
 from lcx.data import tasks
 from lcx.evaluate import runner as runner_lib, tasks as task_eval
 from lcx.model import Decoder
 from lcx.positions import remaps
-from tests.helpers import run_lcx, tiny_config
+from tests.helpers import run_lcx, set_fields, tiny_config
 
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
@@ -30,11 +30,14 @@ SCALINGS = {
                  "long_factor": (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0), "n_hat": 2},
 }
 PATTERNS = {"dense": {}, "sliding_window": {"window": 8}, "block_global": {"block": 8},
-            "strided": {"window": 4, "stride": 5}}
+            "strided": {"window": 4, "stride": 5}, "streaming": {"sink": 2, "window": 6}}
 
 
-def _model(scheme, remap="none", rope_type="default", pattern="dense"):
-  cfg = tiny_config(scheme).model
+def _model(scheme, remap="none", rope_type="default", pattern="dense", options=None):
+  """`options`: dotted fields under model (e.g. {"nope_every": 2}) set before building."""
+  config = tiny_config(scheme)
+  set_fields(config.model, options or {})
+  cfg = config.model
   cfg.vocab_size, cfg.max_len = 259, L
   if scheme == "learned":
     cfg.position.max_len_policy = "clamp"  # positions past the table reuse its last row
@@ -42,7 +45,7 @@ def _model(scheme, remap="none", rope_type="default", pattern="dense"):
     cfg.position.scaling.update(rope_type=rope_type, **SCALINGS[rope_type])
   cfg.remap = remaps.default_config(remap)
   cfg.remap.update(REMAPS[remap])
-  cfg.attention.pattern = positions.patterns.default_config(pattern)
+  cfg.attention.pattern = patterns.default_config(pattern)
   cfg.attention.pattern.update(PATTERNS[pattern])
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   if scheme == "t5":  # zero at init: give the buckets values, so the bias matters
@@ -117,13 +120,29 @@ def test_cached_logits_equal_the_full_forward_pass(scheme, remap, rope_type, pat
   np.testing.assert_allclose(logits_BxNxV, reference, atol=1e-4, rtol=1e-4)
 
 
+# The attention options beside the scheme: each with a remap and a pattern too.
+OPTIONS = {"schedule_log_n_qk_norm": {"nope_every": 2, "position_window": 5,
+                                     "attention.temperature": "log_n", "qk_norm": True},
+           "ssmax_beta_sink": {"attention.temperature": "ssmax", "attention.beta_c": 0.5,
+                               "attention.sink": "learned"}}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_cached_logits_equal_the_full_forward_pass_with_attention_options(name):
+  model = _model("rope", "rerope", "default", "strided", OPTIONS[name])
+  tokens_BxN, logits_BxNxV = _generate(model, _prompt())
+  reference = _prefix_logits(model, np.concatenate([_prompt(), tokens_BxN], axis=1))
+  assert np.isfinite(logits_BxNxV).all()
+  np.testing.assert_allclose(logits_BxNxV, reference, atol=1e-4, rtol=1e-4)
+
+
 def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   cases = _cases()
   assert {c[0] for c in cases} == set(positions.SCHEMES)
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
-  assert {c[3] for c in cases} == set(positions.patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 4 * 7 + 7 * 4 + 2 * 2 + 12 * 3
+  assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
+  assert len(cases) == 3 * 4 * 7 + 7 * 4 + 2 * 2 + 12 * 4
   assert QUICK <= set(cases)
 
 

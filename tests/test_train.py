@@ -13,7 +13,7 @@ from flax import nnx
 
 from lcx import checkpoint, config as config_lib, prepare, sharding, train
 from lcx.model import Decoder
-from tests.helpers import read_metrics, tiny_config
+from tests.helpers import read_metrics, set_fields, tiny_config
 
 # The tiny RoPE model from seed 0 on the fixed batch below: loss and grad norm of the first
 # step, and the loss of the second (after one AdamW update). A change here means the model,
@@ -166,3 +166,22 @@ def test_every_scheme_trains_without_nan_and_learns(name, tmp_path):
   assert [x.shape for x in trained] == [x.shape for x in initial]
   for before, after in zip(initial, trained):
     assert np.abs(after - before).max() > 1e-4
+
+
+@pytest.mark.parametrize("options", [
+    {"model.nope_every": 2, "model.position_window": 8},
+    {"model.attention.temperature": "log_n"}, {"model.attention.temperature": "ssmax"},
+    {"model.qk_norm": True}, {"model.attention.sink": "learned"}])
+def test_attention_options_train_without_nan(options):
+  """A few steps on the fixed batch: every loss finite and falling."""
+  config = tiny_config("rope", warmup_steps=0, lr=3e-3)
+  config.model.vocab_size = 259
+  set_fields(config, options)
+  trainer = train.Trainer(prepare.prepare(config))
+  batch = sharding.global_batch(_fixed_batch(), trainer.mesh, trainer.rules)
+  state = trainer.init_state()
+  params, opt_state, losses = state["params"], state["opt_state"], []
+  for step in range(6):
+    params, opt_state, metrics = trainer.step(params, opt_state, batch, jnp.int32(step))
+    losses.append(float(jax.device_get(metrics["loss"])))
+  assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.3, losses

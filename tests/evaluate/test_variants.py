@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lcx import defaults
+from lcx import defaults, patterns
 from lcx.evaluate import variants
 
 
@@ -26,12 +26,24 @@ def test_names_to_overrides():
     ("yarn@x", r"'yarn@x' needs a number after '@'"),
     ("none@3", r"'none' takes no '@' argument"),
     ("self_extend@64", r"'self_extend@64' needs @N/N \(integers\)"),
-    ("foo@1", r"'foo@1' is not a known variant; allowed: \['dynamic', 'hf', 'linear'"),
+    ("foo@1", r"'foo@1' is not a known variant; allowed: \['beta', 'dynamic', 'hf'"),
     ("longrope@/nonexistent.json", r"cannot read /nonexistent.json"),
 ])
 def test_bad_variants_name_the_problem(spec, message):
   with pytest.raises(ValueError, match=message):
     variants.overrides(spec, {})
+
+
+def test_sink_variant_is_the_streaming_pattern_replacing_the_runs():
+  assert variants.overrides("sink@4/64", {}) == {
+      "model.attention.pattern": {"name": "streaming", "sink": 4, "window": 64}}
+  config = defaults.get_config("pos=rope")
+  config.model.attention.pattern = patterns.default_config("strided")
+  streaming = variants.apply(config, variants.overrides("sink@4/64", {}))
+  assert streaming.model.attention.pattern.to_dict() == {"name": "streaming", "sink": 4,
+                                                         "window": 64}
+  with pytest.raises(ValueError, match=r"'sink@4' needs @N/N \(integers\)"):
+    variants.overrides("sink@4", {})
 
 
 def test_longrope_variant_reads_an_hf_dict(tmp_path):
@@ -99,3 +111,14 @@ def test_hf_variant_takes_a_hugging_face_config_verbatim(tmp_path):
   assert config.model.position.scaling.original_max_position_embeddings == 32
   with pytest.raises(ValueError, match=r"'hf@/nonexistent.json': no file /nonexistent.json"):
     variants.overrides("hf@/nonexistent.json", {})
+
+
+def test_a_field_an_old_run_lacks_counts_as_its_default():
+  """A run saved before model.nope_every existed trained without it: 0 matches, 2 does not."""
+  trained = defaults.get_config("pos=rope").to_dict()
+  del trained["model"]["nope_every"]
+  variants.check_trained(defaults.get_config("pos=rope").to_dict(), trained)
+  given = defaults.get_config("pos=rope")
+  given.model.nope_every = 2
+  with pytest.raises(ValueError, match=r"model.nope_every=2 differs from the checkpoint's None"):
+    variants.check_trained(given.to_dict(), trained)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lcx import positions
-from lcx.positions import patterns, remaps
+from lcx import patterns, positions
+from lcx.positions import remaps
 from lcx.positions.registry import Registry, Unset
 
 
