@@ -13,8 +13,8 @@ causal and packed-document masks, so a pattern only says what it removes:
   strided         Child et al. 2019: keep the local window and every key whose distance to
                   the query is a multiple of `stride`
   streaming       StreamingLLM (Xiao 2023): the first `sink` tokens and the last `window` keys
-                  (variant sink@S/W). Positions stay true: StreamingLLM's cache also re-numbers
-                  them by cache slot, which this mask alone does not do.
+                  (variant sink@S/W, with the `streaming` remap, which numbers positions by
+                  cache slot as StreamingLLM does)
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tests.helpers import run_lcx, set_fields, tiny_config
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
 REMAPS = {"none": {}, "self_extend": {"window": 4, "group": 3}, "rerope": {"window": 6},
-          "compress": {"alpha": 0.5}}
+          "compress": {"alpha": 0.5}, "streaming": {"sink": 2, "window": 6}}
 SCALINGS = {
     "default": {},
     "linear": {"factor": 2.0}, "ntk": {"factor": 2.0}, "dynamic": {"factor": 2.0},
@@ -142,7 +142,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 4 * 7 + 7 * 4 + 2 * 2 + 12 * 4
+  assert len(cases) == 3 * 5 * 7 + 7 * 5 + 2 * 2 + 12 * 4
   assert QUICK <= set(cases)
 
 

@@ -142,9 +142,11 @@ def _rerope(spec, arg):
 
 
 def _streaming(spec, arg):
-  """StreamingLLM's cache as a mask: the first S tokens and the last W keys."""
+  """StreamingLLM: the first S tokens and the last W keys (the pattern), numbered by their
+  cache slots (the remap)."""
   sink, window = _ints(spec, arg, 2)
-  return {PATTERN: {"name": "streaming", "sink": sink, "window": window}}
+  fields = {"name": "streaming", "sink": sink, "window": window}
+  return {PATTERN: fields, "model.remap": dict(fields)}
 
 
 def _beta(spec, arg):

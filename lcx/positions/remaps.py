@@ -16,6 +16,9 @@ relative distances, so `check_scheme` refuses it with those schemes. Remaps (con
                length (both branches; 1 inside L)
   compress     one branch, p -> p up to `start`, start + alpha * (p - start) beyond
                (float positions; start None: the training length)
+  streaming    StreamingLLM's cache positions (Xiao 2023; with the `streaming` pattern, variant
+               sink@S/W): exact where i - j < window; beyond (the sink keys), the query sits
+               at its cache slot min(i, sink + window - 1) and the key at its own position
 """
 
 from __future__ import annotations
@@ -118,6 +121,22 @@ def rerope(q_pos_BxQ, k_pos_BxS, *, dims, window, log_n_scaling):
   scale = log_n_scale(q_pos_BxQ, dims.max_len) if log_n_scaling else None
   near = Branch(q_pos_BxQ, k_pos_BxS, functools.partial(_nearer_than, window=window), scale)
   far = Branch(jnp.full_like(q_pos_BxQ, window), jnp.zeros_like(k_pos_BxS), q_scale=scale)
+  return [near, far]
+
+
+def _check_streaming(cfg):
+  _check_window(cfg)
+  if cfg.sink < 1:
+    raise ValueError(f"{PREFIX}.sink={cfg.sink} must be >= 1")
+
+
+@_register("streaming", {"sink": 4, "window": 128}, check=_check_streaming, relative_only=True)
+def streaming(q_pos_BxQ, k_pos_BxS, *, dims, sink, window):
+  """A cache of `sink` first tokens and the last `window` ones numbers them by slot: the window
+  keeps its distances, and a sink key j is min(i, sink + window - 1) - j from the query."""
+  del dims
+  near = Branch(q_pos_BxQ, k_pos_BxS, functools.partial(_nearer_than, window=window))
+  far = Branch(jnp.minimum(q_pos_BxQ, sink + window - 1), k_pos_BxS)
   return [near, far]
 
 

@@ -34,14 +34,15 @@ def test_bad_variants_name_the_problem(spec, message):
     variants.overrides(spec, {})
 
 
-def test_sink_variant_is_the_streaming_pattern_replacing_the_runs():
-  assert variants.overrides("sink@4/64", {}) == {
-      "model.attention.pattern": {"name": "streaming", "sink": 4, "window": 64}}
+def test_sink_variant_is_the_streaming_pattern_and_remap_replacing_the_runs():
+  fields = {"name": "streaming", "sink": 4, "window": 64}
+  assert variants.overrides("sink@4/64", {}) == {"model.attention.pattern": fields,
+                                                 "model.remap": fields}
   config = defaults.get_config("pos=rope")
   config.model.attention.pattern = patterns.default_config("strided")
   streaming = variants.apply(config, variants.overrides("sink@4/64", {}))
-  assert streaming.model.attention.pattern.to_dict() == {"name": "streaming", "sink": 4,
-                                                         "window": 64}
+  assert streaming.model.attention.pattern.to_dict() == fields
+  assert streaming.model.remap.to_dict() == fields
   with pytest.raises(ValueError, match=r"'sink@4' needs @N/N \(integers\)"):
     variants.overrides("sink@4", {})
 

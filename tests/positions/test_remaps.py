@@ -139,6 +139,19 @@ def test_self_extend_positions():
   np.testing.assert_array_equal(use[0, 0], [False, True])
 
 
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_streaming_numbers_sink_keys_by_cache_slot(name):
+  """Sink 2, window 5: a cache of 7 slots; beyond the window the query sits at slot
+  min(i, 6) and the key at its own position."""
+  sch = scheme(name)
+  q, k = qk()
+  slot = lambda i, j: i - j if i - j < 5 else min(i, 6) - j
+  got = merged_logits(sch, remap("streaming", sink=2, window=5), q, k, jnp.arange(T)[None])
+  want = reference_logits(sch, q, k, distances(slot))
+  np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
+  assert slot(20, 1) == 5 and slot(20, 17) == 3  # a sink key: 6 - 1, a window key: true
+
+
 def test_compress_is_identity_then_slope_alpha():
   pos = jnp.array([[0, 8, 16, 17, 40]])
   (branch,) = remap("compress", alpha=0.25).branches(pos, pos)
@@ -175,7 +188,8 @@ def test_default_configs_list_every_field():
 
 @pytest.mark.parametrize("name, fields, message", [
     ("yarn", {}, "model.remap.name='yarn' is not a known remap; allowed: ['compress', 'none', "
-     "'rerope', 'self_extend']"),
+     "'rerope', 'self_extend', 'streaming']"),
+    ("streaming", {"sink": 0}, "model.remap.sink=0 must be >= 1"),
     ("rerope", {"window": 0}, "model.remap.window=0 must be >= 1"),
     ("self_extend", {"group": 0}, "model.remap.group=0 must be >= 1"),
     ("compress", {"alpha": 1.5}, "model.remap.alpha=1.5 must be in (0, 1]"),
