@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from lcx import attention, checkpoint, positions, prepare as prepare_lib
+from lcx import attention, checkpoint, errors, positions, prepare as prepare_lib
 from lcx.model import Decoder
 from lcx.positions.rotary import PAIRINGS
 
@@ -501,7 +501,7 @@ def pair_norms(x_xK, pairing: str = "rotate_half", rotary_dim: int | None = None
   splits them (`pairing`), and the norm of the features past rotary_dim (0 without). The squares
   sum to the squared norm of x; a rotation keeps every pair's norm."""
   if pairing not in PAIRINGS:
-    raise ValueError(f"pairing={pairing!r} is not known; allowed: {sorted(PAIRINGS)}")
+    raise errors.not_allowed("pairing", pairing, sorted(PAIRINGS))
   x = np.asarray(x_xK, np.float64)
   d = x.shape[-1] if rotary_dim is None else rotary_dim
   if d % 2 or not 2 <= d <= x.shape[-1]:

@@ -37,6 +37,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from lcx import errors
+
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
 
 
@@ -285,7 +287,7 @@ def _kernels(chunk_size: int) -> dict[str, Kernel]:
 def get_kernel(name: str, chunk_size: int) -> Kernel:
   kernels = _kernels(chunk_size)
   if name not in kernels:
-    raise ValueError(f"attention kernel {name!r} is unknown; allowed: {sorted(kernels)}")
+    raise errors.not_allowed("kernel", name, sorted(kernels))
   return kernels[name]
 
 

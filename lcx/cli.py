@@ -11,6 +11,8 @@ from typing import Callable
 
 from absl import flags
 
+from lcx import errors
+
 # `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/prepare.py's get_config), named by
 # path so that this module need not import lcx.prepare (and jax).
 RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
@@ -56,13 +58,13 @@ def with_run_config(argv):
 
 
 def field_path_error(config, dotted: str) -> str | None:
-  """`train.lrr is not a known field; allowed: [...]` for a path `config` lacks, else None."""
+  """`train.lrr is not a known field; allowed: ...` for a path `config` lacks, else None."""
   import ml_collections
   node, walked = config, []
   for key in dotted.split("."):
     if not isinstance(node, ml_collections.ConfigDict) or key not in node:
-      allowed = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
-      return f"{'.'.join([*walked, key])} is not a known field; allowed: {allowed}"
+      allowed = node.keys() if isinstance(node, ml_collections.ConfigDict) else []
+      return str(errors.unknown_field(".".join([*walked, key]), allowed))
     node, walked = node[key], [*walked, key]
   return None
 

@@ -14,7 +14,7 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import data, positions, sharding
+from lcx import data, errors, positions, sharding
 from lcx.model import DTYPES, Decoder, is_variable
 from lcx.positions import patterns, remaps
 
@@ -32,9 +32,9 @@ RANGES = [
     ("model.num_heads", lambda v: v >= 1, ">= 1"),
     ("model.num_kv_heads", lambda v: v >= 1, ">= 1"),
     ("model.head_dim", lambda v: v >= 1, ">= 1"),
-    ("model.mlp", lambda v: v in MLPS, f"one of {MLPS}"),
+    ("model.mlp", lambda v: v in MLPS, MLPS),
     ("model.mlp_dim", lambda v: v >= 1, ">= 1"),
-    ("model.dtype", lambda v: v in DTYPES, f"one of {tuple(DTYPES)}"),
+    ("model.dtype", lambda v: v in DTYPES, tuple(DTYPES)),
     ("model.norm_eps", lambda v: v > 0, "> 0"),
     ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
     ("train.steps", lambda v: v >= 0, ">= 0"),
@@ -42,7 +42,7 @@ RANGES = [
     ("train.lr", lambda v: v > 0, "> 0"),
     ("train.min_lr", lambda v: v >= 0, ">= 0"),
     ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
-    ("train.decay", lambda v: v in DECAYS, f"one of {DECAYS}"),
+    ("train.decay", lambda v: v in DECAYS, DECAYS),
     ("train.b1", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.b2", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
@@ -52,14 +52,14 @@ RANGES = [
     ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
     ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
     ("eval.multipliers", lambda v: all(m > 0 for m in v), "positive numbers"),
-    ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), "lengths >= 1"),
+    ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), ">= 1 each"),
     ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
     ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
     ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
     ("eval.protocol", lambda v: _items(v) and set(_items(v)) <= set(PROTOCOLS),
-     f"one of {PROTOCOLS}, or several comma-separated"),
+     f"{', '.join(PROTOCOLS)}, or several comma-separated"),
     ("eval.documents", lambda v: _items(v) and set(_items(v)) <= set(DOCUMENTS),
-     f"one of {DOCUMENTS}, or both comma-separated"),
+     f"{', '.join(DOCUMENTS)}, or both comma-separated"),
     ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
     ("eval.last_k", lambda v: v >= 0, ">= 0 (0: a quarter of the training length)"),
     ("eval.sample_seed", lambda v: v >= 0, ">= 0"),
@@ -122,7 +122,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for field, ok, allowed in RANGES:
     value = _get(config, field)
     if not ok(value):
-      raise ValueError(f"{field}={value!r} is not allowed; must be {allowed}")
+      raise errors.not_allowed(field, value, allowed)
   m = config.model
   _check_position_fields(m)
   if m.num_heads % m.num_kv_heads:

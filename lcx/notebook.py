@@ -20,6 +20,8 @@ import pathlib
 
 import numpy as np
 
+from lcx import errors
+
 QUICKSTART_SCHEMES = ("nope", "rope", "alibi", "sinusoidal", "t5")
 
 
@@ -48,7 +50,7 @@ def shown(path) -> str:
 def steps() -> int:
   value = os.environ.get("LCX_NOTEBOOK_STEPS", "300")
   if not value.isdigit() or int(value) < 1:
-    raise ValueError(f"LCX_NOTEBOOK_STEPS={value!r} must be a positive integer")
+    raise errors.not_allowed("LCX_NOTEBOOK_STEPS", value, "positive integers")
   return int(value)
 
 

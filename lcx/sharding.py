@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from lcx import errors
 from lcx.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -76,7 +77,7 @@ def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
   jax.distributed.initialize() and let JAX read the cluster from the environment.
   """
   if mode not in DISTRIBUTED_MODES:
-    raise ValueError(f"--distributed={mode!r}; allowed: {sorted(DISTRIBUTED_MODES)}")
+    raise errors.not_allowed("--distributed", mode, sorted(DISTRIBUTED_MODES))
   cluster = detect_cluster(os.environ if env is None else env)
   if coordinator_address:
     if mode == "off":
@@ -134,8 +135,8 @@ def rules_from_config(sharding_cfg) -> dict[str, tuple[str, ...] | None]:
     names = tuple(a for a in str(axes).split(",") if a)
     unknown = [a for a in names if a not in MESH_AXES]
     if unknown:
-      raise ValueError(f"sharding.{logical}={axes!r}: mesh axis {unknown[0]!r} is not one of "
-                       f"{MESH_AXES}")
+      raise errors.not_allowed(f"sharding.{logical}", axes,
+                               f"comma lists of the mesh axes {', '.join(MESH_AXES)}")
     rules[logical] = names or None
   return rules
 

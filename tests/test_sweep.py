@@ -136,7 +136,7 @@ def test_only_and_shard_select_runs(tmp_path):
      "runs need each other in a cycle: a -> b -> a"),
     ("{'a': Run('configs/missing.py')}", ["{exp}"], "run 'a': config file configs/missing.py "
      "not found"),
-    ("{'a': Run(CONFIG, mode='serve')}", ["{exp}"], "mode='serve'; allowed: train, eval, "
+    ("{'a': Run(CONFIG, mode='serve')}", ["{exp}"], "run 'a': mode='serve' is not allowed; allowed: train, eval, "
      "train_and_eval"),
     ("{'a/b': Run(CONFIG)}", ["{exp}"], "run name 'a/b' must match"),
     ("{'a': Run(CONFIG), 'b': Run(CONFIG, needs=('a',))}", ["{exp}", "--only=b"],

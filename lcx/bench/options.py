@@ -10,7 +10,7 @@ import dataclasses
 
 from absl import flags
 
-from lcx import positions
+from lcx import errors, positions
 
 SECTION_NAMES = ("peak", "train", "positions", "eval", "peers")  # the order they run in
 # flag -> (type of an item or the value, full run's default, --quick's default). Every
@@ -95,11 +95,11 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
       try:
         values[name] = [kind(v) for v in value if v]
       except ValueError:
-        raise ValueError(f"--{name}={','.join(value)}: every item must be an integer") from None
+        raise errors.not_allowed(f"--{name}", ",".join(value), "comma lists of integers") from None
   unknown = [s for s in values["sections"] if s not in SECTION_NAMES]
   if unknown:
-    raise ValueError(f"--sections={','.join(values['sections'])}: {','.join(unknown)} unknown; "
-                     f"allowed: {','.join(SECTION_NAMES)}")
+    raise errors.not_allowed("--sections", ",".join(values["sections"]),
+                             f"comma lists of {', '.join(SECTION_NAMES)}")
   point = values["eval_point"]
   if point is not None and (len(point.split(":")) != 5 or not all(
       v.isdigit() for v in point.split(":")[2::2])):

@@ -174,10 +174,10 @@ def test_t5_bias_reads_the_bucket_table():
 
 
 @pytest.mark.parametrize("name, fields, message", [
-    ("t5", {"num_buckets": 1}, "model.position.num_buckets=1 must be >= 2"),
+    ("t5", {"num_buckets": 1}, "model.position.num_buckets=1 is not allowed; allowed: >= 2"),
     ("t5", {"max_distance": 8}, "model.position.max_distance=8 must exceed the exact range 16"),
-    ("fire", {"hidden": 0}, "model.position.hidden=0 must be > 0"),
-    ("alibi", {"slope": 1.0}, "model.position.slope is not a known field; allowed fields: []"),
+    ("fire", {"hidden": 0}, "model.position.hidden=0 is not allowed; allowed: > 0"),
+    ("alibi", {"slope": 1.0}, "model.position.slope is not a known field; allowed: (none)"),
 ])
 def test_invalid_bias_config_names_the_field(name, fields, message):
   cfg = positions.default_config(name)
