@@ -87,15 +87,18 @@ def explain(error: Exception, argv) -> str:
   return str(error)
 
 
-def parse_config_flags(argv, missing: Callable[[], str]):
+def parse_config_flags(argv, missing: Callable[[], str] | None):
   """absl's flag parsing for an entry point with a `--config` file flag (ml_collections) and
   `--workdir`: without --config, a run's own WORKDIR/config.json is the config; `missing()` is
-  the error when there is neither. Each error (config file, override, type) is one line."""
+  the error when there is neither (None: --config is optional). Each error (config file,
+  override, type) is one line."""
   argv = with_run_config(argv)
   try:
     argv = flags.FLAGS(argv)
     if flags.FLAGS.config is None:
-      fail(missing())
+      if missing is not None:
+        fail(missing())
+      return argv
     flags.FLAGS.config.keys()  # a missing config file raises only when the config is first read
     return argv
   except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:

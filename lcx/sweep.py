@@ -174,7 +174,7 @@ def shards(runs: dict[str, Run], count: int) -> list[list[str]]:
 def parse_shard(text: str) -> tuple[int, int]:
   match = re.fullmatch(r"(\d+)/(\d+)", text)
   if not match or not int(match.group(1)) < int(match.group(2)):
-    raise ValueError(f"--shard={text}: expected i/n with 0 <= i < n, e.g. 0/2")
+    raise errors.not_allowed("--shard", text, "i/n with 0 <= i < n, e.g. 0/2")
   return int(match.group(1)), int(match.group(2))
 
 

@@ -68,7 +68,8 @@ def test_flags_quick_full_and_overrides():
   with pytest.raises(ValueError, match=r"^--sections='peak,speed' is not allowed; allowed: "
                      r"comma lists of peak, train, positions, eval, peers$"):
     _options("--sections=peak,speed")
-  with pytest.raises(ValueError, match=r"^--eval_lengths='1k' is not allowed; allowed: comma lists of integers$"):
+  with pytest.raises(ValueError, match=r"^--eval_lengths='1k' is not allowed; allowed: comma "
+                     r"lists of integers$"):
     _options("--eval_lengths=1k")
 
 
