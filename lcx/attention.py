@@ -264,8 +264,8 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
     shape = (b, g, per, c)
     init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
             jnp.zeros(shape + (d,), jnp.float32))
-    _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
-    return (acc / l[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
+    _, denom, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
+    return (acc / denom[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
   out_NxBxGxPxCxE = jax.lax.map(query_block, jnp.arange(n))
   out_BxHxTxE = jnp.transpose(out_NxBxGxPxCxE, (1, 2, 3, 0, 4, 5)).reshape(b, h, tp, d)

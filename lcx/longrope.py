@@ -226,8 +226,13 @@ class Scorer:
     if not candidates:
       return []
     w, n = self.windows, len(candidates)
-    rows = lambda a_DxT: np.tile(a_DxT, (n, 1))
-    per_row = lambda values, dtype: np.repeat(np.asarray(values, dtype), len(w.inputs_NxT), 0)
+
+    def rows(a_DxT):  # every window once per candidate
+      return np.tile(a_DxT, (n, 1))
+
+    def per_row(values, dtype):  # each candidate's value on each of its windows
+      return np.repeat(np.asarray(values, dtype), len(w.inputs_NxT), 0)
+
     nll_NxT = self.runner.map_rows(
         self.program, rows(w.inputs_NxT), rows(w.targets_NxT), rows(w.positions_NxT),
         rows(w.segments_NxT), per_row([c.long_factor for c in candidates], np.float32),

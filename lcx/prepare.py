@@ -223,9 +223,10 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
           for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)}
   for name in sorted(set(ours) | set(theirs)):
     if ours.get(name) != theirs.get(name):
-      shape = lambda s: "missing" if s is None else str(s)
-      raise ValueError(f"{where}: parameter {name} has shape {shape(theirs.get(name))} in the "
-                       f"source and {shape(ours.get(name))} in this config; the model's shape "
+      theirs_shape, ours_shape = ("missing" if s is None else str(s)
+                                  for s in (theirs.get(name), ours.get(name)))
+      raise ValueError(f"{where}: parameter {name} has shape {theirs_shape} in the "
+                       f"source and {ours_shape} in this config; the model's shape "
                        "fields (model.d_model, num_layers, num_heads, num_kv_heads, head_dim, "
                        "mlp, mlp_dim, tie_embeddings, vocabulary, a learned table's length) "
                        "must be the source's")

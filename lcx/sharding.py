@@ -36,19 +36,29 @@ class Sign(NamedTuple):
 # GCE's TPU API, where JAX finds no cluster.
 TPU_ENV_VARS = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_WORKER_ID",
                 "TPU_ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+def _slurm(env) -> bool:
+  return "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1
+
+
+def _tpu_env(env) -> bool:
+  return any(env.get(name) for name in TPU_ENV_VARS)
+
+
+def _cloud_tpu_vm(env) -> bool:
+  del env  # JAX's own check reads the machine, not the environment
+  return _jax_detects_cloud_tpu_vm()
+
+
 CLUSTER_SIGNS = {
-    "slurm": Sign(lambda env: "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1,
-                  must_join=True),
-    "tpu_env": Sign(lambda env: any(env.get(name) for name in TPU_ENV_VARS), must_join=True),
-    "cloud_tpu_vm": Sign(lambda env: _jax_detects_cloud_tpu_vm(), must_join=False),
+    "slurm": Sign(_slurm, must_join=True),
+    "tpu_env": Sign(_tpu_env, must_join=True),
+    "cloud_tpu_vm": Sign(_cloud_tpu_vm, must_join=False),
 }
-# --distributed: whether to call jax.distributed.initialize() without arguments, given the
-# detected cluster (None: none).
-DISTRIBUTED_MODES = {
-    "auto": lambda cluster: cluster is not None,
-    "on": lambda cluster: True,
-    "off": lambda cluster: False,
-}
+# --distributed: call jax.distributed.initialize() without arguments when a cluster is detected
+# (auto), always (on) or never (off).
+DISTRIBUTED_MODES = ("auto", "on", "off")
 
 
 def _jax_detects_cloud_tpu_vm() -> bool:
@@ -77,7 +87,7 @@ def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
   jax.distributed.initialize() and let JAX read the cluster from the environment.
   """
   if mode not in DISTRIBUTED_MODES:
-    raise errors.not_allowed("--distributed", mode, sorted(DISTRIBUTED_MODES))
+    raise errors.not_allowed("--distributed", mode, DISTRIBUTED_MODES)
   cluster = detect_cluster(os.environ if env is None else env)
   if coordinator_address:
     if mode == "off":
@@ -86,7 +96,7 @@ def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
-  elif DISTRIBUTED_MODES[mode](cluster):
+  elif mode == "on" or (mode == "auto" and cluster is not None):
     try:
       jax.distributed.initialize()
     except ValueError as e:  # JAX found no cluster it knows in the environment

@@ -13,7 +13,7 @@ own sequence's length, computed in the program (float32, as HF). There is no cac
 state, so nothing leaks from one call into the next (HF #25306). One exception to "constants":
 the LongRoPE search passes its candidates' factors as per-row inputs (`with_row_factors`).
 
-Notation (the project's positions reference, shared/docs/positions.md): rotary dim d, pair i, theta_i = base^(-2i/d), training length
+Notation: rotary dim d, pair i, theta_i = base^(-2i/d), training length
 L = original_max_position_embeddings, scale s = factor.
 """
 
