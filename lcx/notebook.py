@@ -141,8 +141,8 @@ def long_documents(config, length: int, count: int = 1, seed: int = 0) -> np.nda
 def show(fig) -> None:
   """Displays a matplotlib figure as PNG and closes it (whatever backend is active: the report
   module switches to Agg)."""
-  from IPython.display import Image, display
   import matplotlib.pyplot as plt
+  from IPython.display import Image, display
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
   plt.close(fig)

@@ -2,16 +2,18 @@
 
 import pytest
 
-from lcx import defaults, config as config_lib
+from lcx import config as config_lib, defaults
 from lcx.positions import remaps
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
 @pytest.mark.parametrize("field, value, message", [
     ("train.lr", -1e-3, r"^train.lr=-0.001 is not allowed; allowed: > 0$"),
-    ("train.decay", "cosin", r"^train.decay='cosin' is not allowed; allowed: cosine, linear, constant$"),
+    ("train.decay", "cosin",
+     r"^train.decay='cosin' is not allowed; allowed: cosine, linear, constant$"),
     ("model.mlp", "relu", r"^model.mlp='relu' is not allowed; allowed: gelu, swiglu$"),
-    ("model.dtype", "float16", r"^model.dtype='float16' is not allowed; allowed: float32, bfloat16"),
+    ("model.dtype", "float16",
+     r"^model.dtype='float16' is not allowed; allowed: float32, bfloat16"),
     ("train.b2", 1.0, r"^train.b2=1.0 is not allowed; allowed: in \[0, 1\)$"),
 ])
 def test_out_of_range_values(field, value, message):
@@ -25,7 +27,8 @@ def test_out_of_range_values(field, value, message):
 def test_eval_length_below_one():
   config = tiny_config()
   config.eval.lengths = (64, 0)
-  with pytest.raises(ValueError, match=r"^eval.lengths=\(64, 0\) is not allowed; allowed: >= 1 each$"):
+  with pytest.raises(ValueError,
+                     match=r"^eval.lengths=\(64, 0\) is not allowed; allowed: >= 1 each$"):
     config_lib.validate(config)
 
 
@@ -98,13 +101,15 @@ def test_mesh_must_fit_the_devices():
 
 def test_unknown_scheme_name():
   from configs import base
-  with pytest.raises(ValueError, match=r"^model.position.name='ropee' is not allowed; allowed: alibi, "):
+  with pytest.raises(ValueError,
+                     match=r"^model.position.name='ropee' is not allowed; allowed: alibi, "):
     base.get_config("pos=ropee")
 
 
 def test_unknown_config_argument():
   from configs import base
-  with pytest.raises(ValueError, match=r"^config argument scheme is not a known field; allowed: pos, size$"):
+  with pytest.raises(ValueError,
+                     match=r"^config argument scheme is not a known field; allowed: pos, size$"):
     base.get_config("scheme=rope")
 
 
@@ -127,7 +132,8 @@ def test_unknown_config_argument():
      "data.text_files='/nonexistent/dir' matches no .txt or .jsonl file"),
     ("--config.eval.protocol=rolling", "eval.protocol='rolling' is not allowed; allowed: windows, "
      "sliding, last_k, or several comma-separated"),
-    ("--mode=train_and_eval --config.eval.variants=yarn@x", "eval.variants: 'yarn@x' needs a number after '@'"),
+    ("--mode=train_and_eval --config.eval.variants=yarn@x",
+     "eval.variants: 'yarn@x' needs a number after '@'"),
     ("--config=configs/base.py:size=tiny,scheme=rope", "--config=configs/base.py:size=tiny,"
      "scheme=rope: config argument scheme is not a known field; allowed: pos, size"),
 ])

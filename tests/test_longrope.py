@@ -79,7 +79,8 @@ def test_crossover_of_identical_parents_finds_nothing_new():
     ("max_factor", 2.0, r"eval.longrope.max_factor=2.0 must be 0 \(1.25 x the scale\) or >= "
      r"the scale target_len / L = 4"),
     ("population", 2, r"eval.longrope.population=2 is not allowed; allowed: >= 3"),
-    ("crossover_rate", 1.0, r"eval.longrope.crossover_rate=1.0 is not allowed; allowed: in \(0, 1\)"),
+    ("crossover_rate", 1.0,
+     r"eval.longrope.crossover_rate=1.0 is not allowed; allowed: in \(0, 1\)"),
 ])
 def test_bad_search_settings_name_the_field(field, value, message):
   config = tiny_config()

@@ -38,8 +38,8 @@ def test_check_divisible_names_field_axes_and_rule():
 
 
 def test_rules_name_bad_mesh_axis():
-  with pytest.raises(ValueError, match=r"^sharding.mlp='model' is not allowed; allowed: comma lists of the mesh axes "
-                     r"data, fsdp, "):
+  with pytest.raises(ValueError, match=r"^sharding.mlp='model' is not allowed; allowed: comma "
+                     r"lists of the mesh axes data, fsdp, "):
     sharding.rules_from_config(ConfigDict({"mlp": "model"}))
   rules = sharding.rules_from_config(ConfigDict({"batch": "data,fsdp", "kv": ""}))
   assert rules == {"batch": ("data", "fsdp"), "kv": None}

@@ -11,12 +11,7 @@ import pathlib
 import grain
 import numpy as np
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import packing
-from lcx.data import sources
-from lcx.data import tasks
-from lcx.data import tokenizers
+from lcx.data import config, corpus, packing, sources, tasks, tokenizers
 
 
 def _byte_tokenizer(data_cfg) -> tokenizers.ByteTokenizer:

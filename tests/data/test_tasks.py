@@ -5,9 +5,7 @@ import numpy as np
 import pytest
 
 import lcx.data
-from lcx.data import config
-from lcx.data import tasks
-from lcx.data import tokenizers
+from lcx.data import config, tasks, tokenizers
 
 TOKENIZER = tokenizers.ByteTokenizer()
 

@@ -86,6 +86,6 @@ def test_learned_config_errors():
   with pytest.raises(ValueError, match=r"^model.position.max_len_policy='wrap' is not "
                      r"allowed; allowed: clamp, error$"):
     positions.validate(cfg, DIMS)
-  with pytest.raises(ValueError, match=r"^model.d_model=7 is not allowed; allowed: even numbers for "
-                     r"model.position.name='sinusoidal'$"):
+  with pytest.raises(ValueError, match=r"^model.d_model=7 is not allowed; allowed: even "
+                     r"numbers for model.position.name='sinusoidal'$"):
     positions.validate(positions.default_config("sinusoidal"), positions.Dims(7, 1, 4, 16))

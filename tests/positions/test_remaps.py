@@ -124,7 +124,8 @@ def test_self_extend_groups_distances_beyond_the_window(name):
   q, k = qk()
   pos = jnp.arange(T)[None]
   w, g = 6, 4
-  grouped = lambda i, j: i - j if i - j < w else i // g + w - w // g - j // g
+  def grouped(i, j):
+    return i - j if i - j < w else i // g + w - w // g - j // g
   got = merged_logits(sch, remap("self_extend", window=w, group=g), q, k, pos)
   want = reference_logits(sch, q, k, distances(grouped))
   np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
@@ -153,7 +154,8 @@ def test_compress_with_alibi_uses_compressed_distance():
   pos = jnp.arange(T)[None]
   got = merged_logits(sch, remap("compress", alpha=0.5), *qk(), pos) - merged_logits(
       sch, remap("none"), *qk(), pos)
-  squeeze = lambda p: p if p <= 16 else 16 + 0.5 * (p - 16)
+  def squeeze(p):
+    return p if p <= 16 else 16 + 0.5 * (p - 16)
   shift = distances(lambda i, j: (i - j) - (squeeze(i) - squeeze(j)))
   np.testing.assert_allclose(lower(got)[1], np.tril(positions.alibi_slopes(2)[1] * shift),
                              atol=1e-5)

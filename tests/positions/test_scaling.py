@@ -70,7 +70,8 @@ def llama3_reference(d, base, s, length, low=1.0, high=4.0):
 
 def yarn_reference(d, base, s, length, beta_fast=32, beta_slow=1):
   """YaRN per pair, from the paper's definitions."""
-  corr = lambda r: d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
+  def corr(r):
+    return d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
   low = max(math.floor(corr(beta_fast)), 0)
   high = min(math.ceil(corr(beta_slow)), d - 1)
   out = []
@@ -207,9 +208,10 @@ def test_matches_hugging_face(d, base, s, length, partial):
 @pytest.mark.parametrize("scale, message", [
     ({"rope_type": "yaarn"}, "scaling.rope_type='yaarn' is not allowed; allowed: default, "
      "dynamic, linear, llama3, longrope, ntk, yarn"),
-    ({"rope_type": "linear", "factr": 2.0}, "scaling.factr is not a known field; allowed: attention_factor, "),
-    ({"rope_type": "linear", "factor": 0.5}, "scaling.factor=0.5 is not allowed; allowed: numbers >= 1 "
-     "for rope_type='linear'"),
+    ({"rope_type": "linear", "factr": 2.0},
+     "scaling.factr is not a known field; allowed: attention_factor, "),
+    ({"rope_type": "linear", "factor": 0.5},
+     "scaling.factor=0.5 is not allowed; allowed: numbers >= 1 for rope_type='linear'"),
     ({"rope_type": "yarn", "original_max_position_embeddings": 64},
      "scaling.factor=None is not allowed; allowed: numbers >= 1 for rope_type='yarn'"),
     ({"rope_type": "yarn", "factor": 2.0},
@@ -220,7 +222,8 @@ def test_matches_hugging_face(d, base, s, length, partial):
      "trained field"),
     ({"partial_rotary_factor": 0.5}, "scaling.partial_rotary_factor=0.5 gives a rotary dim of "
      "int(8 * 0.5) = 4, but rotary_dim gives 8"),
-    ({"partial_rotary_factor": 1.5}, "scaling.partial_rotary_factor=1.5 is not allowed; allowed: in (0, 1]"),
+    ({"partial_rotary_factor": 1.5},
+     "scaling.partial_rotary_factor=1.5 is not allowed; allowed: in (0, 1]"),
     ({"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 64,
       "short_factor": [1.0] * 3, "long_factor": [1.0] * 4},
      "scaling.short_factor=(1.0, 1.0, 1.0) is not allowed; allowed: 4 positive numbers (one "
