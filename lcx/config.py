@@ -12,10 +12,9 @@ import os
 
 import jax
 import ml_collections
-from flax import nnx
 
-from lcx import data, errors, positions, sharding
-from lcx.model import DTYPES, Decoder, is_variable
+from lcx import data, errors, model as model_lib, positions, sharding
+from lcx.model import DTYPES, is_variable
 from lcx.positions import patterns, remaps
 
 MLPS = ("gelu", "swiglu")
@@ -118,7 +117,15 @@ def _get(config, dotted):
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError on the first bad field; call before building anything, and after
-  jax.distributed.initialize (the mesh is checked against the global device count)."""
+  jax.distributed.initialize (the mesh is checked against the global device count).
+  `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  check_fields(config)
+  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
+
+
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
+  no model trace)."""
   for field, ok, allowed in RANGES:
     value = _get(config, field)
     if not ok(value):
@@ -145,7 +152,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
                               max(train_length(config), config.train.random_positions))
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
-  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def _check_position_fields(model_cfg) -> None:
@@ -162,13 +168,15 @@ def _check_position_fields(model_cfg) -> None:
                      f"or model.position.rotary_dim to an even number below {model_cfg.head_dim}")
 
 
-def sharded_dims(config) -> list[tuple[str, str, int]]:
+def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
   """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
 
-  Parameter shapes come from the abstract Decoder (nothing is allocated), so a parameter added
-  to the model is checked too. Ordered as AXIS_FIELDS, so the vocabulary is reported first.
+  Parameter shapes come from the abstract Decoder (`params`, else traced here; nothing is
+  allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
+  vocabulary is reported first.
   """
-  params = nnx.state(nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))), nnx.Param)
+  if params is None:
+    _, params = model_lib.abstract(config.model)
   dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
   for path, var in jax.tree.leaves_with_path(params, is_leaf=is_variable):
     for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
@@ -180,18 +188,26 @@ def sharded_dims(config) -> list[tuple[str, str, int]]:
                 key=lambda d: rank.get(d[1], len(rank)))
 
 
-def check_mesh(config, num_devices: int) -> None:
+def check_mesh(config, num_devices: int, params=None) -> None:
   """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
-  (vocabulary resolved); the processes' share of the batch is data.validate's check."""
+  (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
+  share of the batch is data.validate's check."""
   sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
   rules = sharding.rules_from_config(config.sharding)
-  sharding.check_divisible(sharded_dims(config), sizes, rules)
+  sharding.check_divisible(sharded_dims(config, params), sizes, rules)
 
 
 def validate_eval(config: ml_collections.ConfigDict) -> None:
-  """Also checks that every eval length is one the position scheme can score (a synthetic
-  task's sizes come from data.task_*: its evaluation checks each padded width itself)."""
+  """`validate`, then `check_eval`."""
   validate(config)
+  check_eval(config)
+
+
+def check_eval(config: ml_collections.ConfigDict) -> None:
+  """The evaluation's own checks (after the fields'): known variants, passkey settings for the
+  kind of run, protocols against the eval lengths. Eval lengths a scheme cannot score are not
+  errors: the results list them as skipped (a synthetic task's evaluation checks each padded
+  width itself)."""
   from lcx.evaluate import variants  # lcx.evaluate imports this module
   for spec in variants.names(config.eval.variants):
     variants.overrides(spec, config.eval.named_variants)
@@ -216,9 +232,10 @@ def validate_eval(config: ml_collections.ConfigDict) -> None:
 
 
 def validate_longrope(config: ml_collections.ConfigDict) -> None:
-  """The LongRoPE search's own checks (after `validate`): a rotary scheme, a target length past
-  the training length L, at least as many individuals as parents, a max_factor >= the scale."""
-  validate(config)
+  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
+  the training length L, at least as many individuals as parents, a max_factor >= the scale
+  (the mesh is prepare's check)."""
+  check_fields(config)
   lr, length = config.eval.longrope, config.model.max_len
   if "scaling" not in config.model.position:
     raise ValueError(f"model.position.name={config.model.position.name!r} has no RoPE "

@@ -187,7 +187,7 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     config_lib.save(config, workdir)
   trainer = Trainer(prepared)
   iterator = data.make_train_iterator(config.data, process_index=jax.process_index(),
-                                      process_count=jax.process_count())
+                                      process_count=jax.process_count(), tokenizer=tokenizer)
   ckpt = checkpoint.Checkpointer(workdir, every=config.train.checkpoint_every,
                                  keep=config.train.keep_checkpoints)
   meta = {"tokenizer": tokenizer.metadata(), "config": config.to_dict(), "init_from": None}

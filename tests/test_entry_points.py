@@ -39,6 +39,8 @@ CASES = {
               "--shard='2/2' is not allowed; allowed: i/n with 0 <= i < n"),
     "generate": ("lcx.generate", ["--workdir={run}", "--prompt=hi",
                                   "--config.model.position.base=-10"], BAD_BASE),
+    "generate_top_k": ("lcx.generate", ["--workdir={run}", "--prompt=hi", "--top_k=100000"],
+                       "--top_k=100000 is not allowed; allowed: 0..259, the vocabulary size"),
     "longrope": ("lcx.longrope", ["--workdir={run}", "--config.eval.longrope.target_len=128",
                                   "--config.eval.longrope.population=2"],
                  "eval.longrope.population=2 is not allowed; allowed: >= 3"),

@@ -186,7 +186,7 @@ def test_one_compiled_program_scores_every_candidate(rope_run):
   config = _search_config(rope_run)
   prepared = prepare.prepare(config)
   _, params, _ = evaluate.restore(prepared, rope_run)
-  sequences = longrope._long_documents(prepared.config, 128)
+  sequences = longrope._long_documents(prepared.config, 128, prepared.tokenizer)
   windows = longrope.samples.cut(sequences, 128, "windows")
   variant = longrope.variants.apply(prepared.config, {longrope.variants.SCALING: {
       "rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 8,
