@@ -511,7 +511,7 @@ def pair_norms(x_xK, pairing: str = "rotate_half", rotary_dim: int | None = None
   x = np.asarray(x_xK, np.float64)
   d = x.shape[-1] if rotary_dim is None else rotary_dim
   if d % 2 or not 2 <= d <= x.shape[-1]:
-    raise ValueError(f"rotary_dim={d} must be even and in [2, {x.shape[-1]}]")
+    raise errors.not_allowed("rotary_dim", d, f"even numbers in [2, {x.shape[-1]}]")
   split, _ = PAIRINGS[pairing]
   a, b = split(x[..., :d])
   return np.sqrt(a * a + b * b), np.sqrt(np.sum(x[..., d:] ** 2, axis=-1))

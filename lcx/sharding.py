@@ -117,8 +117,8 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
   sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
   free = [i for i, s in enumerate(sizes) if s == -1]
   if len(free) > 1 or any(s == 0 or s < -1 for s in sizes):
-    raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))}: sizes must be positive, "
-                     "with at most one -1 (fill the remaining devices)")
+    raise errors.not_allowed("mesh", dict(zip(MESH_AXES, sizes)),
+                             "positive sizes, with at most one -1 (fill the remaining devices)")
   known = math.prod(s for s in sizes if s != -1)
   if free:
     if num_devices % known:
