@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from lcx import attention, checkpoint, positions, prepare as prepare_lib
+from lcx import attention, checkpoint, errors, positions, prepare as prepare_lib
 from lcx.model import Decoder
 from lcx.positions.rotary import PAIRINGS
 
@@ -210,7 +210,10 @@ def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
   """
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  rows = lambda x: jnp.take(x, rows_Q, axis=1)
+
+  def rows(x):
+    return jnp.take(x, rows_Q, axis=1)
+
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
   logits = attention._merge([
       (attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
@@ -410,7 +413,10 @@ def classify_heads(maps: Maps, threshold: float = THRESHOLD, min_context: int = 
     raise ValueError(f"min_context={min_context}: no query row has that many tokens of its "
                      "document before it; use longer documents or a smaller min_context")
   stats = query_stats(maps)
-  mean = lambda v: mean_over_queries(v, select)
+
+  def mean(v):
+    return mean_over_queries(v, select)
+
   offsets = offset_mass(maps, max_offset)
   offset_means = np.stack([mean(offsets[..., d]) for d in range(max_offset + 1)], -1)
   other = offset_means.copy()
@@ -513,11 +519,11 @@ def pair_norms(x_xK, pairing: str = "rotate_half", rotary_dim: int | None = None
   splits them (`pairing`), and the norm of the features past rotary_dim (0 without). The squares
   sum to the squared norm of x; a rotation keeps every pair's norm."""
   if pairing not in PAIRINGS:
-    raise ValueError(f"pairing={pairing!r} is not known; allowed: {sorted(PAIRINGS)}")
+    raise errors.not_allowed("pairing", pairing, sorted(PAIRINGS))
   x = np.asarray(x_xK, np.float64)
   d = x.shape[-1] if rotary_dim is None else rotary_dim
   if d % 2 or not 2 <= d <= x.shape[-1]:
-    raise ValueError(f"rotary_dim={d} must be even and in [2, {x.shape[-1]}]")
+    raise errors.not_allowed("rotary_dim", d, f"even numbers in [2, {x.shape[-1]}]")
   split, _ = PAIRINGS[pairing]
   a, b = split(x[..., :d])
   return np.sqrt(a * a + b * b), np.sqrt(np.sum(x[..., d:] ** 2, axis=-1))
@@ -568,7 +574,10 @@ class Bands:
     if self.wavelength is None:
       raise ValueError("fraction_below needs a rotary scheme (wavelength is None)")
     fast_R = self.wavelength < (self.train_len if length is None else length)
-    share = lambda x, rest: (x[..., fast_R] ** 2).sum(-1) / ((x ** 2).sum(-1) + rest ** 2)
+
+    def share(x, rest):
+      return (x[..., fast_R] ** 2).sum(-1) / ((x ** 2).sum(-1) + rest ** 2)
+
     return share(self.q, self.q_rest), share(self.k, self.k_rest)
 
 
@@ -579,7 +588,10 @@ def frequency_bands(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *,
   scheme = model.decoder.position
   pairing = getattr(scheme, "pairing", "rotate_half")
   rotary_dim = getattr(scheme, "rotary_dim", model.config.model.head_dim)
-  rms = lambda x: np.sqrt(np.mean(x ** 2, axis=(1, 2)))  # over batch and tokens
+
+  def rms(x):  # over batch and tokens
+    return np.sqrt(np.mean(x ** 2, axis=(1, 2)))
+
   q_pairs, q_rest = pair_norms(values.q, pairing, rotary_dim)
   k_pairs, k_rest = pair_norms(values.k, pairing, rotary_dim)
   inv_freq = rotary_frequencies(model, values.q.shape[2])

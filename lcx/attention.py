@@ -38,6 +38,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from lcx import errors
+
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
 
 
@@ -283,13 +285,13 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_
 
     shape = (b, g, per, c)
     if sink_H is None:
-      m0, l0 = jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32)
+      m0, denom0 = jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32)
     else:
       m0 = jnp.broadcast_to(_sink_GxP(sink_H, g, per)[None, :, :, None], shape)
-      l0 = jnp.ones(shape, jnp.float32)
-    init = (m0, l0, jnp.zeros(shape + (d,), jnp.float32))
-    _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
-    return (acc / l[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
+      denom0 = jnp.ones(shape, jnp.float32)
+    init = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32))
+    _, denom, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
+    return (acc / denom[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
   out_NxBxGxPxCxE = jax.lax.map(query_block, jnp.arange(n))
   out_BxHxTxE = jnp.transpose(out_NxBxGxPxCxE, (1, 2, 3, 0, 4, 5)).reshape(b, h, tp, d)
@@ -312,7 +314,7 @@ def _kernels(chunk_size: int) -> dict[str, Kernel]:
 def get_kernel(name: str, chunk_size: int) -> Kernel:
   kernels = _kernels(chunk_size)
   if name not in kernels:
-    raise ValueError(f"attention kernel {name!r} is unknown; allowed: {sorted(kernels)}")
+    raise errors.not_allowed("kernel", name, sorted(kernels))
   return kernels[name]
 
 

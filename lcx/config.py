@@ -12,10 +12,9 @@ import os
 
 import jax
 import ml_collections
-from flax import nnx
 
-from lcx import data, patterns, positions, sharding, temperature
-from lcx.model import DTYPES, Decoder, is_variable
+from lcx import data, errors, model as model_lib, patterns, positions, sharding, temperature
+from lcx.model import DTYPES, is_variable
 from lcx.positions import remaps
 
 MLPS = ("gelu", "swiglu")
@@ -33,9 +32,9 @@ RANGES = [
     ("model.num_heads", lambda v: v >= 1, ">= 1"),
     ("model.num_kv_heads", lambda v: v >= 1, ">= 1"),
     ("model.head_dim", lambda v: v >= 1, ">= 1"),
-    ("model.mlp", lambda v: v in MLPS, f"one of {MLPS}"),
+    ("model.mlp", lambda v: v in MLPS, MLPS),
     ("model.mlp_dim", lambda v: v >= 1, ">= 1"),
-    ("model.dtype", lambda v: v in DTYPES, f"one of {tuple(DTYPES)}"),
+    ("model.dtype", lambda v: v in DTYPES, tuple(DTYPES)),
     ("model.norm_eps", lambda v: v > 0, "> 0"),
     ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
     ("train.steps", lambda v: v >= 0, ">= 0"),
@@ -43,7 +42,7 @@ RANGES = [
     ("train.lr", lambda v: v > 0, "> 0"),
     ("train.min_lr", lambda v: v >= 0, ">= 0"),
     ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
-    ("train.decay", lambda v: v in DECAYS, f"one of {DECAYS}"),
+    ("train.decay", lambda v: v in DECAYS, DECAYS),
     ("train.b1", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.b2", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
@@ -53,14 +52,14 @@ RANGES = [
     ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
     ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
     ("eval.multipliers", lambda v: all(m > 0 for m in v), "positive numbers"),
-    ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), "lengths >= 1"),
+    ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), ">= 1 each"),
     ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
     ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
     ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
     ("eval.protocol", lambda v: _items(v) and set(_items(v)) <= set(PROTOCOLS),
-     f"one of {PROTOCOLS}, or several comma-separated"),
+     f"{', '.join(PROTOCOLS)}, or several comma-separated"),
     ("eval.documents", lambda v: _items(v) and set(_items(v)) <= set(DOCUMENTS),
-     f"one of {DOCUMENTS}, or both comma-separated"),
+     f"{', '.join(DOCUMENTS)}, or both comma-separated"),
     ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
     ("eval.last_k", lambda v: v >= 0, ">= 0 (0: a quarter of the training length)"),
     ("eval.sample_seed", lambda v: v >= 0, ">= 0"),
@@ -136,15 +135,23 @@ def _get(config, dotted):
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError on the first bad field; call before building anything, and after
-  jax.distributed.initialize (the mesh is checked against the global device count)."""
+  jax.distributed.initialize (the mesh is checked against the global device count).
+  `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  check_fields(config)
+  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
+
+
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
+  no model trace)."""
   for field, ok, allowed in RANGES:
     value = _get(config, field)
     if not ok(value):
-      raise ValueError(f"{field}={value!r} is not allowed; must be {allowed}")
+      raise errors.not_allowed(field, value, allowed)
   for field, ok, allowed in OPTIONS:
     value = _get(config, field)
     if not ok(value):
-      raise ValueError(f"{field}={value!r} is not allowed; allowed: {allowed}")
+      raise errors.not_allowed(field, value, allowed)
   m = config.model
   _check_position_fields(m)
   if m.num_heads % m.num_kv_heads:
@@ -173,7 +180,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
                                   config.train.pose_target))
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
-  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def _check_position_fields(model_cfg) -> None:
@@ -205,13 +211,15 @@ def _check_sampled_positions(config) -> None:
                      "allowed: 0 (off) or >= the longest eval length")
 
 
-def sharded_dims(config) -> list[tuple[str, str, int]]:
+def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
   """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
 
-  Parameter shapes come from the abstract Decoder (nothing is allocated), so a parameter added
-  to the model is checked too. Ordered as AXIS_FIELDS, so the vocabulary is reported first.
+  Parameter shapes come from the abstract Decoder (`params`, else traced here; nothing is
+  allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
+  vocabulary is reported first.
   """
-  params = nnx.state(nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))), nnx.Param)
+  if params is None:
+    _, params = model_lib.abstract(config.model)
   dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
   for path, var in jax.tree.leaves_with_path(params, is_leaf=is_variable):
     for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
@@ -223,18 +231,26 @@ def sharded_dims(config) -> list[tuple[str, str, int]]:
                 key=lambda d: rank.get(d[1], len(rank)))
 
 
-def check_mesh(config, num_devices: int) -> None:
+def check_mesh(config, num_devices: int, params=None) -> None:
   """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
-  (vocabulary resolved); the processes' share of the batch is data.validate's check."""
+  (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
+  share of the batch is data.validate's check."""
   sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
   rules = sharding.rules_from_config(config.sharding)
-  sharding.check_divisible(sharded_dims(config), sizes, rules)
+  sharding.check_divisible(sharded_dims(config, params), sizes, rules)
 
 
 def validate_eval(config: ml_collections.ConfigDict) -> None:
-  """Also checks that every eval length is one the position scheme can score (a synthetic
-  task's sizes come from data.task_*: its evaluation checks each padded width itself)."""
+  """`validate`, then `check_eval`."""
   validate(config)
+  check_eval(config)
+
+
+def check_eval(config: ml_collections.ConfigDict) -> None:
+  """The evaluation's own checks (after the fields'): known variants, passkey settings for the
+  kind of run, protocols against the eval lengths. Eval lengths a scheme cannot score are not
+  errors: the results list them as skipped (a synthetic task's evaluation checks each padded
+  width itself)."""
   from lcx.evaluate import variants  # lcx.evaluate imports this module
   for spec in variants.names(config.eval.variants):
     variants.overrides(spec, config.eval.named_variants)
@@ -263,9 +279,10 @@ def validate_eval(config: ml_collections.ConfigDict) -> None:
 
 
 def validate_longrope(config: ml_collections.ConfigDict) -> None:
-  """The LongRoPE search's own checks (after `validate`): a rotary scheme, a target length past
-  the training length L, at least as many individuals as parents, a max_factor >= the scale."""
-  validate(config)
+  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
+  the training length L, at least as many individuals as parents, a max_factor >= the scale
+  (the mesh is prepare's check)."""
+  check_fields(config)
   lr, length = config.eval.longrope, config.model.max_len
   if "scaling" not in config.model.position:
     raise ValueError(f"model.position.name={config.model.position.name!r} has no RoPE "

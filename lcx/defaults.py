@@ -7,7 +7,7 @@ every field and default.
 
 import ml_collections
 
-from lcx import data, patterns, positions
+from lcx import data, errors, patterns, positions
 from lcx.positions import remaps
 
 SIZES = {  # d_model, num_layers, num_heads, mlp_dim
@@ -24,7 +24,7 @@ def parse_arg(arg, **defaults):
   for kv in filter(None, (arg or "").split(",")):
     key, _, value = kv.partition("=")
     if key not in defaults:
-      raise ValueError(f"config argument {key!r} is unknown; allowed: {sorted(defaults)}")
+      raise errors.unknown_field(f"config argument {key}", defaults)
     out[key] = type(defaults[key])(value)
   return out
 
@@ -32,7 +32,7 @@ def parse_arg(arg, **defaults):
 def get_config(arg=None):
   arg = parse_arg(arg, pos="rope", size="default")
   if arg.size not in SIZES:
-    raise ValueError(f"config argument size={arg.size!r}; allowed: {sorted(SIZES)}")
+    raise errors.not_allowed("config argument size", arg.size, SIZES)
   d_model, num_layers, num_heads, mlp_dim = SIZES[arg.size]
 
   config = ml_collections.ConfigDict()

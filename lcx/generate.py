@@ -145,7 +145,7 @@ def generate(graphdef, params, prompt_BxP, max_new_tokens: int, *, temperature: 
 def _main(argv):
   from absl import app, flags
 
-  from lcx import evaluate, metrics, positions, prepare
+  from lcx import errors, evaluate, metrics, positions, prepare
   from lcx.cli import fail
   from lcx.metrics import say
 
@@ -157,8 +157,8 @@ def _main(argv):
     prepared = prepare.prepare(FLAGS.config)
     cfg, tokenizer = prepared.config, prepared.tokenizer
     if FLAGS.top_k > cfg.model.vocab_size:
-      raise ValueError(f"--top_k={FLAGS.top_k} must be at most the vocabulary size "
-                       f"{cfg.model.vocab_size} (0: all tokens)")
+      raise errors.not_allowed("--top_k", FLAGS.top_k,
+                               f"0..{cfg.model.vocab_size}, the vocabulary size (0: all tokens)")
     prompt_P = np.concatenate([[tokenizer.bos_id], tokenizer.encode(FLAGS.prompt)])
     size = len(prompt_P) + FLAGS.max_new_tokens
     m = cfg.model

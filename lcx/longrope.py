@@ -226,8 +226,13 @@ class Scorer:
     if not candidates:
       return []
     w, n = self.windows, len(candidates)
-    rows = lambda a_DxT: np.tile(a_DxT, (n, 1))
-    per_row = lambda values, dtype: np.repeat(np.asarray(values, dtype), len(w.inputs_NxT), 0)
+
+    def rows(a_DxT):  # every window once per candidate
+      return np.tile(a_DxT, (n, 1))
+
+    def per_row(values, dtype):  # each candidate's value on each of its windows
+      return np.repeat(np.asarray(values, dtype), len(w.inputs_NxT), 0)
+
     nll_NxT = self.runner.map_rows(
         self.program, rows(w.inputs_NxT), rows(w.targets_NxT), rows(w.positions_NxT),
         rows(w.segments_NxT), per_row([c.long_factor for c in candidates], np.float32),
@@ -273,8 +278,8 @@ def _first_difference(saved, now, where=""):
   return None if saved == now else (where.rstrip("."), saved, now)
 
 
-def _long_documents(cfg, target_len: int) -> list[samples.Sequence]:
-  docs = data.validation_documents(cfg.data)
+def _long_documents(cfg, target_len: int, tokenizer) -> list[samples.Sequence]:
+  docs = data.validation_documents(cfg.data, tokenizer)
   longest = max((len(d) - 1 for d in docs), default=0)
   if longest < target_len:
     raise ValueError(f"eval.longrope.target_len={target_len}: no validation document has that "
@@ -315,11 +320,11 @@ def search(config, workdir: str) -> dict:
       raise ValueError(f"{state_path} holds a search with {field}={saved!r}, now {now!r}: set it "
                        f"back to continue that search, or delete {out_dir} to start a new one")
 
-  sequences = _long_documents(cfg, lr.target_len)
+  sequences = _long_documents(cfg, lr.target_len, prepared.tokenizer)
   windows = samples.cut(sequences, lr.target_len, "windows")
   seed_dict = factors_dict(Candidate(seeds["pi"], 0, "pi"), scale, train_len)
   variant_cfg = variants.apply(cfg, {variants.SCALING: seed_dict})
-  config_lib.validate(variant_cfg)
+  config_lib.check_fields(variant_cfg)
   scorer = Scorer(Runner(prepare_lib.for_variant(prepared, variant_cfg), params), windows)
   say(f"LongRoPE search: L={train_len} -> {lr.target_len} (s={scale:g}), {space.num_pairs} "
       f"pairs, lambda in [1, {space.max_factor:g}] step {space.step:g}, n_hat in "

@@ -277,3 +277,9 @@ class Decoder(nnx.Module):
       head_DxV = self.head[...]
     return jnp.einsum("bld,dv->blv", x_BxLxD, head_DxV.astype(self.dtype),
                       preferred_element_type=jnp.float32)
+
+
+def abstract(model_cfg):
+  """(graphdef, parameters) of a Decoder traced abstractly: shapes, dtypes and logical axes,
+  nothing allocated. The one trace prepare, the mesh check and evaluation variants share."""
+  return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))), nnx.Param)

@@ -20,6 +20,8 @@ import pathlib
 
 import numpy as np
 
+from lcx import errors
+
 QUICKSTART_SCHEMES = ("nope", "rope", "alibi", "sinusoidal", "t5")
 
 
@@ -48,7 +50,7 @@ def shown(path) -> str:
 def steps() -> int:
   value = os.environ.get("LCX_NOTEBOOK_STEPS", "300")
   if not value.isdigit() or int(value) < 1:
-    raise ValueError(f"LCX_NOTEBOOK_STEPS={value!r} must be a positive integer")
+    raise errors.not_allowed("LCX_NOTEBOOK_STEPS", value, "positive integers")
   return int(value)
 
 
@@ -139,8 +141,8 @@ def long_documents(config, length: int, count: int = 1, seed: int = 0) -> np.nda
 def show(fig) -> None:
   """Displays a matplotlib figure as PNG and closes it (whatever backend is active: the report
   module switches to Agg)."""
-  from IPython.display import Image, display
   import matplotlib.pyplot as plt
+  from IPython.display import Image, display
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
   plt.close(fig)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import ml_collections
 
+from lcx import errors
 from lcx.positions.registry import Registry
 
 PREFIX = "model.attention.pattern"
@@ -35,7 +36,7 @@ PATTERNS = Registry(PREFIX, "pattern")
 def _check_sizes(cfg):
   for field in cfg.keys():  # every field but the name is a size
     if field != "name" and (not isinstance(cfg[field], int) or cfg[field] < 1):
-      raise ValueError(f"{PREFIX}.{field}={cfg[field]!r} must be an int >= 1")
+      raise errors.not_allowed(f"{PREFIX}.{field}", cfg[field], "ints >= 1")
 
 
 _register = functools.partial(PATTERNS.register, check=_check_sizes)

@@ -22,11 +22,11 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import checkpoint, config as config_lib, data, defaults, sharding
+from lcx import checkpoint, config as config_lib, data, defaults, model as model_lib, sharding
 from lcx.data import tokenizers
 from lcx.evaluate import variants
 from lcx.metrics import say
-from lcx.model import Decoder, is_variable
+from lcx.model import is_variable
 from lcx.positions import scaling as scaling_lib
 
 
@@ -71,12 +71,6 @@ def abstract_sharded(tree, mesh, rules):
   return jax.tree.map(one, tree, is_leaf=is_variable)
 
 
-def _model(model_cfg, mesh, rules):
-  graphdef, params = nnx.split(
-      nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))), nnx.Param)
-  return graphdef, abstract_sharded(params, mesh, rules)
-
-
 def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Prepared:
   """Validates `config` (ValueError naming the field), then builds tokenizer, mesh and model.
 
@@ -84,16 +78,19 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   checked against its source, and `init_from` of the result says where parameters come from.
   """
   config = with_scaling_file(config)
-  config_lib.validate(config)
+  # config_lib.validate's checks, before any data is read, sharing the one model trace
+  config_lib.check_fields(config)
+  config = config_lib.resolve(config, data.vocab_size(config.data))  # the tokenizer's, unloaded
+  graphdef, params = model_lib.abstract(config.model)
+  config_lib.check_mesh(config, jax.device_count(), params)
   data.open_source(config.data)  # a missing corpus fails here, before anything is written
   tokenizer = data.get_tokenizer(config.data)
-  config = config_lib.resolve(config, tokenizer.vocab_size)
   source = source_cfg = None
   if workdir is not None and config.train.init_from:
     source, source_cfg = _init_from(config, workdir, tokenizer)
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.rules_from_config(config.sharding)
-  graphdef, abstract_params = _model(config.model, mesh, rules)
+  abstract_params = abstract_sharded(params, mesh, rules)
   if source is not None:
     _check_source(config, abstract_params, source, source_cfg)
   return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source)
@@ -118,9 +115,12 @@ def with_scaling_file(config: ml_collections.ConfigDict) -> ml_collections.Confi
 
 
 def for_variant(prepared: Prepared, config: ml_collections.ConfigDict) -> Prepared:
-  """`prepared` with an evaluation variant's config (eval-time fields changed only)."""
-  graphdef, _ = _model(config.model, prepared.mesh, prepared.rules)
-  return dataclasses.replace(prepared, config=config, graphdef=graphdef)
+  """`prepared` with an evaluation variant's config (eval-time fields changed only): the model
+  is traced again only when a model field changed (scaling, remap, pattern)."""
+  if config.model.to_dict() != prepared.config.model.to_dict():
+    graphdef, _ = model_lib.abstract(config.model)
+    prepared = dataclasses.replace(prepared, graphdef=graphdef)
+  return dataclasses.replace(prepared, config=config)
 
 
 def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
@@ -243,9 +243,10 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
           for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)}
   for name in sorted(set(ours) | set(theirs)):
     if ours.get(name) != theirs.get(name):
-      shape = lambda s: "missing" if s is None else str(s)
-      raise ValueError(f"{where}: parameter {name} has shape {shape(theirs.get(name))} in the "
-                       f"source and {shape(ours.get(name))} in this config; the model's shape "
+      theirs_shape, ours_shape = ("missing" if s is None else str(s)
+                                  for s in (theirs.get(name), ours.get(name)))
+      raise ValueError(f"{where}: parameter {name} has shape {theirs_shape} in the "
+                       f"source and {ours_shape} in this config; the model's shape "
                        "fields (model.d_model, num_layers, num_heads, num_kv_heads, head_dim, "
                        "mlp, mlp_dim, tie_embeddings, vocabulary, a learned table's length) "
                        "must be the source's")

@@ -19,6 +19,8 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+from lcx import errors
+
 SCHEMA = "lcx.eval/1"
 KINDS = ("lengths", "tasks", "passkey")
 # Keys each kind must have (beyond the common ones) for the report to render it.
@@ -44,7 +46,7 @@ def check(result: dict, where: str = "result") -> None:
     raise ValueError(f"{where}: lcx result lacks {', '.join(missing)}")
   kind = result["kind"]
   if kind not in KINDS:
-    raise ValueError(f"{where}: kind={kind!r}; allowed: {', '.join(KINDS)}")
+    raise errors.not_allowed(f"{where}: kind", kind, KINDS)
   missing = [k for k in KIND_KEYS[kind] if k not in result]
   if missing:
     raise ValueError(f"{where}: kind {kind!r} result lacks {', '.join(missing)}")

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from lcx import errors
 from lcx.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -35,19 +36,29 @@ class Sign(NamedTuple):
 # GCE's TPU API, where JAX finds no cluster.
 TPU_ENV_VARS = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_WORKER_ID",
                 "TPU_ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+def _slurm(env) -> bool:
+  return "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1
+
+
+def _tpu_env(env) -> bool:
+  return any(env.get(name) for name in TPU_ENV_VARS)
+
+
+def _cloud_tpu_vm(env) -> bool:
+  del env  # JAX's own check reads the machine, not the environment
+  return _jax_detects_cloud_tpu_vm()
+
+
 CLUSTER_SIGNS = {
-    "slurm": Sign(lambda env: "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1,
-                  must_join=True),
-    "tpu_env": Sign(lambda env: any(env.get(name) for name in TPU_ENV_VARS), must_join=True),
-    "cloud_tpu_vm": Sign(lambda env: _jax_detects_cloud_tpu_vm(), must_join=False),
+    "slurm": Sign(_slurm, must_join=True),
+    "tpu_env": Sign(_tpu_env, must_join=True),
+    "cloud_tpu_vm": Sign(_cloud_tpu_vm, must_join=False),
 }
-# --distributed: whether to call jax.distributed.initialize() without arguments, given the
-# detected cluster (None: none).
-DISTRIBUTED_MODES = {
-    "auto": lambda cluster: cluster is not None,
-    "on": lambda cluster: True,
-    "off": lambda cluster: False,
-}
+# --distributed: call jax.distributed.initialize() without arguments when a cluster is detected
+# (auto), always (on) or never (off).
+DISTRIBUTED_MODES = ("auto", "on", "off")
 
 
 def _jax_detects_cloud_tpu_vm() -> bool:
@@ -76,7 +87,7 @@ def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
   jax.distributed.initialize() and let JAX read the cluster from the environment.
   """
   if mode not in DISTRIBUTED_MODES:
-    raise ValueError(f"--distributed={mode!r}; allowed: {sorted(DISTRIBUTED_MODES)}")
+    raise errors.not_allowed("--distributed", mode, DISTRIBUTED_MODES)
   cluster = detect_cluster(os.environ if env is None else env)
   if coordinator_address:
     if mode == "off":
@@ -85,7 +96,7 @@ def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
-  elif DISTRIBUTED_MODES[mode](cluster):
+  elif mode == "on" or (mode == "auto" and cluster is not None):
     try:
       jax.distributed.initialize()
     except ValueError as e:  # JAX found no cluster it knows in the environment
@@ -106,8 +117,8 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
   sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
   free = [i for i, s in enumerate(sizes) if s == -1]
   if len(free) > 1 or any(s == 0 or s < -1 for s in sizes):
-    raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))}: sizes must be positive, "
-                     "with at most one -1 (fill the remaining devices)")
+    raise errors.not_allowed("mesh", dict(zip(MESH_AXES, sizes)),
+                             "positive sizes, with at most one -1 (fill the remaining devices)")
   known = math.prod(s for s in sizes if s != -1)
   if free:
     if num_devices % known:
@@ -134,8 +145,8 @@ def rules_from_config(sharding_cfg) -> dict[str, tuple[str, ...] | None]:
     names = tuple(a for a in str(axes).split(",") if a)
     unknown = [a for a in names if a not in MESH_AXES]
     if unknown:
-      raise ValueError(f"sharding.{logical}={axes!r}: mesh axis {unknown[0]!r} is not one of "
-                       f"{MESH_AXES}")
+      raise errors.not_allowed(f"sharding.{logical}", axes,
+                               f"comma lists of the mesh axes {', '.join(MESH_AXES)}")
     rules[logical] = names or None
   return rules
 

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 
-from lcx import cli, report
+from lcx import cli, errors, report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # config paths are relative to it
 MODES = ("train", "eval", "train_and_eval", "longrope")
@@ -110,7 +110,7 @@ def _check_runs(runs, where: str) -> None:
     if not isinstance(run, Run):
       raise ValueError(f"{where}: run {name!r} is a {type(run).__name__}; use lcx.sweep.Run")
     if run.mode not in MODES:
-      raise ValueError(f"{where}: run {name!r}: mode={run.mode!r}; allowed: {', '.join(MODES)}")
+      raise errors.not_allowed(f"{where}: run {name!r}: mode", run.mode, MODES)
     if not isinstance(run.overrides, dict) or not all(isinstance(k, str) for k in run.overrides):
       raise ValueError(f"{where}: run {name!r}: overrides must be a dict of dotted field names")
     if isinstance(run.needs, str) or not all(isinstance(n, str) for n in run.needs):
@@ -174,7 +174,7 @@ def shards(runs: dict[str, Run], count: int) -> list[list[str]]:
 def parse_shard(text: str) -> tuple[int, int]:
   match = re.fullmatch(r"(\d+)/(\d+)", text)
   if not match or not int(match.group(1)) < int(match.group(2)):
-    raise ValueError(f"--shard={text}: expected i/n with 0 <= i < n, e.g. 0/2")
+    raise errors.not_allowed("--shard", text, "i/n with 0 <= i < n, e.g. 0/2")
   return int(match.group(1)), int(match.group(2))
 
 

@@ -19,9 +19,9 @@ from flax import nnx
 
 from lcx import checkpoint, config as config_lib, data, positions, prepare as prepare_lib, sharding
 from lcx.evaluate import during_train
-from lcx.prepare import abstract_sharded
 from lcx.metrics import MetricWriter, say
 from lcx.model import Decoder
+from lcx.prepare import abstract_sharded
 
 
 class NonFiniteLossError(RuntimeError):
@@ -53,7 +53,10 @@ def learning_rate(train_cfg) -> optax.Schedule:
 
 def optimizer(train_cfg) -> optax.GradientTransformation:
   """AdamW with weight decay on matrices only (not norms, not biases), after clipping."""
-  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+
+  def decay_mask(params):
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
   tx = optax.adamw(learning_rate(train_cfg), b1=train_cfg.b1, b2=train_cfg.b2,
                    weight_decay=train_cfg.weight_decay, mask=decay_mask)
   if train_cfg.clip_norm > 0:
@@ -119,7 +122,6 @@ class Trainer:
     self.abstract_state = {"params": prepared.abstract_params,
                            "opt_state": abstract_sharded(abstract_opt, mesh, self.rules)}
     self.shardings = jax.tree.map(lambda a: a.sharding, self.abstract_state)
-    self._make_model = lambda: Decoder(config.model, rngs=nnx.Rngs(config.seed))
     replicated = jax.sharding.NamedSharding(mesh, jax.P())
     self.step = jax.jit(make_step(self.graphdef, self.tx, config),
                         in_shardings=(self.shardings["params"], self.shardings["opt_state"],
@@ -135,7 +137,8 @@ class Trainer:
       return {"params": params, "opt_state": opt_state}
 
     def init():
-      params = nnx.state(self._make_model(), nnx.Param)
+      model = Decoder(self.config.model, rngs=nnx.Rngs(self.config.seed))
+      params = nnx.state(model, nnx.Param)
       return {"params": params, "opt_state": self.tx.init(params)}
 
     return jax.jit(init, out_shardings=self.shardings)()
@@ -187,7 +190,7 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     config_lib.save(config, workdir)
   trainer = Trainer(prepared)
   iterator = data.make_train_iterator(config.data, process_index=jax.process_index(),
-                                      process_count=jax.process_count())
+                                      process_count=jax.process_count(), tokenizer=tokenizer)
   ckpt = checkpoint.Checkpointer(workdir, every=config.train.checkpoint_every,
                                  keep=config.train.keep_checkpoints)
   meta = {"tokenizer": tokenizer.metadata(), "config": config.to_dict(), "init_from": None}

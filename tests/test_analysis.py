@@ -172,7 +172,8 @@ def test_frequency_bands_of_a_model(position):
   bands = analysis.frequency_bands(model, tokens, qk_values=values)
   r = (position.get("rotary_dim") or 16) // 2
   assert bands.q.shape == (2, 4, r) and bands.k.shape == (2, 4, r)
-  mean_sq = lambda x: np.mean(np.sum(x.astype(np.float64) ** 2, -1), axis=(1, 2))
+  def mean_sq(x):
+    return np.mean(np.sum(x.astype(np.float64) ** 2, -1), axis=(1, 2))
   np.testing.assert_allclose((bands.q ** 2).sum(-1) + bands.q_rest ** 2, mean_sq(values.q),
                              rtol=1e-5)
   np.testing.assert_allclose((bands.k ** 2).sum(-1) + bands.k_rest ** 2, mean_sq(values.k),
@@ -271,8 +272,9 @@ def test_long_sequences_use_chosen_rows_in_blocks(monkeypatch):
 def test_with_params_checks_shapes_and_accepts_string_indices():
   model = _model("rope", layers=2)
   state = nnx.to_pure_dict(nnx.state(model.decoder, nnx.Param))
-  as_strings = lambda d: {str(k): as_strings(v) for k, v in d.items()} if isinstance(d, dict) \
-      else np.asarray(d)
+  def as_strings(d):
+    return {str(k): as_strings(v) for k, v in d.items()} if isinstance(d, dict) \
+        else np.asarray(d)
   decoder = analysis.with_params(model.config, as_strings(state))
   tokens = jnp.asarray(_tokens())
   args = (tokens, jnp.broadcast_to(jnp.arange(40), tokens.shape), jnp.ones(tokens.shape, int))

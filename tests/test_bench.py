@@ -65,10 +65,11 @@ def test_flags_quick_full_and_overrides():
                   "--peak_sizes=64,128")
   assert (opts.schemes, opts.rounds, opts.sections, opts.peak_sizes) == (
       ["nope", "fire"], 7, ["eval"], [64, 128])
-  with pytest.raises(ValueError, match=r"^--sections=peak,speed: speed unknown; allowed: "
-                     r"peak,train,positions,eval,peers$"):
+  with pytest.raises(ValueError, match=r"^--sections='peak,speed' is not allowed; allowed: "
+                     r"comma lists of peak, train, positions, eval, peers$"):
     _options("--sections=peak,speed")
-  with pytest.raises(ValueError, match=r"^--eval_lengths=1k: every item must be an integer$"):
+  with pytest.raises(ValueError, match=r"^--eval_lengths='1k' is not allowed; allowed: comma "
+                     r"lists of integers$"):
     _options("--eval_lengths=1k")
 
 
@@ -134,5 +135,5 @@ def test_tiny_end_to_end_run_writes_every_section(tmp_path):
 def test_cli_errors_are_one_line():
   proc = run_lcx(["--sections=peak,speed"], module="lcx.bench", check=False, timeout=120)
   assert proc.returncode == 2 and proc.stdout == ""
-  assert proc.stderr == ("error: --sections=peak,speed: speed unknown; allowed: "
-                         "peak,train,positions,eval,peers\n")
+  assert proc.stderr == ("error: --sections='peak,speed' is not allowed; allowed: "
+                         "comma lists of peak, train, positions, eval, peers\n")

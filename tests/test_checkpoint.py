@@ -1,15 +1,14 @@
 """Exact resume across processes, SIGKILL and SIGTERM (no evaluation after it), partial
 checkpoints, notebook restore."""
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
-import numpy as np
 import jax
+import numpy as np
 import pytest
 
 from lcx import checkpoint

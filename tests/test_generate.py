@@ -2,7 +2,6 @@
 and sparse pattern past the training length; sampling is seeded; greedy decoding reproduces a
 trained copy task; the command line prints the continuation, and bad input is one error line."""
 
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -194,7 +193,8 @@ def test_chunked_prefill_equals_dense():
 def test_sampling_is_seeded_and_top_k_restricts_the_draw():
   model = _model("rope")
   graphdef, params = nnx.split(model, nnx.Param)
-  draw = lambda **kw: generate.generate(graphdef, params, _prompt(), 12, **kw)
+  def draw(**kw):
+    return generate.generate(graphdef, params, _prompt(), 12, **kw)
   first = draw(temperature=1.0, top_k=5, seed=3)
   np.testing.assert_array_equal(first, draw(temperature=1.0, top_k=5, seed=3))
   assert not np.array_equal(first, draw(temperature=1.0, top_k=5, seed=4))

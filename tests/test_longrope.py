@@ -78,8 +78,9 @@ def test_crossover_of_identical_parents_finds_nothing_new():
     ("parents", 70, r"eval.longrope.parents=70 must be <= eval.longrope.population=64"),
     ("max_factor", 2.0, r"eval.longrope.max_factor=2.0 must be 0 \(1.25 x the scale\) or >= "
      r"the scale target_len / L = 4"),
-    ("population", 2, r"eval.longrope.population=2 is not allowed; must be >= 3"),
-    ("crossover_rate", 1.0, r"eval.longrope.crossover_rate=1.0 is not allowed; must be in"),
+    ("population", 2, r"eval.longrope.population=2 is not allowed; allowed: >= 3"),
+    ("crossover_rate", 1.0,
+     r"eval.longrope.crossover_rate=1.0 is not allowed; allowed: in \(0, 1\)"),
 ])
 def test_bad_search_settings_name_the_field(field, value, message):
   config = tiny_config()
@@ -185,7 +186,7 @@ def test_one_compiled_program_scores_every_candidate(rope_run):
   config = _search_config(rope_run)
   prepared = prepare.prepare(config)
   _, params, _ = evaluate.restore(prepared, rope_run)
-  sequences = longrope._long_documents(prepared.config, 128)
+  sequences = longrope._long_documents(prepared.config, 128, prepared.tokenizer)
   windows = longrope.samples.cut(sequences, 128, "windows")
   variant = longrope.variants.apply(prepared.config, {longrope.variants.SCALING: {
       "rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 8,
@@ -214,7 +215,7 @@ def test_command_line_search_and_its_errors(rope_run, tmp_path):
        "model.d_model=32 differs from the checkpoint's 64: it is a trained field"),
       ([f"--workdir={tmp_path}/none"], f"--workdir={tmp_path}/none holds no run"),
       ([f"--workdir={workdir}", "--config.eval.longrope.populaton=3"],
-       "eval.longrope.populaton is not a known field; allowed: ['crossover_rate', "),
+       "eval.longrope.populaton is not a known field; allowed: crossover_rate, "),
   ]:
     proc = run_lcx(args, module="lcx.longrope", check=False, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]

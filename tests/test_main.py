@@ -1,9 +1,11 @@
 """The command line: every bad input is one `error: ...` line with exit status 2, before any
 file is written; config-specific messages are in test_config.py."""
 
+import collections
+
 import pytest
 
-from tests.helpers import TINY_FLAGS, run_lcx
+from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
 @pytest.mark.slow
@@ -27,3 +29,31 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, args, message):
   assert last.startswith("error: " + message), last
   assert "Traceback" not in proc.stderr
   assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_model_once(
+    tmp_path, monkeypatch):
+  """prepare checks the fields, loads the tokenizer and traces the abstract model; the mesh
+  check, training, the evaluation plan and the `none` variant reuse what it built."""
+  from lcx import config as config_lib, main, model
+  from lcx.data import pipeline
+
+  calls = collections.Counter()
+
+  def counted(name, original):
+    def wrapper(*args, **kwargs):
+      calls[name] += 1
+      return original(*args, **kwargs)
+    return wrapper
+
+  for name in ("check_fields", "validate", "validate_eval"):
+    monkeypatch.setattr(config_lib, name, counted(name, getattr(config_lib, name)))
+  monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
+  for kind, load in list(pipeline.TOKENIZERS.items()):  # every load, whoever asks for it
+    monkeypatch.setitem(pipeline.TOKENIZERS, kind, counted(f"tokenizer {kind}", load))
+  config = tiny_config(steps=2, checkpoint_every=2)
+  workdir = tmp_path / "run"
+  main.run(config, str(workdir), "train_and_eval")
+  assert (workdir / "eval" / "none.json").exists()  # it trained and evaluated
+  assert calls == {"check_fields": 1, "abstract": 1, "tokenizer byte": 1}, calls

@@ -55,7 +55,8 @@ def test_every_param_has_logical_axes_matching_its_rank():
 
 
 def test_untied_and_tied_parameter_counts():
-  count = lambda m: sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
+  def count(m):
+    return sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
   assert count(_model("rope")) - count(_model("rope", tie_embeddings=True)) == 64 * 259
 
 
@@ -90,7 +91,8 @@ def test_relative_remap_on_absolute_scheme_names_the_fields(remap):
 def test_gelu_matches_jax_with_its_gradient():
   x = jnp.linspace(-8, 8, 1001)
   np.testing.assert_allclose(gelu(x), jax.nn.gelu(x, approximate=True), atol=1e-6)
-  grad = lambda f: jax.vmap(jax.grad(f))(x)
+  def grad(f):
+    return jax.vmap(jax.grad(f))(x)
   np.testing.assert_allclose(grad(gelu), grad(lambda v: jax.nn.gelu(v, approximate=True)),
                              atol=1e-5)
 

@@ -234,7 +234,8 @@ def test_load_errors_name_the_path(tmp_path):
   with pytest.raises(ValueError, match=r"no lcx result JSON \(schema 'lcx.eval/1'\) below it"):
     report.load([tmp_path])  # other.json is not one
   bad = _save(tmp_path / "d" / "bad.json", {**lengths_result(), "kind": "speed"})
-  with pytest.raises(ValueError, match=rf"{bad}: kind='speed'; allowed: lengths, tasks, passkey"):
+  with pytest.raises(ValueError, match=rf"^{bad}: kind='speed' is not allowed; allowed: "
+                     r"lengths, tasks, passkey$"):
     report.load([tmp_path / "d"])
   (tmp_path / "empty").mkdir()
   assert report.load([tmp_path / "empty"], allow_empty=True) == []

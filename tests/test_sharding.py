@@ -16,7 +16,8 @@ from tests.helpers import ROOT, TINY_FLAGS, read_metrics, run_lcx
 
 def test_mesh_shape_fills_one_axis():
   assert sharding.mesh_shape(ConfigDict({"data": -1, "fsdp": 2, "tensor": 1}), 8) == (4, 2, 1)
-  with pytest.raises(ValueError, match="at most one -1"):
+  with pytest.raises(ValueError, match=r"^mesh=\{'data': -1, 'fsdp': -1, 'tensor': 1\} is not "
+                     r"allowed; allowed: positive sizes, with at most one -1"):
     sharding.mesh_shape(ConfigDict({"data": -1, "fsdp": -1, "tensor": 1}), 8)
   with pytest.raises(ValueError, match="needs 4 devices, but 8 are available"):
     sharding.mesh_shape(ConfigDict({"data": 2, "fsdp": 2, "tensor": 1}), 8)
@@ -38,7 +39,8 @@ def test_check_divisible_names_field_axes_and_rule():
 
 
 def test_rules_name_bad_mesh_axis():
-  with pytest.raises(ValueError, match=r"sharding.mlp='model': mesh axis 'model' is not one of"):
+  with pytest.raises(ValueError, match=r"^sharding.mlp='model' is not allowed; allowed: comma "
+                     r"lists of the mesh axes data, fsdp, "):
     sharding.rules_from_config(ConfigDict({"mlp": "model"}))
   rules = sharding.rules_from_config(ConfigDict({"batch": "data,fsdp", "kv": ""}))
   assert rules == {"batch": ("data", "fsdp"), "kv": None}

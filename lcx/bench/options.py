@@ -10,7 +10,7 @@ import dataclasses
 
 from absl import flags
 
-from lcx import positions
+from lcx import defaults, errors, positions
 
 SECTION_NAMES = ("peak", "train", "positions", "eval", "peers")  # the order they run in
 # flag -> (type of an item or the value, full run's default, --quick's default). Every
@@ -95,13 +95,17 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
       try:
         values[name] = [kind(v) for v in value if v]
       except ValueError:
-        raise ValueError(f"--{name}={','.join(value)}: every item must be an integer") from None
-  unknown = [s for s in values["sections"] if s not in SECTION_NAMES]
-  if unknown:
-    raise ValueError(f"--sections={','.join(values['sections'])}: {','.join(unknown)} unknown; "
-                     f"allowed: {','.join(SECTION_NAMES)}")
+        raise errors.not_allowed(f"--{name}", ",".join(value), "comma lists of integers") from None
+  for name, allowed in (("sections", SECTION_NAMES), ("schemes", positions.SCHEMES)):
+    if not set(values[name]) <= set(allowed):
+      raise errors.not_allowed(f"--{name}", ",".join(values[name]),
+                               f"comma lists of {', '.join(allowed)}")
+  for name, allowed in (("train_scheme", positions.SCHEMES), ("eval_scheme", positions.SCHEMES),
+                        ("model_size", defaults.SIZES)):
+    if values[name] not in allowed:
+      raise errors.not_allowed(f"--{name}", values[name], allowed)
   point = values["eval_point"]
   if point is not None and (len(point.split(":")) != 5 or not all(
       v.isdigit() for v in point.split(":")[2::2])):
-    raise ValueError(f"--eval_point={point}: expected SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH")
+    raise errors.not_allowed("--eval_point", point, "SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH")
   return Options(**values)

@@ -14,8 +14,7 @@ from lcx import train
 from lcx.bench import peak
 from lcx.bench.throughput import mfu, train_flops_per_token
 from lcx.bench.timing import Program, interleaved, ratio, timed
-from lcx.bench.workload import (buildable, options_config, registered, skipped_rows,
-                                synthetic_batch)
+from lcx.bench.workload import buildable, options_config, registered, skipped_rows, synthetic_batch
 from lcx.model import Decoder
 from lcx.report import markdown_table
 

@@ -18,8 +18,7 @@ import subprocess
 import sys
 import tarfile
 
-from lcx.data import config
-from lcx.data import corpus
+from lcx.data import config, corpus
 
 
 @dataclasses.dataclass(frozen=True)

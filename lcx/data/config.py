@@ -10,6 +10,7 @@ import pathlib
 
 import ml_collections
 
+from lcx import errors
 from lcx.data import tasks
 
 TOKENIZERS = ("byte", "sentencepiece")
@@ -86,11 +87,14 @@ def _require(ok: bool, message: str) -> None:
     raise ValueError(message)
 
 
+def _check(data_cfg, field: str, ok, allowed) -> None:
+  """Raises errors.not_allowed for data.FIELD unless `ok(value)`."""
+  if not ok(data_cfg[field]):
+    raise errors.not_allowed(f"data.{field}", data_cfg[field], allowed)
+
+
 def _one_of(data_cfg, field: str, allowed: tuple[str, ...]) -> None:
-  value = data_cfg[field]
-  _require(
-      value in allowed, f"data.{field}={value!r} is not one of {', '.join(allowed)}."
-  )
+  _check(data_cfg, field, lambda value: value in allowed, allowed)
 
 
 def _check_nothing(data_cfg) -> None:
@@ -124,24 +128,16 @@ def _check_task(data_cfg) -> None:
       f"data.task_min_len={data_cfg.task_min_len} and data.task_max_len="
       f"{data_cfg.task_max_len} must satisfy 1 <= task_min_len <= task_max_len.",
   )
-  _require(
-      data_cfg.task_eval_factor >= 1,
-      f"data.task_eval_factor={data_cfg.task_eval_factor} must be >= 1.",
-  )
-  _require(
-      data_cfg.task_eval_examples >= 1,
-      f"data.task_eval_examples={data_cfg.task_eval_examples} must be >= 1.",
-  )
+  _check(data_cfg, "task_eval_factor", lambda v: v >= 1, ">= 1")
+  _check(data_cfg, "task_eval_examples", lambda v: v >= 1, ">= 1")
   depths = tuple(data_cfg.task_eval_depths)
   _require(
       not depths or data_cfg.task in tasks.AT_DEPTH,
       f"data.task_eval_depths={depths} needs a task with a needle depth"
       f" ({', '.join(tasks.AT_DEPTH)}); data.task={data_cfg.task!r} has none.",
   )
-  _require(
-      all(0.0 <= depth <= 1.0 for depth in depths),
-      f"data.task_eval_depths={depths} must all be in [0, 1].",
-  )
+  _check(data_cfg, "task_eval_depths", lambda v: all(0.0 <= d <= 1.0 for d in v),
+         "depths in [0, 1]")
 
 
 # The checks of each source's own fields; its keys are the valid `data.name` values.
@@ -163,10 +159,8 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
   _one_of(data_cfg, "name", tuple(SOURCE_CHECKS))
   _one_of(data_cfg, "tokenizer", TOKENIZERS)
   _one_of(data_cfg, "packing", PACKINGS)
-  _require(data_cfg.seq_len >= 1, f"data.seq_len={data_cfg.seq_len} must be >= 1.")
-  _require(
-      data_cfg.batch_size >= 1, f"data.batch_size={data_cfg.batch_size} must be >= 1."
-  )
+  _check(data_cfg, "seq_len", lambda v: v >= 1, ">= 1")
+  _check(data_cfg, "batch_size", lambda v: v >= 1, ">= 1")
   if process_count is None:
     import jax  # Deferred: only needed when the caller did not say.
 
@@ -176,14 +170,8 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
       f"data.batch_size={data_cfg.batch_size} must be divisible by the process count"
       f" ({process_count}).",
   )
-  _require(
-      0.0 < data_cfg.validation_fraction < 1.0,
-      f"data.validation_fraction={data_cfg.validation_fraction} must be in (0, 1).",
-  )
+  _check(data_cfg, "validation_fraction", lambda v: 0.0 < v < 1.0, "in (0, 1)")
   if data_cfg.tokenizer == "sentencepiece":
-    _require(
-        data_cfg.vocab_size >= 260,
-        f"data.vocab_size={data_cfg.vocab_size} must be >= 260 for sentencepiece"
-        " (it keeps a byte fallback for every byte).",
-    )
+    _check(data_cfg, "vocab_size", lambda v: v >= 260,
+           ">= 260 for sentencepiece (it keeps a byte fallback for every byte)")
   SOURCE_CHECKS[data_cfg.name](data_cfg)

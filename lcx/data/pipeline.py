@@ -11,12 +11,7 @@ import pathlib
 import grain
 import numpy as np
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import packing
-from lcx.data import sources
-from lcx.data import tasks
-from lcx.data import tokenizers
+from lcx.data import config, corpus, packing, sources, tasks, tokenizers
 
 
 def _byte_tokenizer(data_cfg) -> tokenizers.ByteTokenizer:
@@ -119,15 +114,16 @@ TRAIN_EXAMPLES = {
 
 
 def make_train_iterator(
-    data_cfg, *, process_index: int = 0, process_count: int = 1
+    data_cfg, *, process_index: int = 0, process_count: int = 1, tokenizer=None
 ) -> grain.DatasetIterator:
   """This process's batches: dicts of `[batch_size / process_count, seq_len]` arrays.
 
   Fields: inputs, targets (int32, next token), segment_ids (int32, 1.. per document in
   a row, 0 = padding), positions (int32, from 0 per document), loss_mask (float32).
+  `tokenizer`: `get_tokenizer(data_cfg)`, if loaded already.
   """
   config.validate(data_cfg, process_count=process_count)
-  tokenizer = get_tokenizer(data_cfg)
+  tokenizer = tokenizer or get_tokenizer(data_cfg)
   examples = TRAIN_EXAMPLES[data_cfg.name](
       data_cfg, tokenizer, process_index, process_count
   )
@@ -142,10 +138,11 @@ def make_train_iterator(
   return iter(batches)
 
 
-def validation_documents(data_cfg) -> list[np.ndarray]:
-  """Every validation document as int32 `[BOS] + tokens + [EOS]`, in a fixed order."""
+def validation_documents(data_cfg, tokenizer=None) -> list[np.ndarray]:
+  """Every validation document as int32 `[BOS] + tokens + [EOS]`, in a fixed order
+  (`tokenizer`: `get_tokenizer(data_cfg)`, if loaded already)."""
   config.validate(data_cfg, process_count=1)
-  tokenizer = get_tokenizer(data_cfg)
+  tokenizer = tokenizer or get_tokenizer(data_cfg)
   return [
       document_example(text, tokenizer)["ids"]
       for text in sources.split_texts(data_cfg, corpus.VALIDATION)

@@ -11,11 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow_datasets as tfds
 
-from lcx.data import books
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import stdlib
-from lcx.data import text_files
+from lcx.data import books, config, corpus, stdlib, text_files
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,15 +7,14 @@ tokenizer. The histogram counts documents reaching 1k, 4k, 16k and 64k tokens, t
 lengths the length sweep evaluates at.
 """
 
+import functools
+
+import numpy as np
 from absl import app
 from ml_collections import config_flags
-import numpy as np
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import pipeline
-from lcx.data import sources
-
+from lcx import cli
+from lcx.data import config, corpus, pipeline, sources
 
 THRESHOLDS = (1024, 4096, 16384, 65536)
 
@@ -53,12 +52,15 @@ def format_stats(name: str, split: str, stats: dict) -> str:
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError("stats takes no positional arguments.")
+    cli.fail(f"unexpected arguments {' '.join(argv[1:])}; stats takes flags only")
   data_cfg = _CONFIG.value.data if _CONFIG.value else config.default_config()
-  config.validate(data_cfg, process_count=1)
-  for split in (corpus.TRAIN, corpus.VALIDATION):
-    stats = length_stats(split_lengths(data_cfg, split))
-    print(format_stats(data_cfg.name, split, stats))
+  try:
+    config.validate(data_cfg, process_count=1)
+    for split in (corpus.TRAIN, corpus.VALIDATION):
+      stats = length_stats(split_lengths(data_cfg, split))
+      print(format_stats(data_cfg.name, split, stats))
+  except (ValueError, FileNotFoundError) as error:  # a bad field, a corpus that is not there
+    cli.fail(str(error))
 
 
 if __name__ == "__main__":
@@ -66,4 +68,4 @@ if __name__ == "__main__":
   _CONFIG = config_flags.DEFINE_config_file(
       "config", None, "Experiment config whose `data` section is described."
   )
-  app.run(main)
+  app.run(main, flags_parser=functools.partial(cli.parse_config_flags, missing=None))

@@ -26,6 +26,8 @@ from collections.abc import Callable
 import grain
 import numpy as np
 
+from lcx import errors
+
 LETTERS = string.ascii_lowercase.encode()
 
 
@@ -178,8 +180,8 @@ def lego(rng: np.random.Generator, length: int) -> Example:
   Names are distinct pairs of lowercase letters, so every clause has the same width.
   """
   if not 1 <= length <= LEGO_NAMES:
-    raise ValueError(f"length={length} for data.task='lego'; allowed: 1..{LEGO_NAMES}"
-                     " (two-letter variable names).")
+    raise errors.not_allowed("length", length, f"1..{LEGO_NAMES} for data.task='lego' "
+                             "(two-letter variable names)")
   names = [bytes([LETTERS[i // 26], LETTERS[i % 26]])
            for i in rng.choice(LEGO_NAMES, size=length, replace=False)]
   minus = rng.integers(0, 2, size=length).astype(bool)
@@ -359,7 +361,7 @@ MAX_BYTES: dict[str, Callable[[int], int]] = {
 
 def _task(name: str) -> Callable[[np.random.Generator, int], Example]:
   if name not in TASKS:
-    raise ValueError(f"data.task={name!r} is not one of {', '.join(TASKS)}.")
+    raise errors.not_allowed("data.task", name, TASKS)
   return TASKS[name]
 
 

@@ -83,17 +83,20 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   """(result name, variant, overrides, config) for each of eval.variants x (for text runs)
   eval.protocol x eval.documents, all checked before any runs. The result name is the variant's
   file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless that is windows over the stream, and
-  `.randomM` (M recorded in the overrides too) with eval.random_positions=M."""
+  `.randomM` (M recorded in the overrides too) with eval.random_positions=M.
+  `prepare` checked the run's own fields; a variant's changed ones are checked here."""
   cfg, out = prepared.config, []
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(
       cfg.eval)
   for spec in variants.names(cfg.eval.variants):
     changes = variants.overrides(spec, cfg.eval.named_variants)
     variant_cfg = variants.apply(cfg, changes)
+    if changes:
+      config_lib.check_fields(variant_cfg)
     for protocol, documents in combos:
       combo_cfg = ml_collections.ConfigDict(variant_cfg.to_dict())
       combo_cfg.eval.update(protocol=protocol, documents=documents)
-      config_lib.validate_eval(combo_cfg)
+      config_lib.check_eval(combo_cfg)
       name = variants.file_name(spec)[:-len(".json")]
       if (protocol, documents) != ("windows", "stream"):
         name += f".{protocol}-{documents}"
@@ -151,13 +154,14 @@ def _reusable(path: str, step: int, settings: str) -> dict | None:
 
 
 def evaluate(config, workdir: str, step: int | None = None, *, force: bool = False,
-             prepared=None) -> dict[str, dict]:
+             prepared=None, todo=None) -> dict[str, dict]:
   """Evaluates every variant; writes WORKDIR/eval/<name>.json (and passkey@<variant>.json);
   prints the tables. Returns the results by name: the file name without .json, the variant
-  as written (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`)."""
+  as written (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
+  (`plan(prepared)`): if made already."""
   prepared = prepared or prepare_lib.prepare(config)
   cfg = prepared.config
-  todo = plan(prepared)
+  todo = todo or plan(prepared)
   step, params, meta = restore(prepared, workdir, step)
   kind = "tasks" if cfg.data.name == "task" else "lengths"
   train_len = cfg.model.max_len
@@ -170,7 +174,7 @@ def evaluate(config, workdir: str, step: int | None = None, *, force: bool = Fal
     ev = runner.config.eval
     if ev.documents not in sequences:  # drawn once: every variant and length scores them
       sequences[ev.documents] = samples.select(
-          data.validation_documents(cfg.data), ev.documents, max(eval_lengths),
+          data.validation_documents(cfg.data, prepared.tokenizer), ev.documents, max(eval_lengths),
           ev.num_tokens, ev.sample_seed)
     return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths,
                              train_len)

@@ -41,7 +41,7 @@ class DuringTrain:
     if not lengths:
       say("train.eval_every: no eval.during_train length can be scored; nothing to evaluate")
       return
-    sequences = samples.select(data.validation_documents(cfg.data), "stream",
+    sequences = samples.select(data.validation_documents(cfg.data, prepared.tokenizer), "stream",
                                max(lengths.values()), cfg.eval.during_train_tokens,
                                cfg.eval.sample_seed)
     self.windows = {name: samples.cut(sequences, length, "windows")

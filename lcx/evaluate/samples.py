@@ -30,6 +30,8 @@ import dataclasses
 
 import numpy as np
 
+from lcx import errors
+
 PROTOCOLS = ("windows", "sliding", "last_k")
 DOCUMENTS = ("stream", "long")
 
@@ -104,7 +106,7 @@ def select(documents: list[np.ndarray], mode: str, longest: int, num_tokens: int
                        "eval.lengths / eval.multipliers")
     return [_concat(parts, min(budget, have // longest * longest))]
   if mode != "long":
-    raise ValueError(f"eval.documents={mode!r} is not allowed; allowed: {list(DOCUMENTS)}")
+    raise errors.not_allowed("eval.documents", mode, DOCUMENTS)
   chosen = [int(d) for d in order if len(documents[d]) - 1 >= longest]
   if not chosen:
     most = max((len(x) - 1 for x in documents), default=0)
@@ -130,7 +132,7 @@ def cut(sequences: list[Sequence], length: int, protocol: str, *, stride: int = 
         last_k: int = 0) -> Windows:
   """Windows of `length` over every sequence under `protocol` (see the module docstring)."""
   if protocol not in PROTOCOLS:
-    raise ValueError(f"eval.protocol={protocol!r} is not allowed; allowed: {list(PROTOCOLS)}")
+    raise errors.not_allowed("eval.protocol", protocol, PROTOCOLS)
   rows = []
   for seq in sequences:
     scored_until = 0

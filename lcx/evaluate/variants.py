@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import ml_collections
 
-from lcx import defaults, patterns
+from lcx import defaults, errors, patterns
 from lcx.positions import remaps
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS
@@ -183,9 +183,9 @@ def overrides(spec: str, named: dict) -> dict:
     return {k: plain(v) for k, v in dict(named[spec]).items()}
   name, _, arg = spec.partition("@")
   if name not in VARIANTS:
-    raise ValueError(f"eval.variants: {spec!r} is not a known variant; allowed: "
-                     f"{sorted(VARIANTS)} (as name@ARG) or eval.named_variants "
-                     f"{sorted(named)}")
+    raise errors.not_allowed("eval.variants", spec,
+                             f"{', '.join(sorted(VARIANTS))} (as name@ARG), or a name in "
+                             f"eval.named_variants ({', '.join(sorted(named)) or 'none'})")
   if VARIANTS[name] is None:
     if arg:
       raise ValueError(f"eval.variants: {spec!r}: {name!r} takes no '@' argument")
@@ -222,11 +222,10 @@ def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.Co
     node = config
     for key in parents:
       if key not in node:
-        raise ValueError(f"variant override {field}: {key!r} is not a known field")
+        raise errors.unknown_field(f"variant override {field}: {key}", node.keys())
       node = node[key]
     if leaf not in node:
-      raise ValueError(f"variant override {field}: not a known field; allowed: "
-                       f"{sorted(node.keys())}")
+      raise errors.unknown_field(f"variant override {field}", node.keys())
     node[leaf] = value
   return config
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
 from lcx.positions.registry import Unset
 
@@ -43,8 +44,8 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
 def _check_heads(cfg, dims):
   if dims.num_heads < 1:
-    raise ValueError(f"model.num_heads={dims.num_heads} must be >= 1 for {PREFIX}.name="
-                     f"{cfg.name!r}")
+    raise errors.not_allowed("model.num_heads", dims.num_heads,
+                             f">= 1 for {PREFIX}.name={cfg.name!r}")
 
 
 @register("alibi", {}, check=_check_heads)
@@ -87,8 +88,8 @@ def _check_t5(cfg, dims):
   _check_heads(cfg, dims)
   half = cfg.num_buckets // 2 if cfg.bidirectional else cfg.num_buckets
   if half < 2:
-    raise ValueError(f"{PREFIX}.num_buckets={cfg.num_buckets} must be >= 2 (>= 4 when "
-                     "bidirectional)")
+    raise errors.not_allowed(f"{PREFIX}.num_buckets", cfg.num_buckets,
+                             ">= 2 (>= 4 when bidirectional)")
   if cfg.max_distance <= half // 2:
     raise ValueError(f"{PREFIX}.max_distance={cfg.max_distance} must exceed the exact range "
                      f"{half // 2} (half of the buckets per direction)")
@@ -118,10 +119,10 @@ def _check_fire(cfg, dims):
   _check_heads(cfg, dims)
   for field in ("hidden", "c_init"):
     if not cfg[field] > 0:
-      raise ValueError(f"{PREFIX}.{field}={cfg[field]} must be > 0")
+      raise errors.not_allowed(f"{PREFIX}.{field}", cfg[field], "> 0")
   if cfg.threshold_init is not None and not cfg.threshold_init > 0:
-    raise ValueError(f"{PREFIX}.threshold_init={cfg.threshold_init} must be > 0 (None: the "
-                     "training length model.max_len)")
+    raise errors.not_allowed(f"{PREFIX}.threshold_init", cfg.threshold_init,
+                             "> 0 (None: the training length model.max_len)")
 
 
 FIRE_EPS = 1e-6  # added to psi(normalizer), as the paper's code does

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from lcx import errors
 from lcx.positions.base import Dims, adds_embedding
 from lcx.positions.registry import Entry, Registry, Unset
 
@@ -75,7 +76,7 @@ def _nearer_than(q_pos_BxQx1, k_pos_Bx1xS, *, window):
 
 def _check_window(cfg):
   if cfg.window < 1:
-    raise ValueError(f"{PREFIX}.window={cfg.window} must be >= 1")
+    raise errors.not_allowed(f"{PREFIX}.window", cfg.window, ">= 1")
 
 
 @_register("none", {})
@@ -87,7 +88,7 @@ def none(q_pos_BxQ, k_pos_BxS, *, dims):
 def _check_self_extend(cfg):
   _check_window(cfg)
   if cfg.group < 1:
-    raise ValueError(f"{PREFIX}.group={cfg.group} must be >= 1")
+    raise errors.not_allowed(f"{PREFIX}.group", cfg.group, ">= 1")
 
 
 @_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend,
@@ -127,7 +128,7 @@ def rerope(q_pos_BxQ, k_pos_BxS, *, dims, window, log_n_scaling):
 def _check_streaming(cfg):
   _check_window(cfg)
   if cfg.sink < 1:
-    raise ValueError(f"{PREFIX}.sink={cfg.sink} must be >= 1")
+    raise errors.not_allowed(f"{PREFIX}.sink", cfg.sink, ">= 1")
 
 
 @_register("streaming", {"sink": 4, "window": 128}, check=_check_streaming, relative_only=True)
@@ -142,9 +143,9 @@ def streaming(q_pos_BxQ, k_pos_BxS, *, dims, sink, window):
 
 def _check_compress(cfg):
   if not 0 < cfg.alpha <= 1:
-    raise ValueError(f"{PREFIX}.alpha={cfg.alpha} must be in (0, 1]")
+    raise errors.not_allowed(f"{PREFIX}.alpha", cfg.alpha, "in (0, 1]")
   if cfg.start is not None and cfg.start < 0:
-    raise ValueError(f"{PREFIX}.start={cfg.start} must be >= 0 (None: the training length)")
+    raise errors.not_allowed(f"{PREFIX}.start", cfg.start, ">= 0 (None: the training length)")
 
 
 @_register("compress", {"alpha": 0.5, "start": Unset(int)}, check=_check_compress)

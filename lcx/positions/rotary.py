@@ -21,6 +21,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS, check_rotary_dim, resolve, rope_angles
@@ -75,11 +76,10 @@ def rotate_pairs(x_BxLxHxE, angle_BxLxR, pairing="rotate_half", scale=1.0):
 
 def _check_rotary(cfg, dims):
   if not cfg.base > 1:
-    raise ValueError(f"{PREFIX}.base={cfg.base} must be > 1 (theta_i = base^(-2i/d) must "
-                     "fall with i; Llama 2: 10000, Llama 3: 500000)")
+    raise errors.not_allowed(f"{PREFIX}.base", cfg.base, "> 1 (theta_i = base^(-2i/d) must "
+                             "fall with i; Llama 2: 10000, Llama 3: 500000)")
   if cfg.pairing not in PAIRINGS:
-    raise ValueError(f"{PREFIX}.pairing={cfg.pairing!r} is not known; allowed: "
-                     f"{sorted(PAIRINGS)}")
+    raise errors.not_allowed(f"{PREFIX}.pairing", cfg.pairing, sorted(PAIRINGS))
   d = check_rotary_dim(dims.head_dim, cfg.rotary_dim, f"{PREFIX}.rotary_dim")
   resolve(plain(cfg.scaling), d, f"{PREFIX}.scaling", default_length=dims.max_len,
           base=cfg.base, head_dim=dims.head_dim)
@@ -120,7 +120,7 @@ class RoPE(Scheme):
 def _check_p_rope(cfg, dims):
   _check_rotary(cfg, dims)
   if not 0 <= cfg.p <= 1:
-    raise ValueError(f"{PREFIX}.p={cfg.p} must be in [0, 1] (0: NoPE, 1: RoPE)")
+    raise errors.not_allowed(f"{PREFIX}.p", cfg.p, "in [0, 1] (0: NoPE, 1: RoPE)")
 
 
 def kept_pairs(p: float, num_pairs: int) -> int:
@@ -150,7 +150,7 @@ class PRoPE(RoPE):
 def _check_xpos(cfg, dims):
   _check_rotary(cfg, dims)
   if not cfg.scale_base > 0:
-    raise ValueError(f"{PREFIX}.scale_base={cfg.scale_base} must be > 0")
+    raise errors.not_allowed(f"{PREFIX}.scale_base", cfg.scale_base, "> 0")
 
 
 XPOS_ZETA_MIN = 0.4 / 1.4  # zeta_0: the strongest decay, so the largest factor

@@ -13,7 +13,7 @@ own sequence's length, computed in the program (float32, as HF). There is no cac
 state, so nothing leaks from one call into the next (HF #25306). One exception to "constants":
 the LongRoPE search passes its candidates' factors as per-row inputs (`with_row_factors`).
 
-Notation (the project's positions reference, shared/docs/positions.md): rotary dim d, pair i, theta_i = base^(-2i/d), training length
+Notation: rotary dim d, pair i, theta_i = base^(-2i/d), training length
 L = original_max_position_embeddings, scale s = factor.
 """
 
@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lcx import errors
 from lcx.positions.registry import Unset
 
 # Every field a rotary scheme's `scaling` sub-dict holds. None (Unset) means "no value": each
@@ -225,10 +226,10 @@ def _check_longrope(sc, d, where):
   for key in ("short_factor", "long_factor"):
     value = getattr(sc, key)
     if value is None or len(value) != d // 2 or min(value) <= 0:
-      raise ValueError(f"{where}.{key} must be {d // 2} positive numbers (one per rotary pair), "
-                       f"got {value!r}")
+      raise errors.not_allowed(f"{where}.{key}", value,
+                               f"{d // 2} positive numbers (one per rotary pair)")
   if sc.n_hat < 0:
-    raise ValueError(f"{where}.n_hat={sc.n_hat} must be >= 0")
+    raise errors.not_allowed(f"{where}.n_hat", sc.n_hat, ">= 0")
 
 
 @_rope_type("longrope", ("factor", LENGTH, "short_factor", "long_factor", "attention_factor",
@@ -277,12 +278,10 @@ def resolve(scaling, rotary_dim: int, where: str = "scaling", default_length: in
     given.setdefault("rope_type", given.pop("type"))
   unknown = sorted(set(given) - set(SCALING_DEFAULTS))
   if unknown:
-    raise ValueError(f"{where}.{unknown[0]} is not a known field; allowed fields: "
-                     f"{sorted(SCALING_DEFAULTS)}")
+    raise errors.unknown_field(f"{where}.{unknown[0]}", SCALING_DEFAULTS)
   rope_type = given.get("rope_type", "default")
   if rope_type not in ROPE_TYPES:
-    raise ValueError(f"{where}.rope_type={rope_type!r} is not known; allowed: "
-                     f"{sorted(ROPE_TYPES)}")
+    raise errors.not_allowed(f"{where}.rope_type", rope_type, sorted(ROPE_TYPES))
   kind = ROPE_TYPES[rope_type]
   if LENGTH in kind.fields and default_length is not None:
     given.setdefault(LENGTH, default_length)
@@ -303,12 +302,12 @@ def resolve(scaling, rotary_dim: int, where: str = "scaling", default_length: in
   if "factor" in kind.fields and (sc.factor is None or sc.factor < 1):
     derive = (f" (unset: {where}.max_position_embeddings / {where}.{LENGTH})"
               if "max_position_embeddings" in kind.fields else "")
-    raise ValueError(f"{where}.factor={sc.factor!r} must be a number >= 1 for "
-                     f"rope_type={rope_type!r}{derive}")
+    raise errors.not_allowed(f"{where}.factor", sc.factor,
+                             f"numbers >= 1 for rope_type={rope_type!r}{derive}")
   if LENGTH in kind.fields and (sc.original_max_position_embeddings is None
                                 or sc.original_max_position_embeddings < 1):
-    raise ValueError(f"{where}.{LENGTH}={sc.original_max_position_embeddings!r} must be an int "
-                     f">= 1 (the training length) for rope_type={rope_type!r}")
+    raise errors.not_allowed(f"{where}.{LENGTH}", sc.original_max_position_embeddings,
+                             f"ints >= 1 (the training length) for rope_type={rope_type!r}")
   _check_restated(sc, rotary_dim, where, base, head_dim)
   if kind.check is not None:
     kind.check(sc, rotary_dim, where)
@@ -323,7 +322,7 @@ def _check_restated(sc, rotary_dim, where, base, head_dim):
                      f"{where}.rope_theta to it or leave it unset")
   prf = sc.partial_rotary_factor
   if prf is not None and not 0 < prf <= 1:
-    raise ValueError(f"{where}.partial_rotary_factor={prf!r} must be in (0, 1]")
+    raise errors.not_allowed(f"{where}.partial_rotary_factor", prf, "in (0, 1]")
   if prf is not None and head_dim is not None and int(head_dim * prf) != rotary_dim:
     raise ValueError(f"{where}.partial_rotary_factor={prf!r} gives a rotary dim of "
                      f"int({head_dim} * {prf!r}) = {int(head_dim * prf)}, but "
@@ -335,8 +334,8 @@ def check_rotary_dim(head_dim: int, rotary_dim: int | None, where: str = "rotary
   """The rotary dim (head_dim when None); it must be even and in [2, head_dim]."""
   rotary_dim = head_dim if rotary_dim is None else rotary_dim
   if rotary_dim % 2 or not 2 <= rotary_dim <= head_dim:
-    raise ValueError(f"{where}={rotary_dim} must be an even number in [2, head_dim={head_dim}] "
-                     "(None: head_dim)")
+    raise errors.not_allowed(where, rotary_dim,
+                             f"even numbers in [2, head_dim={head_dim}] (None: head_dim)")
   return rotary_dim
 
 
@@ -477,8 +476,7 @@ def read_hf_scaling(path: str) -> dict:
   out.setdefault("rope_type", given.get("type", "default"))
   rope_type = out["rope_type"]
   if rope_type not in ROPE_TYPES:
-    raise ValueError(f"{path}: rope_type={rope_type!r} is not known; allowed: "
-                     f"{sorted(ROPE_TYPES)}")
+    raise errors.not_allowed(f"{path}: rope_type", rope_type, sorted(ROPE_TYPES))
   for key in ("rope_theta", "partial_rotary_factor"):
     if out.get(key) is None and top.get(key) is not None:
       out[key] = top[key]
@@ -493,6 +491,5 @@ def read_hf_scaling(path: str) -> dict:
     out[LENGTH] = max_len
   unknown = sorted(set(out) - set(SCALING_DEFAULTS))
   if unknown:
-    raise ValueError(f"{path}: {unknown[0]!r} is not a known rope scaling key; known: "
-                     f"{sorted(HF_KEYS | set(SCALING_DEFAULTS))}")
+    raise errors.unknown_field(f"{path}: {unknown[0]}", HF_KEYS | set(SCALING_DEFAULTS))
   return {k: tuple(v) if isinstance(v, list) else v for k, v in out.items() if v is not None}

@@ -4,9 +4,7 @@ import pathlib
 
 import pytest
 
-from lcx.data import config
-from lcx.data import sources
-from lcx.data import stdlib
+from lcx.data import config, sources, stdlib
 
 
 def write_fake_stdlib(root: pathlib.Path, num_files: int = 60) -> pathlib.Path:

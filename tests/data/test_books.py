@@ -5,10 +5,7 @@ import tarfile
 
 import pytest
 
-from lcx.data import books
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import books, config, corpus, sources
 
 # Works of the fake sdist: modern files, Folio twins (one spelled differently).
 FAKE_FILES = {

@@ -6,8 +6,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import lcx.data
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import corpus, sources
 
 
 def _take(iterator, k):
@@ -138,8 +137,7 @@ def test_validation_tokens_refuses_to_return_fewer_than_asked(fake_stdlib_cfg):
 def test_sentencepiece_is_trained_once_on_train_and_used_for_batches(
     fake_stdlib_cfg, monkeypatch
 ):
-  from lcx.data import pipeline
-  from lcx.data import tokenizers
+  from lcx.data import pipeline, tokenizers
 
   fake_stdlib_cfg.update(tokenizer="sentencepiece", vocab_size=300)
   tokenizer = lcx.data.get_tokenizer(fake_stdlib_cfg)

@@ -2,9 +2,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import lcx.data
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import config, corpus, sources
 
 
 def _tfds_cfg(tmp_path, **overrides):

@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from lcx.data import corpus
-from lcx.data import stats
+from lcx.data import corpus, stats
 
 
 def test_length_stats_counts_documents_reaching_each_threshold():

@@ -2,9 +2,7 @@ import pathlib
 import sys
 import sysconfig
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import stdlib
+from lcx.data import config, corpus, stdlib
 
 
 def _records(corpus_builder, split):

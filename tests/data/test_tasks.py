@@ -5,9 +5,7 @@ import numpy as np
 import pytest
 
 import lcx.data
-from lcx.data import config
-from lcx.data import tasks
-from lcx.data import tokenizers
+from lcx.data import config, tasks, tokenizers
 
 TOKENIZER = tokenizers.ByteTokenizer()
 
@@ -248,7 +246,7 @@ def test_the_declared_bound_is_reached(task):
 
 def test_lego_refuses_more_variables_than_names():
   with pytest.raises(ValueError,
-                     match=r"length=677 for data.task='lego'; allowed: 1..676"):
+                     match=r"^length=677 is not allowed; allowed: 1..676 for data.task='lego'"):
     tasks.lego(np.random.default_rng(0), 677)
 
 

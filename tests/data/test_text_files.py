@@ -3,10 +3,7 @@ import logging
 
 import pytest
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
-from lcx.data import text_files
+from lcx.data import config, corpus, sources, text_files
 
 
 def _write_folder(root):

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from lcx import config as config_lib, evaluate, prepare, train
+from lcx import evaluate, prepare, train
 from lcx.data import pipeline, tokenizers
 from lcx.evaluate import lengths, runner as runner_lib, samples
 from tests.helpers import DATA_DIR, run_lcx, tiny_config
@@ -47,7 +47,8 @@ def test_one_file_per_variant_with_numbers_and_settings(rope_run, capsys):
     assert saved == json.loads(json.dumps(r, default=list))
     assert (saved["schema"], saved["kind"], saved["step"], saved["train_len"]) == (
         "lcx.eval/1", "lengths", 30, 32)
-    assert saved["protocol"]["protocol"] == "windows" and saved["versions"]["jax"] == jax.__version__
+    assert saved["protocol"]["protocol"] == "windows"
+    assert saved["versions"]["jax"] == jax.__version__
     assert sorted(saved["lengths"], key=int) == ["32", "64", "128", "256"]
     tokens = {v["tokens"] for v in saved["lengths"].values()}
     assert tokens == {2048}  # the same tokens at every length
@@ -144,8 +145,11 @@ def test_stream_windows_never_attend_across_documents(rope_run):
 def test_nothing_recompiles_across_lengths_and_variants(rope_run):
   config, workdir = rope_run
   compiles = []
-  listener = lambda event, duration, **kw: compiles.append(event) if event.endswith(
-      "backend_compile_duration") else None
+
+  def listener(event, duration, **kw):
+    if event.endswith("backend_compile_duration"):
+      compiles.append(event)
+
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     runner = _runner(config, workdir)

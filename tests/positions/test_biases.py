@@ -80,7 +80,8 @@ def test_fire_matches_its_formula():
   scheme = build("fire", threshold_init=6.0)
   q_pos, k_pos = jnp.array([[3.0, 7.0, 20.0]]), jnp.array([[0.0, 3.0, 6.5]])
   c, thr = 0.1, 6.0
-  psi = lambda x: np.log(np.abs(c * x) + 1)
+  def psi(x):
+    return np.log(np.abs(c * x) + 1)
   w_in, b_in = np.asarray(scheme.w_in[...]), np.asarray(scheme.b_in[...])
   w_out, b_out = np.asarray(scheme.w_out[...]), np.asarray(scheme.b_out[...])
   expected = np.zeros((4, 3, 3))
@@ -110,7 +111,8 @@ def test_fire_threshold_learns_under_adam():
 
   @jax.jit
   def step(params, opt_state):
-    loss = lambda p: jnp.mean((nnx.merge(graphdef, p).bias(pos, pos) - target) ** 2)
+    def loss(p):
+      return jnp.mean((nnx.merge(graphdef, p).bias(pos, pos) - target) ** 2)
     updates, opt_state = tx.update(jax.grad(loss)(params), opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
@@ -174,10 +176,10 @@ def test_t5_bias_reads_the_bucket_table():
 
 
 @pytest.mark.parametrize("name, fields, message", [
-    ("t5", {"num_buckets": 1}, "model.position.num_buckets=1 must be >= 2"),
+    ("t5", {"num_buckets": 1}, "model.position.num_buckets=1 is not allowed; allowed: >= 2"),
     ("t5", {"max_distance": 8}, "model.position.max_distance=8 must exceed the exact range 16"),
-    ("fire", {"hidden": 0}, "model.position.hidden=0 must be > 0"),
-    ("alibi", {"slope": 1.0}, "model.position.slope is not a known field; allowed fields: []"),
+    ("fire", {"hidden": 0}, "model.position.hidden=0 is not allowed; allowed: > 0"),
+    ("alibi", {"slope": 1.0}, "model.position.slope is not a known field; allowed: (none)"),
 ])
 def test_invalid_bias_config_names_the_field(name, fields, message):
   cfg = positions.default_config(name)

@@ -124,7 +124,8 @@ def test_self_extend_groups_distances_beyond_the_window(name):
   q, k = qk()
   pos = jnp.arange(T)[None]
   w, g = 6, 4
-  grouped = lambda i, j: i - j if i - j < w else i // g + w - w // g - j // g
+  def grouped(i, j):
+    return i - j if i - j < w else i // g + w - w // g - j // g
   got = merged_logits(sch, remap("self_extend", window=w, group=g), q, k, pos)
   want = reference_logits(sch, q, k, distances(grouped))
   np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
@@ -166,7 +167,8 @@ def test_compress_with_alibi_uses_compressed_distance():
   pos = jnp.arange(T)[None]
   got = merged_logits(sch, remap("compress", alpha=0.5), *qk(), pos) - merged_logits(
       sch, remap("none"), *qk(), pos)
-  squeeze = lambda p: p if p <= 16 else 16 + 0.5 * (p - 16)
+  def squeeze(p):
+    return p if p <= 16 else 16 + 0.5 * (p - 16)
   shift = distances(lambda i, j: (i - j) - (squeeze(i) - squeeze(j)))
   np.testing.assert_allclose(lower(got)[1], np.tril(positions.alibi_slopes(2)[1] * shift),
                              atol=1e-5)
@@ -187,14 +189,14 @@ def test_default_configs_list_every_field():
 
 
 @pytest.mark.parametrize("name, fields, message", [
-    ("yarn", {}, "model.remap.name='yarn' is not a known remap; allowed: ['compress', 'none', "
-     "'rerope', 'self_extend', 'streaming']"),
-    ("streaming", {"sink": 0}, "model.remap.sink=0 must be >= 1"),
-    ("rerope", {"window": 0}, "model.remap.window=0 must be >= 1"),
-    ("self_extend", {"group": 0}, "model.remap.group=0 must be >= 1"),
-    ("compress", {"alpha": 1.5}, "model.remap.alpha=1.5 must be in (0, 1]"),
-    ("rerope", {"group": 2}, "model.remap.group is not a known field; allowed fields: "
-     "['log_n_scaling', 'window']"),
+    ("yarn", {}, "model.remap.name='yarn' is not allowed; allowed: compress, none, rerope, "
+     "self_extend, streaming"),
+    ("streaming", {"sink": 0}, "model.remap.sink=0 is not allowed; allowed: >= 1"),
+    ("rerope", {"window": 0}, "model.remap.window=0 is not allowed; allowed: >= 1"),
+    ("self_extend", {"group": 0}, "model.remap.group=0 is not allowed; allowed: >= 1"),
+    ("compress", {"alpha": 1.5}, "model.remap.alpha=1.5 is not allowed; allowed: in (0, 1]"),
+    ("rerope", {"group": 2}, "model.remap.group is not a known field; allowed: "
+     "log_n_scaling, window"),
 ])
 def test_invalid_remap_names_the_field(name, fields, message):
   cfg = remaps.default_config(name if name in remaps.REMAPS else "none")

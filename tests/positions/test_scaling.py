@@ -70,7 +70,8 @@ def llama3_reference(d, base, s, length, low=1.0, high=4.0):
 
 def yarn_reference(d, base, s, length, beta_fast=32, beta_slow=1):
   """YaRN per pair, from the paper's definitions."""
-  corr = lambda r: d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
+  def corr(r):
+    return d * math.log(length / (2 * math.pi * r)) / (2 * math.log(base))
   low = max(math.floor(corr(beta_fast)), 0)
   high = min(math.ceil(corr(beta_slow)), d - 1)
   out = []
@@ -205,25 +206,28 @@ def test_matches_hugging_face(d, base, s, length, partial):
 
 
 @pytest.mark.parametrize("scale, message", [
-    ({"rope_type": "yaarn"}, "scaling.rope_type='yaarn' is not known; allowed: ['default', "
-     "'dynamic', 'linear', 'llama3', 'longrope', 'ntk', 'yarn']"),
-    ({"rope_type": "linear", "factr": 2.0}, "scaling.factr is not a known field; allowed fields"),
-    ({"rope_type": "linear", "factor": 0.5}, "scaling.factor=0.5 must be a number >= 1 for "
-     "rope_type='linear'"),
+    ({"rope_type": "yaarn"}, "scaling.rope_type='yaarn' is not allowed; allowed: default, "
+     "dynamic, linear, llama3, longrope, ntk, yarn"),
+    ({"rope_type": "linear", "factr": 2.0},
+     "scaling.factr is not a known field; allowed: attention_factor, "),
+    ({"rope_type": "linear", "factor": 0.5},
+     "scaling.factor=0.5 is not allowed; allowed: numbers >= 1 for rope_type='linear'"),
     ({"rope_type": "yarn", "original_max_position_embeddings": 64},
-     "scaling.factor=None must be a number >= 1 for rope_type='yarn'"),
+     "scaling.factor=None is not allowed; allowed: numbers >= 1 for rope_type='yarn'"),
     ({"rope_type": "yarn", "factor": 2.0},
-     "scaling.original_max_position_embeddings=None must be an int >= 1"),
+     "scaling.original_max_position_embeddings=None is not allowed; allowed: ints >= 1"),
     ({"rope_type": "linear", "factor": 2.0, "n_hat": 4},  # lcx's own field: not ignored
      "scaling.n_hat=4 is not used by rope_type='linear'; leave it at its default 0"),
     ({"rope_theta": 500.0}, "scaling.rope_theta=500.0 differs from base=10000.0; the base is a "
      "trained field"),
     ({"partial_rotary_factor": 0.5}, "scaling.partial_rotary_factor=0.5 gives a rotary dim of "
      "int(8 * 0.5) = 4, but rotary_dim gives 8"),
-    ({"partial_rotary_factor": 1.5}, "scaling.partial_rotary_factor=1.5 must be in (0, 1]"),
+    ({"partial_rotary_factor": 1.5},
+     "scaling.partial_rotary_factor=1.5 is not allowed; allowed: in (0, 1]"),
     ({"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 64,
       "short_factor": [1.0] * 3, "long_factor": [1.0] * 4},
-     "scaling.short_factor must be 4 positive numbers (one per rotary pair)"),
+     "scaling.short_factor=(1.0, 1.0, 1.0) is not allowed; allowed: 4 positive numbers (one "
+     "per rotary pair)"),
     ({"rope_type": "llama3", "factor": 2.0, "original_max_position_embeddings": 64,
       "low_freq_factor": 4.0}, "must satisfy 0 < low_freq_factor < high_freq_factor"),
 ])
@@ -234,8 +238,8 @@ def test_invalid_scaling_names_the_field(scale, message):
 
 
 def test_odd_rotary_dim_is_rejected():
-  with pytest.raises(ValueError, match=r"rotary_dim=7 must be an even number in \[2, "
-                     r"head_dim=8\]"):
+  with pytest.raises(ValueError, match=r"^rotary_dim=7 is not allowed; allowed: even numbers in "
+                     r"\[2, head_dim=8\]"):
     positions.rope_frequencies(8, rotary_dim=7)
 
 
@@ -273,7 +277,7 @@ def test_longrope_needs_factor_or_max_position_embeddings():
   with pytest.raises(ValueError) as error:
     positions.rope_frequencies(16, scaling=scale)
   assert str(error.value) == (
-      "scaling.factor=None must be a number >= 1 for rope_type='longrope' (unset: "
+      "scaling.factor=None is not allowed; allowed: numbers >= 1 for rope_type='longrope' (unset: "
       "scaling.max_position_embeddings / scaling.original_max_position_embeddings)")
   with pytest.raises(ValueError, match="scaling.max_position_embeddings=8192 is not used by "
                      "rope_type='yarn'"):
@@ -492,10 +496,10 @@ def test_read_bare_dict_and_use_it_as_model_config(tmp_path):
     (json.dumps({"model_type": "llama", "rope_theta": 1e4}), "no rope scaling in it"),
     (json.dumps({"model_type": "llama", "rope_scaling": None}), "no rope scaling in it"),
     (json.dumps({"rope_type": "proportional", "factor": 2.0}),
-     "rope_type='proportional' is not known; allowed: ['default', 'dynamic', 'linear', "
-     "'llama3', 'longrope', 'ntk', 'yarn']"),
+     "rope_type='proportional' is not allowed; allowed: default, dynamic, linear, llama3, "
+     "longrope, ntk, yarn"),
     (json.dumps({"rope_scaling": {"type": "linear", "factr": 2.0}}),
-     "'factr' is not a known rope scaling key; known: "),
+     "factr is not a known field; allowed: attention_factor, "),
     (json.dumps({"rope_parameters": {"full_attention": {"rope_type": "default"},
                                      "sliding_attention": {"rope_type": "default"}}}),
      "rope parameters per layer type (['full_attention', 'sliding_attention']) are not "
