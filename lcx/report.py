@@ -535,9 +535,12 @@ def _pyplot():
   return plt
 
 
-def _subplots(n: int, width: float = 6.0, height: float = 4.0):
+MANY_LINES = 10  # more lines than this: 20 colors x line styles, legend outside the axes
+
+
+def _subplots(n: int, width: float = 6.0, height: float = 4.0, cols: int = 2):
   plt = _pyplot()
-  cols = min(n, 2)
+  cols = min(n, cols)
   rows = -(-n // cols)
   fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), dpi=110,
                            squeeze=False)
@@ -548,7 +551,7 @@ def _subplots(n: int, width: float = 6.0, height: float = 4.0):
 
 def _save(fig, path: str) -> str:
   fig.tight_layout()
-  fig.savefig(path, metadata={"Software": None})
+  fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")  # keeps outside legends
   _pyplot().close(fig)
   return path
 
@@ -574,20 +577,34 @@ def _length_axes(ax, lengths, ylabel: str, values) -> None:
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel(ylabel)
   ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=7)
+  if len(ax.get_lines()) > MANY_LINES:
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+  else:
+    ax.legend(fontsize=7)
+
+
+def _line_style(i: int, count: int) -> dict:
+  """Matplotlib's 10 default colors up to MANY_LINES lines; past that tab20's 20 colors, each
+  round of 20 in the next line style, so no two lines of a panel look alike."""
+  if count <= MANY_LINES:
+    return {}
+  color = _pyplot().get_cmap("tab20")(i % 20)
+  return {"color": color, "linestyle": ("-", "--", ":", "-.")[(i // 20) % 4]}
 
 
 def _plot_metric_lines(ax, results, metric: str, row_label) -> None:
   """One line per result over its lengths, with its CI band where recorded."""
   lengths, values = set(), []
-  for r in results:
+  band = 0.2 if len(results) <= MANY_LINES else 0.06  # many overlapping bands turn to mud
+  for i, r in enumerate(results):
     ns = sorted(int(n) for n in r["lengths"] if r["lengths"][n].get(metric) is not None)
     ys = [r["lengths"][str(n)][metric] for n in ns]
-    (line,) = ax.plot(ns, ys, marker="o", markersize=3, label=row_label(r))
+    (line,) = ax.plot(ns, ys, marker="o", markersize=3, label=row_label(r),
+                      **_line_style(i, len(results)))
     cis = [r["lengths"][str(n)].get(f"{metric}_ci") for n in ns]
     if ns and all(ci and ci[0] is not None for ci in cis):
       ax.fill_between(ns, [c[0] for c in cis], [c[1] for c in cis], color=line.get_color(),
-                      alpha=0.2, linewidth=0)
+                      alpha=band, linewidth=0)
       values += [c[0] for c in cis] + [c[1] for c in cis]
     lengths.update(ns)
     values += ys
@@ -602,7 +619,10 @@ def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str 
   groups = _groups(_lengths_results(results), _length_group_key)
   if not groups:
     return None
-  fig, axes = _subplots(len(groups))
+  many = max(map(len, groups)) > MANY_LINES
+  height = max(4.0, 0.18 * (max(map(len, groups)) + 1))  # room for an outside legend
+  fig, axes = _subplots(len(groups), width=8.0 if many else 6.0, height=height,
+                        cols=1 if many else 2)
   for ax, group in zip(axes, groups):
     _plot_metric_lines(ax, group, "perplexity", label)
     ax.set_title(title or f"perplexity by length, {_short_protocol(group[0])} (95% CI)",
@@ -637,27 +657,34 @@ def plot_variants(results: Sequence[dict], path: str) -> str | None:
 def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   """Loss per position bucket at each result's longest length, a step line per result (log2
   x: bucket [0, L) drawn from 1), CI band, training length dashed; one panel per protocol."""
-  chosen = [r for r in _lengths_results(results)
-            if r["lengths"] and r["lengths"][_longest(r)].get("loss_by_position")]
+  chosen = [r for r in _lengths_results(results)  # a single bucket (last_k) is no curve
+            if r["lengths"] and len(r["lengths"][_longest(r)].get("loss_by_position") or []) > 1]
   groups = _groups(chosen, _length_group_key)
   if not groups:
     return None
-  fig, axes = _subplots(len(groups))
+  many = max(map(len, groups)) > MANY_LINES
+  height = max(4.0, 0.18 * (max(map(len, groups)) + 1))
+  fig, axes = _subplots(len(groups), width=8.0 if many else 6.0, height=height,
+                        cols=1 if many else 2)
   for ax, group in zip(axes, groups):
     edges_all, values = set(), []
-    for r in group:
+    band = 0.2 if len(group) <= MANY_LINES else 0.06
+    for i, r in enumerate(group):
       buckets = sorted(r["lengths"][_longest(r)]["loss_by_position"], key=lambda b: b["start"])
       edges = [max(1, buckets[0]["start"])] + [b["end"] for b in buckets]
       ys = [b["loss"] for b in buckets]
-      (line,) = ax.step(edges, ys + ys[-1:], where="post", label=f"{label(r)} @{_longest(r)}")
+      (line,) = ax.step(edges, ys + ys[-1:], where="post", label=f"{label(r)} @{_longest(r)}",
+                        **_line_style(i, len(group)))
       if all(b.get("loss_ci") for b in buckets):
         ax.fill_between(edges, [b["loss_ci"][0] for b in buckets] + [buckets[-1]["loss_ci"][0]],
                         [b["loss_ci"][1] for b in buckets] + [buckets[-1]["loss_ci"][1]],
-                        step="post", color=line.get_color(), alpha=0.2, linewidth=0)
+                        step="post", color=line.get_color(), alpha=band, linewidth=0)
       edges_all.update(edges)
       values += ys
     _mark_train_lengths(ax, [r["train_len"] for r in group])
-    _length_axes(ax, sorted(edges_all), "loss (nats/token)", values)
+    top = max(edges_all)  # ticks at powers of two: every bucket edge would overprint
+    ticks = [2 ** k for k in range(top.bit_length()) if 2 ** k >= min(edges_all)] + [top]
+    _length_axes(ax, sorted(set(ticks)), "loss (nats/token)", values)
     ax.set_xlabel("position (tokens of context before the target)")
     ax.set_title(f"loss by position at the longest length, {_short_protocol(group[0])}",
                  fontsize=9)
