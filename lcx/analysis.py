@@ -45,6 +45,7 @@ MAX_OFFSET = 16  # positional heads: the fixed offsets considered, 0..MAX_OFFSET
 
 # --- A restored model. ---
 
+
 @dataclasses.dataclass(eq=False)
 class Model:
   """A decoder with restored parameters and the config it was built from (eval-time fields
@@ -70,21 +71,27 @@ class Model:
 def with_params(config: ml_collections.ConfigDict, params: dict) -> Decoder:
   """A Decoder for `config.model` holding `params` (nested dicts of arrays, as
   `lcx.checkpoint.restore_params` returns them; list indices may be strings)."""
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))),
-                              nnx.Param)
+  graphdef, state = nnx.split(
+    nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))), nnx.Param
+  )
 
   def fill(abstract, given, where):
     if isinstance(abstract, dict):
       missing = [k for k in abstract if k not in given and str(k) not in given]
       if missing:
-        raise ValueError(f"params{where}: no entry {missing[0]!r}; the checkpoint does not "
-                         "match the config's model")
-      return {k: fill(v, given[k] if k in given else given[str(k)], f"{where}.{k}")
-              for k, v in abstract.items()}
+        raise ValueError(
+          f"params{where}: no entry {missing[0]!r}; the checkpoint does not "
+          "match the config's model"
+        )
+      return {
+        k: fill(v, given[k] if k in given else given[str(k)], f"{where}.{k}")
+        for k, v in abstract.items()
+      }
     value = jnp.asarray(given)
     if value.shape != abstract.shape:
-      raise ValueError(f"params{where}: shape {value.shape}, the config's model has "
-                       f"{abstract.shape}")
+      raise ValueError(
+        f"params{where}: shape {value.shape}, the config's model has {abstract.shape}"
+      )
     return value.astype(abstract.dtype)
 
   nnx.replace_by_pure_dict(state, fill(nnx.to_pure_dict(state), params, ""))
@@ -101,14 +108,18 @@ def load(workdir: str, step: int | None = None, variant: str | dict | None = Non
 
   config = prepare_lib.run_config(workdir)
   if variant:
-    changes = (variants.overrides(variant, config.eval.named_variants)
-               if isinstance(variant, str) else variant)
+    changes = (
+      variants.overrides(variant, config.eval.named_variants)
+      if isinstance(variant, str)
+      else variant
+    )
     config = variants.apply(config, changes)
   params, meta = checkpoint.restore_params(workdir, step)
   return Model(config, with_params(config, params), meta["step"], workdir)
 
 
 # --- q and k of every layer, as the blocks hand them to the kernel. ---
+
 
 def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
   tokens_BxT = np.asarray(tokens_BxT, np.int32)
@@ -175,6 +186,7 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
       q = jnp.stack([q.astype(jnp.float32) for q, _ in record])
       k = jnp.stack([k.astype(jnp.float32) for _, k in record])
       return q, k, logits
+
     return jax.jit(run)
 
   q, k, logits = model.program(("qk", kernel), make)(state, tokens_BxT, pos_BxT, seg_BxT)
@@ -183,6 +195,7 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
 
 
 # --- Attention maps from lcx.attention's own pieces. ---
+
 
 def _layer_parts(decoder, layer):
   """(scheme, remap, pattern) block `layer` attends with: the decoder's, or for a NoPE block of
@@ -197,8 +210,12 @@ def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-  logits = attention._merge([(attention._logits(q, k, bias), use) for (q, k), bias, use
-                             in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
+  logits = attention._merge(
+    [
+      (attention._logits(q, k, bias), use)
+      for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
+    ]
+  )
   return logits, plan.extras["mask_BxTxT"]
 
 
@@ -215,12 +232,24 @@ def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
     return jnp.take(x, rows_Q, axis=1)
 
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-  logits = attention._merge([
-      (attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
-       attention._use(br, rows(plan.pos_BxT), plan.pos_BxT))
-      for (q, k), br in zip(rotated, plan.branches)])
-  mask = attention._mask(rows_Q, jnp.arange(pos_BxT.shape[1]), rows(plan.seg_BxT), plan.seg_BxT,
-                         rows(plan.doc_BxT), plan.doc_BxT, pattern)
+  logits = attention._merge(
+    [
+      (
+        attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
+        attention._use(br, rows(plan.pos_BxT), plan.pos_BxT),
+      )
+      for (q, k), br in zip(rotated, plan.branches)
+    ]
+  )
+  mask = attention._mask(
+    rows_Q,
+    jnp.arange(pos_BxT.shape[1]),
+    rows(plan.seg_BxT),
+    plan.seg_BxT,
+    rows(plan.doc_BxT),
+    plan.doc_BxT,
+    pattern,
+  )
   return logits, mask
 
 
@@ -261,8 +290,17 @@ class Maps:
     return self.doc[:, self.rows]
 
 
-def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows=None,
-                   layers=None, dense_max: int = DENSE_MAX, qk_values: QK | None = None) -> Maps:
+def attention_maps(
+  model: Model,
+  tokens_BxT,
+  pos_BxT=None,
+  seg_BxT=None,
+  *,
+  rows=None,
+  layers=None,
+  dense_max: int = DENSE_MAX,
+  qk_values: QK | None = None,
+) -> Maps:
   """Attention probabilities and logits per layer and head.
 
   rows: query row indices (None: all rows up to `dense_max` tokens, else `default_rows`);
@@ -277,8 +315,11 @@ def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows
   if any(not 0 <= i < n_layers for i in layers):
     raise ValueError(f"layers={layers}: the model has layers 0..{n_layers - 1}")
   dense = rows is None and t <= dense_max
-  rows_Q = np.arange(t, dtype=np.int32) if dense else np.asarray(
-      default_rows(t) if rows is None else rows, np.int32)
+  rows_Q = (
+    np.arange(t, dtype=np.int32)
+    if dense
+    else np.asarray(default_rows(t) if rows is None else rows, np.int32)
+  )
   if rows_Q.ndim != 1 or len(rows_Q) == 0 or rows_Q.min() < 0 or rows_Q.max() >= t:
     raise ValueError(f"rows must be query indices in [0, {t}), got {rows_Q}")
   graphdef, state = nnx.split(model.decoder)
@@ -295,12 +336,14 @@ def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows
         b, g, r, nq, nk = lg.shape
         lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
         sink = decoder.blocks[layer].attn.sink_H
-        probs.append(attention._softmax(lg, None if sink is None else sink[...]).reshape(
-            b, g * r, nq, nk))
+        probs.append(
+          attention._softmax(lg, None if sink is None else sink[...]).reshape(b, g * r, nq, nk)
+        )
         lg = lg.reshape(b, g * r, nq, nk)
         logits.append(jnp.where(mask[:, None], lg, jnp.nan))
         masks.append(mask)
       return jnp.stack(probs), jnp.stack(logits), jnp.any(jnp.stack(masks), axis=0)
+
     return jax.jit(run)
 
   program = model.program(("maps", dense, layers), lambda: make(dense))
@@ -310,18 +353,31 @@ def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows
   else:  # fixed-size blocks of rows (the last padded with its own last row): one program
     parts = []
     for start in range(0, len(rows_Q), ROW_BLOCK):
-      block = rows_Q[start:start + ROW_BLOCK]
-      padded = np.pad(block, (0, ROW_BLOCK - len(block)), mode="edge") if len(
-          rows_Q) > ROW_BLOCK else block
+      block = rows_Q[start : start + ROW_BLOCK]
+      padded = (
+        np.pad(block, (0, ROW_BLOCK - len(block)), mode="edge")
+        if len(rows_Q) > ROW_BLOCK
+        else block
+      )
       out = program(state, q, k, pos_BxT, seg_BxT, padded)
-      parts.append([np.asarray(x)[..., :len(block), :] for x in out])
+      parts.append([np.asarray(x)[..., : len(block), :] for x in out])
     probs, logits, allowed = (np.concatenate(xs, axis=-2) for xs in zip(*parts))
   doc = np.asarray(attention.document_index(jnp.asarray(seg_BxT)))
-  return Maps(np.asarray(probs), np.asarray(logits), np.asarray(allowed), rows_Q,
-              np.asarray(pos_BxT), np.asarray(seg_BxT), doc, layers, model.train_len)
+  return Maps(
+    np.asarray(probs),
+    np.asarray(logits),
+    np.asarray(allowed),
+    rows_Q,
+    np.asarray(pos_BxT),
+    np.asarray(seg_BxT),
+    doc,
+    layers,
+    model.train_len,
+  )
 
 
 # --- Statistics of the maps (numpy). ---
+
 
 def entropy(probs, axis: int = -1) -> np.ndarray:
   """Shannon entropy in nats, 0 log 0 = 0: log n for uniform attention over n keys."""
@@ -342,10 +398,11 @@ def offset_mass(maps: Maps, max_offset: int = MAX_OFFSET) -> np.ndarray:
   idx_QxD = maps.rows[:, None] - np.arange(max_offset + 1)[None]
   safe_QxD = np.maximum(idx_QxD, 0)
   ok_BxQxD = (idx_QxD >= 0)[None] & np.take_along_axis(
-      maps.allowed, np.broadcast_to(safe_QxD, maps.allowed.shape[:2] + safe_QxD.shape[1:]),
-      axis=-1)
-  gathered = np.take_along_axis(maps.probs, np.broadcast_to(
-      safe_QxD, maps.probs.shape[:-1] + safe_QxD.shape[1:]), axis=-1)
+    maps.allowed, np.broadcast_to(safe_QxD, maps.allowed.shape[:2] + safe_QxD.shape[1:]), axis=-1
+  )
+  gathered = np.take_along_axis(
+    maps.probs, np.broadcast_to(safe_QxD, maps.probs.shape[:-1] + safe_QxD.shape[1:]), axis=-1
+  )
   return np.where(ok_BxQxD[None, :, None], gathered, 0.0)
 
 
@@ -361,9 +418,15 @@ def query_stats(maps: Maps) -> dict[str, np.ndarray]:
     normalized = np.where(n > 1, ent / np.log(np.maximum(n, 2)), np.nan)
   first_BxT = maps.doc == 0
   offsets = offset_mass(maps, 1)
-  return {"entropy": ent, "normalized_entropy": normalized, "max_prob": maps.probs.max(-1),
-          "first_token": _key_mass(maps, np.broadcast_to(first_BxT[:, None], maps.allowed.shape)),
-          "previous_token": offsets[..., 1], "self": offsets[..., 0], "allowed": n_BxQ}
+  return {
+    "entropy": ent,
+    "normalized_entropy": normalized,
+    "max_prob": maps.probs.max(-1),
+    "first_token": _key_mass(maps, np.broadcast_to(first_BxT[:, None], maps.allowed.shape)),
+    "previous_token": offsets[..., 1],
+    "self": offsets[..., 0],
+    "allowed": n_BxQ,
+  }
 
 
 def mean_over_queries(values_NxBxHxQ, select_BxQ) -> np.ndarray:
@@ -385,8 +448,10 @@ def by_position(maps: Maps, values_NxBxHxQ, edges=None) -> tuple[np.ndarray, np.
   else:
     groups = [(lo, (q_pos >= lo) & (q_pos < hi)) for lo, hi in zip(edges[:-1], edges[1:])]
     groups = [(lo, select) for lo, select in groups if select.any()]
-  return (np.asarray([lo for lo, _ in groups]),
-          np.stack([mean_over_queries(values_NxBxHxQ, select) for _, select in groups], -1))
+  return (
+    np.asarray([lo for lo, _ in groups]),
+    np.stack([mean_over_queries(values_NxBxHxQ, select) for _, select in groups], -1),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,14 +469,20 @@ class Heads:
   threshold: float
 
 
-def classify_heads(maps: Maps, threshold: float = THRESHOLD, min_context: int = MIN_CONTEXT,
-                   max_offset: int = MAX_OFFSET) -> Heads:
+def classify_heads(
+  maps: Maps,
+  threshold: float = THRESHOLD,
+  min_context: int = MIN_CONTEXT,
+  max_offset: int = MAX_OFFSET,
+) -> Heads:
   """Labels every head previous-token, sink, positional or content (module docstring), in that
   order of precedence, from its mean mass over queries with >= min_context tokens before them."""
   select = maps.q_doc >= min_context
   if not select.any():
-    raise ValueError(f"min_context={min_context}: no query row has that many tokens of its "
-                     "document before it; use longer documents or a smaller min_context")
+    raise ValueError(
+      f"min_context={min_context}: no query row has that many tokens of its "
+      "document before it; use longer documents or a smaller min_context"
+    )
   stats = query_stats(maps)
 
   def mean(v):
@@ -424,25 +495,45 @@ def classify_heads(maps: Maps, threshold: float = THRESHOLD, min_context: int = 
   best = other.argmax(-1)
   best_mass = np.take_along_axis(offset_means, best[..., None], -1)[..., 0]
   previous, first = offset_means[..., 1], mean(stats["first_token"])
-  labels = np.where(previous >= threshold, "previous-token",
-                    np.where(first >= threshold, "sink",
-                             np.where(best_mass >= threshold, "positional", "content")))
-  return Heads(labels.astype(object), previous, first, best, best_mass,
-               mean(stats["normalized_entropy"]), maps.layers, threshold)
+  labels = np.where(
+    previous >= threshold,
+    "previous-token",
+    np.where(first >= threshold, "sink", np.where(best_mass >= threshold, "positional", "content")),
+  )
+  return Heads(
+    labels.astype(object),
+    previous,
+    first,
+    best,
+    best_mass,
+    mean(stats["normalized_entropy"]),
+    maps.layers,
+    threshold,
+  )
 
 
 def head_table(heads: Heads) -> str:
   """A markdown table: one row per layer and head with its label and masses."""
   from lcx import report  # the one table renderer
+
   rows = []
   for i, layer in enumerate(heads.layers):
     for h in range(heads.labels.shape[1]):
-      rows.append([str(layer), str(h), heads.labels[i, h], f"{heads.previous_token[i, h]:.2f}",
-                   f"{heads.first_token[i, h]:.2f}",
-                   f"{heads.offset_mass[i, h]:.2f} @{heads.offset[i, h]}",
-                   f"{heads.normalized_entropy[i, h]:.2f}"])
-  return report.markdown_table(["layer", "head", "type", "previous", "first token",
-                                "best other offset", "entropy / log n"], rows)
+      rows.append(
+        [
+          str(layer),
+          str(h),
+          heads.labels[i, h],
+          f"{heads.previous_token[i, h]:.2f}",
+          f"{heads.first_token[i, h]:.2f}",
+          f"{heads.offset_mass[i, h]:.2f} @{heads.offset[i, h]}",
+          f"{heads.normalized_entropy[i, h]:.2f}",
+        ]
+      )
+  return report.markdown_table(
+    ["layer", "head", "type", "previous", "first token", "best other offset", "entropy / log n"],
+    rows,
+  )
 
 
 def logit_stats(maps: Maps, train_len: int | None = None) -> dict[str, np.ndarray]:
@@ -459,11 +550,13 @@ def logit_stats(maps: Maps, train_len: int | None = None) -> dict[str, np.ndarra
     count = sel.sum(axis=(1, 3, 4))
     mean = np.where(sel, logits, 0.0).sum(axis=(1, 3, 4), dtype=np.float64) / np.maximum(count, 1)
     var = np.where(sel, (logits - mean[:, None, :, None, None]) ** 2, 0.0).sum(
-        axis=(1, 3, 4), dtype=np.float64) / np.maximum(count, 1)
+      axis=(1, 3, 4), dtype=np.float64
+    ) / np.maximum(count, 1)
     out[f"{name}_mean"] = np.where(count > 0, mean, np.nan)
     out[f"{name}_std"] = np.where(count > 0, np.sqrt(var), np.nan)
-    out[f"{name}_max"] = np.where(count > 0, np.where(sel, logits, -np.inf).max(
-        axis=(1, 3, 4)), np.nan)
+    out[f"{name}_max"] = np.where(
+      count > 0, np.where(sel, logits, -np.inf).max(axis=(1, 3, 4)), np.nan
+    )
     out[f"{name}_count"] = count
   with np.errstate(invalid="ignore", divide="ignore"):
     out["shift"] = (out["past_mean"] - out["within_mean"]) / out["within_std"]
@@ -473,8 +566,14 @@ def logit_stats(maps: Maps, train_len: int | None = None) -> dict[str, np.ndarra
   return out
 
 
-def logit_samples(maps: Maps, layer: int, head: int, train_len: int | None = None,
-                  limit: int = 100_000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def logit_samples(
+  maps: Maps,
+  layer: int,
+  head: int,
+  train_len: int | None = None,
+  limit: int = 100_000,
+  seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
   """(within, past): allowed logits of one layer (an index into maps.layers) and head at
   distance < L and >= L, at most `limit` each (a seeded draw), for histograms."""
   length = maps.train_len if train_len is None else train_len
@@ -488,8 +587,9 @@ def logit_samples(maps: Maps, layer: int, head: int, train_len: int | None = Non
   return out[0], out[1]
 
 
-def length_sweep(model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS,
-                 dense_max: int = DENSE_MAX) -> list[dict]:
+def length_sweep(
+  model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS, dense_max: int = DENSE_MAX
+) -> list[dict]:
   """Attention at each length T in `lengths` on the first T tokens of each row (one document
   per row, positions from 0): per length, N x H means over query rows at positions < L
   (`*_within`) and >= L (`*_past`) of entropy, normalized entropy, first-token mass and largest
@@ -497,8 +597,7 @@ def length_sweep(model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS,
   tokens_BxT = np.asarray(tokens_BxT, np.int32)
   tokens_BxT = tokens_BxT[None] if tokens_BxT.ndim == 1 else tokens_BxT
   if max(lengths) > tokens_BxT.shape[1]:
-    raise ValueError(f"lengths={list(lengths)}: the tokens have only {tokens_BxT.shape[1]} "
-                     "per row")
+    raise ValueError(f"lengths={list(lengths)}: the tokens have only {tokens_BxT.shape[1]} per row")
   out = []
   for t in sorted(lengths):
     chosen = None if t <= dense_max else default_rows(t, rows)
@@ -513,6 +612,7 @@ def length_sweep(model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS,
 
 
 # --- q and k norms per rotary frequency pair. ---
+
 
 def pair_norms(x_xK, pairing: str = "rotate_half", rotary_dim: int | None = None):
   """(pairs_xR, rest_x): each rotary pair's norm sqrt(a^2 + b^2), pairs split as the scheme
@@ -537,8 +637,12 @@ def rotary_frequencies(model: Model, seq_len: int | None = None) -> np.ndarray |
   if not hasattr(scheme, "rotary_dim"):
     return None
   inv_freq_R, _ = positions.rope_frequencies(
-      model.config.model.head_dim, base=scheme.base, scaling=dataclasses.asdict(scheme.scaling),
-      seq_len=seq_len, rotary_dim=scheme.rotary_dim)
+    model.config.model.head_dim,
+    base=scheme.base,
+    scaling=dataclasses.asdict(scheme.scaling),
+    seq_len=seq_len,
+    rotary_dim=scheme.rotary_dim,
+  )
   kept = getattr(scheme, "num_kept", None)  # p-RoPE: the first num_kept pairs rotate
   if kept is not None:
     inv_freq_R = np.where(np.arange(len(inv_freq_R)) < kept, inv_freq_R, 0.0)
@@ -576,13 +680,14 @@ class Bands:
     fast_R = self.wavelength < (self.train_len if length is None else length)
 
     def share(x, rest):
-      return (x[..., fast_R] ** 2).sum(-1) / ((x ** 2).sum(-1) + rest ** 2)
+      return (x[..., fast_R] ** 2).sum(-1) / ((x**2).sum(-1) + rest**2)
 
     return share(self.q, self.q_rest), share(self.k, self.k_rest)
 
 
-def frequency_bands(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *,
-                    qk_values: QK | None = None) -> Bands:
+def frequency_bands(
+  model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, qk_values: QK | None = None
+) -> Bands:
   """q and k norm per rotary pair, per layer and head, over every token of the batch."""
   values = qk_values if qk_values is not None else qk(model, tokens_BxT, pos_BxT, seg_BxT)
   scheme = model.decoder.position
@@ -590,11 +695,19 @@ def frequency_bands(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *,
   rotary_dim = getattr(scheme, "rotary_dim", model.config.model.head_dim)
 
   def rms(x):  # over batch and tokens
-    return np.sqrt(np.mean(x ** 2, axis=(1, 2)))
+    return np.sqrt(np.mean(x**2, axis=(1, 2)))
 
   q_pairs, q_rest = pair_norms(values.q, pairing, rotary_dim)
   k_pairs, k_rest = pair_norms(values.k, pairing, rotary_dim)
   inv_freq = rotary_frequencies(model, values.q.shape[2])
-  return Bands(rms(q_pairs), rms(k_pairs), rms(q_rest), rms(k_rest), inv_freq,
-               None if inv_freq is None else wavelengths(inv_freq), pairing, rotary_dim,
-               model.train_len)
+  return Bands(
+    rms(q_pairs),
+    rms(k_pairs),
+    rms(q_rest),
+    rms(k_rest),
+    inv_freq,
+    None if inv_freq is None else wavelengths(inv_freq),
+    pairing,
+    rotary_dim,
+    model.train_len,
+  )

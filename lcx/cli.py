@@ -60,6 +60,7 @@ def with_run_config(argv):
 def field_path_error(config, dotted: str) -> str | None:
   """`train.lrr is not a known field; allowed: ...` for a path `config` lacks, else None."""
   import ml_collections
+
   node, walked = config, []
   for key in dotted.split("."):
     if not isinstance(node, ml_collections.ConfigDict) or key not in node:

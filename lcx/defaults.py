@@ -11,10 +11,10 @@ from lcx import data, errors, patterns, positions
 from lcx.positions import remaps
 
 SIZES = {  # d_model, num_layers, num_heads, mlp_dim
-    "tiny": (64, 2, 4, 256),
-    "small": (128, 4, 4, 512),
-    "default": (256, 4, 4, 1024),
-    "large": (512, 8, 8, 2048),
+  "tiny": (64, 2, 4, 256),
+  "small": (128, 4, 4, 512),
+  "default": (256, 4, 4, 1024),
+  "large": (512, 8, 8, 2048),
 }
 
 
@@ -148,14 +148,22 @@ def get_config(arg=None):
   config.eval.longrope.search_n_hat = True  # False: n_hat = 0 (every position scaled)
   # Passkey retrieval through generation (lcx/evaluate/passkey.py), text runs only: prompt
   # lengths in tokens (empty: off) x needle depths, `examples` keys of `digits` digits each.
-  config.eval.passkey = ml_collections.ConfigDict({
-      "lengths": (), "depths": (0.0, 0.25, 0.5, 0.75, 1.0), "examples": 8, "digits": 5,
-      "seed": 0})
+  config.eval.passkey = ml_collections.ConfigDict(
+    {"lengths": (), "depths": (0.0, 0.25, 0.5, 0.75, 1.0), "examples": 8, "digits": 5, "seed": 0}
+  )
 
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
-  config.sharding = ml_collections.ConfigDict({
-      "batch": "data,fsdp", "vocab": "tensor", "embed": "fsdp", "heads": "tensor",
-      "kv_heads": "tensor", "head_dim": "", "mlp": "tensor"})
+  config.sharding = ml_collections.ConfigDict(
+    {
+      "batch": "data,fsdp",
+      "vocab": "tensor",
+      "embed": "fsdp",
+      "heads": "tensor",
+      "kv_heads": "tensor",
+      "head_dim": "",
+      "mlp": "tensor",
+    }
+  )
   return config
 
 

@@ -53,11 +53,13 @@ def sample(logits_BxV, key, temperature: float = 0.0, top_k: int = 0):
 def _frequencies(scheme):
   """length -> the scheme's rotary frequencies at that length, or None where no length changes
   them (every scheme but a rotary one with a length-dependent scaling)."""
-  if not (isinstance(scheme, rotary.RoPE)
-          and scaling.ROPE_TYPES[scheme.scaling.rope_type].per_length):
+  if not (
+    isinstance(scheme, rotary.RoPE) and scaling.ROPE_TYPES[scheme.scaling.rope_type].per_length
+  ):
     return None
-  return lambda length: scaling.token_frequencies(scheme.rotary_dim, scheme.base, scheme.scaling,
-                                                  jnp.asarray(length))[0]
+  return lambda length: scaling.token_frequencies(
+    scheme.rotary_dim, scheme.base, scheme.scaling, jnp.asarray(length)
+  )[0]
 
 
 def _beta(model):
@@ -69,10 +71,13 @@ def _beta(model):
   return functools.partial(temperature.beta_factor, train_len=attn.train_len, c=attn.beta_c)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
-                                             "top_k", "kernel", "with_logits"))
-def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature, top_k, kernel,
-              with_logits):
+@functools.partial(
+  jax.jit,
+  static_argnames=("graphdef", "max_new_tokens", "temperature", "top_k", "kernel", "with_logits"),
+)
+def _generate(
+  params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature, top_k, kernel, with_logits
+):
   b, p = prompt_BxP.shape
   size = p + max_new_tokens
   model = nnx.merge(graphdef, params)
@@ -86,8 +91,10 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
     m = nnx.merge(graphdef, cache, rest)
     seg_BxS = jnp.where(pos_BxS < length, 1, 2)  # slots past the prefix: another document
     logits_BxSxV = m(tokens_BxS, pos_BxS, seg_BxS, kernel=kernel)
-    return (jax.lax.dynamic_index_in_dim(logits_BxSxV, length - 1, 1, keepdims=False),
-            nnx.state(m, nnx.Cache))
+    return (
+      jax.lax.dynamic_index_in_dim(logits_BxSxV, length - 1, 1, keepdims=False),
+      nnx.state(m, nnx.Cache),
+    )
 
   def step(cache, tokens_BxS, length):
     """Logits after tokens 0..length-1, from the cache of tokens 0..length-2."""
@@ -120,20 +127,38 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
   vocab = model.embed.shape[0]
   seen_BxNxV = jnp.zeros((b, max_new_tokens if with_logits else 0, vocab), jnp.float32)
   tokens_BxS, _, _, seen_BxNxV = jax.lax.fori_loop(
-      0, max_new_tokens, body, (tokens_BxS, cache, jnp.asarray(p), seen_BxNxV))
+    0, max_new_tokens, body, (tokens_BxS, cache, jnp.asarray(p), seen_BxNxV)
+  )
   return tokens_BxS[:, p:], seen_BxNxV
 
 
-def generate(graphdef, params, prompt_BxP, max_new_tokens: int, *, temperature: float = 0.0,
-             top_k: int = 0, seed: int = 0, kernel: str = "dense", with_logits: bool = False):
+def generate(
+  graphdef,
+  params,
+  prompt_BxP,
+  max_new_tokens: int,
+  *,
+  temperature: float = 0.0,
+  top_k: int = 0,
+  seed: int = 0,
+  kernel: str = "dense",
+  with_logits: bool = False,
+):
   """The next `max_new_tokens` ids after each row of `prompt_BxP` (one document per row, from
   position 0: begin it with BOS as training does), int32 BxN; with `with_logits`, also the
   float32 BxNxV logits each was drawn from. `kernel` runs the prefill ("chunked" for long
   prompts); the steps are dense over the cache."""
   tokens_BxN, logits_BxNxV = _generate(
-      params, jnp.asarray(prompt_BxP, jnp.int32), jax.random.key(seed), graphdef=graphdef,
-      max_new_tokens=int(max_new_tokens), temperature=float(temperature), top_k=int(top_k),
-      kernel=kernel, with_logits=with_logits)
+    params,
+    jnp.asarray(prompt_BxP, jnp.int32),
+    jax.random.key(seed),
+    graphdef=graphdef,
+    max_new_tokens=int(max_new_tokens),
+    temperature=float(temperature),
+    top_k=int(top_k),
+    kernel=kernel,
+    with_logits=with_logits,
+  )
   if with_logits:
     return np.asarray(tokens_BxN), np.asarray(logits_BxNxV)
   return np.asarray(tokens_BxN)
@@ -141,6 +166,7 @@ def generate(graphdef, params, prompt_BxP, max_new_tokens: int, *, temperature: 
 
 # --- Command line (flags defined only when run as a program, so importing this module next
 # to lcx.main, as the passkey evaluation does, defines no flag twice) ---
+
 
 def _main(argv):
   from absl import app, flags
@@ -157,58 +183,77 @@ def _main(argv):
     prepared = prepare.prepare(FLAGS.config)
     cfg, tokenizer = prepared.config, prepared.tokenizer
     if FLAGS.top_k > cfg.model.vocab_size:
-      raise errors.not_allowed("--top_k", FLAGS.top_k,
-                               f"0..{cfg.model.vocab_size}, the vocabulary size (0: all tokens)")
+      raise errors.not_allowed(
+        "--top_k", FLAGS.top_k, f"0..{cfg.model.vocab_size}, the vocabulary size (0: all tokens)"
+      )
     prompt_P = np.concatenate([[tokenizer.bos_id], tokenizer.encode(FLAGS.prompt)])
     size = len(prompt_P) + FLAGS.max_new_tokens
     m = cfg.model
-    positions.check_eval_length(m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim,
-                                                           m.max_len), size)
+    positions.check_eval_length(
+      m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len), size
+    )
     step, params, _ = evaluate.restore(prepared, FLAGS.workdir, FLAGS.eval_step)
   except (ValueError, FileNotFoundError) as error:
     fail(str(error))
   kernel = "chunked" if size >= cfg.eval.chunked_from else "dense"
   args = (params, jnp.asarray(prompt_P[None], jnp.int32), jax.random.key(FLAGS.seed))
-  static = dict(graphdef=prepared.graphdef, max_new_tokens=FLAGS.max_new_tokens,
-                temperature=float(FLAGS.temperature), top_k=FLAGS.top_k, kernel=kernel,
-                with_logits=False)
+  static = dict(
+    graphdef=prepared.graphdef,
+    max_new_tokens=FLAGS.max_new_tokens,
+    temperature=float(FLAGS.temperature),
+    top_k=FLAGS.top_k,
+    kernel=kernel,
+    with_logits=False,
+  )
   start = time.perf_counter()
   program = _generate.lower(*args, **static).compile()
   compiled = time.perf_counter()
   tokens_N = np.asarray(jax.block_until_ready(program(*args)[0]))[0]
   seconds = time.perf_counter() - compiled
   ended = np.flatnonzero(tokens_N == tokenizer.eos_id)
-  shown = tokens_N[:ended[0]] if ended.size else tokens_N
+  shown = tokens_N[: ended[0]] if ended.size else tokens_N
   print(FLAGS.prompt + tokenizer.decode(shown), flush=True)
-  say(f"step {step}: {len(tokens_N)} tokens after a {len(prompt_P)}-token prompt in "
-      f"{seconds:.3f} s ({len(tokens_N) / seconds:.1f} tokens/s; compiled in "
-      f"{compiled - start:.1f} s)" + (f"; EOS after {ended[0]}, the rest not shown"
-                                      if ended.size else ""))
+  say(
+    f"step {step}: {len(tokens_N)} tokens after a {len(prompt_P)}-token prompt in "
+    f"{seconds:.3f} s ({len(tokens_N) / seconds:.1f} tokens/s; compiled in "
+    f"{compiled - start:.1f} s)"
+    + (f"; EOS after {ended[0]}, the rest not shown" if ended.size else "")
+  )
 
 
 def _parse_flags(argv):
   from absl import flags
 
   from lcx import cli
-  return cli.parse_config_flags(argv, lambda: (
+
+  return cli.parse_config_flags(
+    argv,
+    lambda: (
       f"--workdir={flags.FLAGS.workdir} holds no run (config.json) to generate from; train it "
-      "first, or pass --config"))
+      "first, or pass --config"
+    ),
+  )
 
 
 if __name__ == "__main__":
   from absl import app, flags
   from ml_collections import config_flags
 
-  config_flags.DEFINE_config_file("config", None, "Config file (default: the run's own "
-                                  "WORKDIR/config.json; --config.* overrides apply to it).",
-                                  lock_config=True)
+  config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Config file (default: the run's own WORKDIR/config.json; --config.* overrides apply to it).",
+    lock_config=True,
+  )
   flags.DEFINE_string("workdir", None, "A trained run's directory.")
   flags.DEFINE_string("prompt", None, "Text to continue (the model sees BOS + its tokens).")
   flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate.", lower_bound=1)
-  flags.DEFINE_float("temperature", 0.0, "0: greedy; otherwise sample from softmax(logits/T).",
-                     lower_bound=0.0)
-  flags.DEFINE_integer("top_k", 0, "Sample from the k most likely tokens only (0: all).",
-                       lower_bound=0)
+  flags.DEFINE_float(
+    "temperature", 0.0, "0: greedy; otherwise sample from softmax(logits/T).", lower_bound=0.0
+  )
+  flags.DEFINE_integer(
+    "top_k", 0, "Sample from the k most likely tokens only (0: all).", lower_bound=0
+  )
   flags.DEFINE_integer("seed", 0, "Sampling seed: the same seed gives the same tokens.")
   flags.DEFINE_integer("eval_step", None, "Checkpoint step (default: the latest).")
   flags.mark_flags_as_required(["workdir", "prompt"])

@@ -23,11 +23,18 @@ config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_
 flags.DEFINE_string("workdir", None, "Run directory: config, metrics, checkpoints, eval.")
 flags.DEFINE_enum("mode", "train", list(MODES), "What to run.")
 flags.DEFINE_integer("eval_step", None, "Checkpoint step to evaluate (default: latest).")
-flags.DEFINE_bool("force", False, "Evaluate again even where a result for the same checkpoint "
-                  "step and settings exists.")
-flags.DEFINE_enum("distributed", "auto", list(sharding.DISTRIBUTED_MODES),
-                  "jax.distributed.initialize(): auto (when SLURM or TPU pod variables or JAX's "
-                  "Cloud TPU VM detection show a cluster), on (always), off (never).")
+flags.DEFINE_bool(
+  "force",
+  False,
+  "Evaluate again even where a result for the same checkpoint step and settings exists.",
+)
+flags.DEFINE_enum(
+  "distributed",
+  "auto",
+  list(sharding.DISTRIBUTED_MODES),
+  "jax.distributed.initialize(): auto (when SLURM or TPU pod variables or JAX's "
+  "Cloud TPU VM detection show a cluster), on (always), off (never).",
+)
 flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (explicit multi-host).")
 flags.DEFINE_integer("num_processes", 0, "Number of processes (explicit multi-host).")
 flags.DEFINE_integer("process_id", -1, "This process's index (explicit multi-host).")
@@ -38,9 +45,13 @@ FLAGS = flags.FLAGS
 
 def parse_flags(argv):
   """absl's flag parsing, with each error (config file, override, type) as one line."""
-  return cli.parse_config_flags(argv, lambda: (
+  return cli.parse_config_flags(
+    argv,
+    lambda: (
       f"--config is required: --mode={FLAGS.mode} with --workdir={FLAGS.workdir}, which holds "
-      "no run (config.json) to start from"))
+      "no run (config.json) to start from"
+    ),
+  )
 
 
 def main(argv):
@@ -48,15 +59,17 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
   try:
-    sharding.initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address,
-                                    FLAGS.num_processes, FLAGS.process_id)
+    sharding.initialize_distributed(
+      FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id
+    )
   except ValueError as error:
     fail(str(error))
   run(FLAGS.config, FLAGS.workdir, FLAGS.mode, FLAGS.eval_step, force=FLAGS.force)
 
 
-def run(config, workdir: str, mode: str, eval_step: int | None = None, *,
-        force: bool = False) -> None:
+def run(
+  config, workdir: str, mode: str, eval_step: int | None = None, *, force: bool = False
+) -> None:
   """The mode's work, from one `prepare` (the config checked, the model traced once) and one
   plan of the evaluations, both before anything is written; a bad value exits via `fail`."""
   trains, evaluates = MODES[mode]
@@ -66,8 +79,10 @@ def run(config, workdir: str, mode: str, eval_step: int | None = None, *,
   except ValueError as error:
     fail(str(error))
   if trains and train.train(config, workdir, prepared).interrupted and evaluates:
-    say("training stopped early (SIGTERM or preemption): skipping evaluation; run the same "
-        "command again to resume and evaluate")
+    say(
+      "training stopped early (SIGTERM or preemption): skipping evaluation; run the same "
+      "command again to resume and evaluate"
+    )
     return
   if evaluates:
     try:

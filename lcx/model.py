@@ -36,7 +36,7 @@ def is_variable(x) -> bool:
 
 def _param(rngs, shape, fan_in, axes, scale=1.0):
   """A normal(0, scale/sqrt(fan_in)) parameter with its logical axis names."""
-  init = jax.random.normal(rngs.params(), shape, jnp.float32) * (scale / fan_in ** 0.5)
+  init = jax.random.normal(rngs.params(), shape, jnp.float32) * (scale / fan_in**0.5)
   return nnx.Param(init, logical_axes=axes)
 
 
@@ -79,7 +79,6 @@ class KVCache(nnx.Module):
 
 
 class Attention(nnx.Module):
-
   def __init__(self, cfg, *, rngs):
     d, h, g, k = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.wq = _param(rngs, (d, h, k), d, ("embed", "heads", "head_dim"))
@@ -89,17 +88,27 @@ class Attention(nnx.Module):
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
     # QK-norm (OLMo 2, Qwen 3, Gemma 3): q and k RMS-normalized per head, one learned scale
     # over head_dim each, before any position hook, so logits stay bounded at any length.
-    self.q_norm, self.k_norm = ((RMSNorm(k, cfg.norm_eps, "head_dim"),
-                                 RMSNorm(k, cfg.norm_eps, "head_dim")) if cfg.qk_norm
-                                else (None, None))
+    self.q_norm, self.k_norm = (
+      (RMSNorm(k, cfg.norm_eps, "head_dim"), RMSNorm(k, cfg.norm_eps, "head_dim"))
+      if cfg.qk_norm
+      else (None, None)
+    )
     # Logit temperature (lcx/temperature.py): SSMax's learned s per head, or None.
     self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
     self.beta_c = float(cfg.attention.beta_c)
-    self.ssmax_H = None if self.temperature != "ssmax" else nnx.Param(
-        jnp.full((h,), temperature.ssmax_init(cfg.max_len), jnp.float32), logical_axes=("heads",))
+    self.ssmax_H = (
+      None
+      if self.temperature != "ssmax"
+      else nnx.Param(
+        jnp.full((h,), temperature.ssmax_init(cfg.max_len), jnp.float32), logical_axes=("heads",)
+      )
+    )
     # Attention sink (gpt-oss): a learned logit per head in every softmax denominator, from 0.
-    self.sink_H = None if cfg.attention.sink == "none" else nnx.Param(
-        jnp.zeros((h,), jnp.float32), logical_axes=("heads",))
+    self.sink_H = (
+      None
+      if cfg.attention.sink == "none"
+      else nnx.Param(jnp.zeros((h,), jnp.float32), logical_axes=("heads",))
+    )
 
   def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
     """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
@@ -108,14 +117,28 @@ class Attention(nnx.Module):
     k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
     if self.q_norm is not None:
       q_BxLxHxE, k_BxLxGxE = self.q_norm(q_BxLxHxE), self.k_norm(k_BxLxGxE)
-    q_BxLxHxE = temperature.scale_queries(q_BxLxHxE, temperature.query_factor(
-        self.temperature, q_pos_BxL, plan.len_BxT, train_len=self.train_len,
-        ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...], beta_c=self.beta_c))
+    q_BxLxHxE = temperature.scale_queries(
+      q_BxLxHxE,
+      temperature.query_factor(
+        self.temperature,
+        q_pos_BxL,
+        plan.len_BxT,
+        train_len=self.train_len,
+        ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...],
+        beta_c=self.beta_c,
+      ),
+    )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
-    out_BxHxLxE = kernel.attend(q_BxLxHxE, k_BxLxGxE, v_BxGxLxE, plan, scheme=scheme,
-                                sink_H=None if self.sink_H is None else self.sink_H[...])
+    out_BxHxLxE = kernel.attend(
+      q_BxLxHxE,
+      k_BxLxGxE,
+      v_BxGxLxE,
+      plan,
+      scheme=scheme,
+      sink_H=None if self.sink_H is None else self.sink_H[...],
+    )
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
 
@@ -130,7 +153,7 @@ def gelu(x):
   XLA:CPU materializes a full-size broadcast of each constant in it; this backward reads only x
   and recomputes tanh: 6% faster default train step (interleaved A/B, experiments/bench).
   """
-  return 0.5 * x * (1 + jnp.tanh(_GELU_C * (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1 + jnp.tanh(_GELU_C * (x + 0.044715 * x**3)))
 
 
 def _gelu_fwd(x):
@@ -138,7 +161,7 @@ def _gelu_fwd(x):
 
 
 def _gelu_bwd(x, g):
-  t = jnp.tanh(_GELU_C * (x + 0.044715 * x ** 3))
+  t = jnp.tanh(_GELU_C * (x + 0.044715 * x**3))
   dt_dx = (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * x * x)
   return (g * (0.5 * (1 + t) + 0.5 * x * dt_dx),)
 
@@ -167,7 +190,6 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-
   def __init__(self, cfg, *, rngs):
     self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.attn = Attention(cfg, rngs=rngs)
@@ -184,8 +206,10 @@ class Decoder(nnx.Module):
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.dtype = DTYPES[cfg.dtype]
-    self.embed = nnx.Param(jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
-                           logical_axes=("vocab", "embed"))
+    self.embed = nnx.Param(
+      jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
+      logical_axes=("vocab", "embed"),
+    )
     self.position = positions.build(cfg.position, positions.Dims.of(cfg), rngs=rngs)
     remaps.check_scheme(cfg.remap, cfg.position.name)
     self.remap = remaps.build(cfg.remap, positions.Dims.of(cfg))
@@ -194,21 +218,29 @@ class Decoder(nnx.Module):
     # The NoPE blocks' hooks (identity) and remap (none); the positioned blocks' window.
     self.identity = positions.Scheme()
     self.no_remap = remaps.build(remaps.default_config("none"), positions.Dims.of(cfg))
-    window = (functools.partial(patterns.sliding_window, window=cfg.position_window)
-              if cfg.position_window else None)
+    window = (
+      functools.partial(patterns.sliding_window, window=cfg.position_window)
+      if cfg.position_window
+      else None
+    )
     self.positioned_pattern = patterns.intersect(self.pattern, window)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-    self.head = None if cfg.tie_embeddings else _param(
-        rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
+    self.head = (
+      None
+      if cfg.tie_embeddings
+      else _param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
+    )
     self.chunk_size = cfg.attention.chunk_size
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
     size = self.cache_size()
     if size is not None and tokens_BxL.shape[1] != size:
-      raise ValueError(f"a model with a KV cache of {size} slots runs all of them at once "
-                       f"(prefill) or `decode` steps, not {tokens_BxL.shape[1]} tokens")
+      raise ValueError(
+        f"a model with a KV cache of {size} slots runs all of them at once "
+        f"(prefill) or `decode` steps, not {tokens_BxL.shape[1]} tokens"
+      )
     kernel = attention.get_kernel(kernel, self.chunk_size)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
     plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
@@ -275,8 +307,9 @@ class Decoder(nnx.Module):
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5
     else:
       head_DxV = self.head[...]
-    return jnp.einsum("bld,dv->blv", x_BxLxD, head_DxV.astype(self.dtype),
-                      preferred_element_type=jnp.float32)
+    return jnp.einsum(
+      "bld,dv->blv", x_BxLxD, head_DxV.astype(self.dtype), preferred_element_type=jnp.float32
+    )
 
 
 def abstract(model_cfg):

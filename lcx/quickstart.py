@@ -14,8 +14,11 @@ from absl import app, flags
 from lcx import cli, defaults, evaluate, metrics, prepare, report, train
 
 flags.DEFINE_string("workdir", "runs/quickstart", "Where the runs, table and plots go.")
-flags.DEFINE_list("schemes", ["sinusoidal", "rope", "alibi", "t5", "nope"],
-                  "Position schemes to compare (absolute, rotary, bias and no positions).")
+flags.DEFINE_list(
+  "schemes",
+  ["sinusoidal", "rope", "alibi", "t5", "nope"],
+  "Position schemes to compare (absolute, rotary, bias and no positions).",
+)
 flags.DEFINE_integer("steps", 300, "Training steps per scheme.")
 flags.DEFINE_integer("eval_tokens", 32768, "Validation tokens scored at every length.")
 FLAGS = flags.FLAGS
@@ -34,9 +37,12 @@ def main(argv):
   except ValueError as error:
     cli.fail(str(error))
   for i, (scheme, config, workdir, prepared) in enumerate(runs, 1):
-    print(f"== [{i}/{len(FLAGS.schemes)}] {scheme}: training {config.train.steps} steps at "
-          f"length {config.data.seq_len} -> {workdir} ({time.perf_counter() - start:.0f} s "
-          "so far)", flush=True)
+    print(
+      f"== [{i}/{len(FLAGS.schemes)}] {scheme}: training {config.train.steps} steps at "
+      f"length {config.data.seq_len} -> {workdir} ({time.perf_counter() - start:.0f} s "
+      "so far)",
+      flush=True,
+    )
     if train.train(config, workdir, prepared).interrupted:
       print("== stopped early (SIGTERM): run the same command again to resume", flush=True)
       return

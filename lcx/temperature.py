@@ -44,8 +44,9 @@ def beta_factor(len_BxL, train_len: int, c: float) -> jax.Array:
   return 1.0 + c * jnp.log(jnp.maximum(t, train_len) / train_len)
 
 
-def query_factor(temperature: str, q_pos_BxL, len_BxL, *, train_len: int, ssmax_H=None,
-                 beta_c: float = 0.0) -> jax.Array | None:
+def query_factor(
+  temperature: str, q_pos_BxL, len_BxL, *, train_len: int, ssmax_H=None, beta_c: float = 0.0
+) -> jax.Array | None:
   """The float32 factor on each query (BxLx1, or BxLxH with ssmax), or None when it is 1."""
   factor = None
   if temperature == "log_n":

@@ -32,4 +32,3 @@ def default_dataset():
     data.validation_tokens(cfg, 1024)
     fcntl.flock(lock, fcntl.LOCK_UN)
   return DATA_DIR
-

@@ -35,9 +35,10 @@ def test_packed_document_equals_document_alone():
   np.testing.assert_allclose(packed[:, 11:], alone, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("options", [
-    dict(mlp="swiglu"), dict(tie_embeddings=True), dict(num_kv_heads=1),
-    dict(dtype="bfloat16")])
+@pytest.mark.parametrize(
+  "options",
+  [dict(mlp="swiglu"), dict(tie_embeddings=True), dict(num_kv_heads=1), dict(dtype="bfloat16")],
+)
 def test_model_options_give_finite_logits(options):
   model = _model("rope", **options)
   tokens = jnp.arange(16)[None] % 259
@@ -57,6 +58,7 @@ def test_every_param_has_logical_axes_matching_its_rank():
 def test_untied_and_tied_parameter_counts():
   def count(m):
     return sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))
+
   assert count(_model("rope")) - count(_model("rope", tie_embeddings=True)) == 64 * 259
 
 
@@ -82,27 +84,34 @@ def test_relative_remap_on_absolute_scheme_names_the_fields(remap):
   cfg = tiny_config("sinusoidal").model
   cfg.vocab_size = 259
   cfg.remap = remaps.default_config(remap)
-  with pytest.raises(ValueError, match=rf"model.remap.name='{remap}' remaps relative distances, "
-                     r"but model.position.name='sinusoidal' embeds absolute positions; with it "
-                     r"use model.remap.name in \['compress', 'none'\]"):
+  with pytest.raises(
+    ValueError,
+    match=rf"model.remap.name='{remap}' remaps relative distances, "
+    r"but model.position.name='sinusoidal' embeds absolute positions; with it "
+    r"use model.remap.name in \['compress', 'none'\]",
+  ):
     Decoder(cfg, rngs=nnx.Rngs(0))
 
 
 def test_gelu_matches_jax_with_its_gradient():
   x = jnp.linspace(-8, 8, 1001)
   np.testing.assert_allclose(gelu(x), jax.nn.gelu(x, approximate=True), atol=1e-6)
+
   def grad(f):
     return jax.vmap(jax.grad(f))(x)
-  np.testing.assert_allclose(grad(gelu), grad(lambda v: jax.nn.gelu(v, approximate=True)),
-                             atol=1e-5)
+
+  np.testing.assert_allclose(
+    grad(gelu), grad(lambda v: jax.nn.gelu(v, approximate=True)), atol=1e-5
+  )
 
 
 def _block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL, kernel="dense"):
   """Block `layer`'s output for input x, with the scheme and plan the decoder gives it."""
   kernel = attention.get_kernel(kernel, model.chunk_size)
   plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
-  return model.blocks[layer](x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL,
-                             **model.layer_inputs(layer, plans))
+  return model.blocks[layer](
+    x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **model.layer_inputs(layer, plans)
+  )
 
 
 def _x(t=12, seed=0):
@@ -147,8 +156,9 @@ def test_position_window_masks_far_keys_in_positioned_layers_only():
 def test_layer_schedule_chunked_equals_dense(pos):
   model = _model(pos, nope_every=2, position_window=5)
   model.chunk_size = 8
-  np.testing.assert_allclose(model(*_tokens(21), kernel="chunked"), model(*_tokens(21)),
-                             atol=2e-4, rtol=2e-4)
+  np.testing.assert_allclose(
+    model(*_tokens(21), kernel="chunked"), model(*_tokens(21)), atol=2e-4, rtol=2e-4
+  )
 
 
 class _Recorder(positions.Scheme):
@@ -167,7 +177,7 @@ def test_qk_norm_gives_unit_rms_rows_at_the_position_hook(qk_norm):
   model = _model("rope", qk_norm=qk_norm)
   model.position = _Recorder()
   model(*_tokens(12))
-  (q, k), = model.position.seen[:1]
+  ((q, k),) = model.position.seen[:1]
   assert len(model.position.seen) == 2  # one per layer
   for x in (q, k):
     rms = np.sqrt(np.mean(np.square(np.asarray(x)), axis=-1))
@@ -177,8 +187,9 @@ def test_qk_norm_gives_unit_rms_rows_at_the_position_hook(qk_norm):
 def test_qk_norm_chunked_equals_dense_and_its_scales_act():
   model = _model("rope", qk_norm=True)
   model.chunk_size = 8
-  np.testing.assert_allclose(model(*_tokens(21), kernel="chunked"), model(*_tokens(21)),
-                             atol=2e-4, rtol=2e-4)
+  np.testing.assert_allclose(
+    model(*_tokens(21), kernel="chunked"), model(*_tokens(21)), atol=2e-4, rtol=2e-4
+  )
   before = model(*_tokens(21))
   model.blocks[0].attn.k_norm.scale[...] = jnp.full((16,), 2.0)
   assert np.abs(model(*_tokens(21)) - before).max() > 1e-3

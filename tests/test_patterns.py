@@ -26,8 +26,7 @@ def test_dense_has_no_mask():
 
 
 def test_sliding_window():
-  np.testing.assert_array_equal(mask("sliding_window", window=3),
-                                expected(lambda i, j: i - j < 3))
+  np.testing.assert_array_equal(mask("sliding_window", window=3), expected(lambda i, j: i - j < 3))
 
 
 def test_block_global():
@@ -54,19 +53,30 @@ def test_intersect_allows_what_every_pattern_allows():
   assert patterns.intersect(None, None) is None and patterns.intersect(window, None) is window
   idx = jnp.arange(300)
   both = patterns.intersect(window, block)(idx[:, None], idx[None, :])
-  np.testing.assert_array_equal(both, window(idx[:, None], idx[None, :])
-                                & block(idx[:, None], idx[None, :]))
+  np.testing.assert_array_equal(
+    both, window(idx[:, None], idx[None, :]) & block(idx[:, None], idx[None, :])
+  )
   assert not bool(both[299, 100]) and bool(window(299, 200)) and not bool(both[299, 180])
 
 
-@pytest.mark.parametrize("name, fields, message", [
-    ("bigbird", {}, "model.attention.pattern.name='bigbird' is not a known pattern; allowed: "
-     "['block_global', 'dense', 'sliding_window', 'streaming', 'strided']"),
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
+    (
+      "bigbird",
+      {},
+      "model.attention.pattern.name='bigbird' is not a known pattern; allowed: "
+      "['block_global', 'dense', 'sliding_window', 'streaming', 'strided']",
+    ),
     ("sliding_window", {"window": 0}, "model.attention.pattern.window=0 must be an int >= 1"),
     ("strided", {"stride": -1}, "model.attention.pattern.stride=-1 must be an int >= 1"),
-    ("dense", {"window": 4}, "model.attention.pattern.window is not a known field; allowed "
-     "fields: []"),
-])
+    (
+      "dense",
+      {"window": 4},
+      "model.attention.pattern.window is not a known field; allowed fields: []",
+    ),
+  ],
+)
 def test_invalid_pattern_names_the_field(name, fields, message):
   cfg = patterns.default_config(name if name in patterns.PATTERNS else "dense")
   cfg.name = name

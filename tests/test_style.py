@@ -9,8 +9,13 @@ PATHS = ["lcx", "tests", "configs", "experiments"]
 
 
 def _ruff(*args):
-  return subprocess.run([sys.executable, "-m", "ruff", *args, *PATHS], cwd=ROOT,
-                        capture_output=True, text=True, timeout=120)
+  return subprocess.run(
+    [sys.executable, "-m", "ruff", *args, *PATHS],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
 
 
 def test_ruff_check_passes():

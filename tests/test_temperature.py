@@ -36,12 +36,15 @@ def test_none_is_no_factor_and_ssmax_is_s_times_ln_n():
 
 def test_beta_is_one_up_to_the_training_length_then_one_plus_c_ln_t_over_l():
   len_1xN = jnp.asarray([[1, 16, 32, 64, 128]])
-  got = np.asarray(temperature.query_factor("none", jnp.zeros((1, 5), jnp.int32), len_1xN,
-                                            train_len=L, beta_c=0.4))[0, :, 0]
-  np.testing.assert_allclose(got, [1, 1, 1, 1 + 0.4 * math.log(2), 1 + 0.4 * math.log(4)],
-                             rtol=1e-6)
-  both = temperature.query_factor("log_n", jnp.asarray([[127]]), jnp.asarray([[128]]),
-                                  train_len=L, beta_c=0.4)
+  got = np.asarray(
+    temperature.query_factor("none", jnp.zeros((1, 5), jnp.int32), len_1xN, train_len=L, beta_c=0.4)
+  )[0, :, 0]
+  np.testing.assert_allclose(
+    got, [1, 1, 1, 1 + 0.4 * math.log(2), 1 + 0.4 * math.log(4)], rtol=1e-6
+  )
+  both = temperature.query_factor(
+    "log_n", jnp.asarray([[127]]), jnp.asarray([[128]]), train_len=L, beta_c=0.4
+  )
   assert float(both[0, 0, 0]) == pytest.approx(1.4 * (1 + 0.4 * math.log(4)), rel=1e-6)
 
 
@@ -57,8 +60,10 @@ def _args(t):
   return jnp.arange(t)[None] * 7 % 259, jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
 
 
-@pytest.mark.parametrize("options, per_query", [({"model.attention.temperature": "log_n"}, True),
-                                                ({"model.attention.beta_c": 0.5}, False)])
+@pytest.mark.parametrize(
+  "options, per_query",
+  [({"model.attention.temperature": "log_n"}, True), ({"model.attention.beta_c": 0.5}, False)],
+)
 def test_length_temperatures_leave_the_training_length_alone(options, per_query):
   """Within L = 32 the logits are the plain model's; at T = 48 they are not past position 31
   (log_n reads each query's position: the first 32 are unchanged), or anywhere (beta reads
@@ -70,13 +75,19 @@ def test_length_temperatures_leave_the_training_length_alone(options, per_query)
   assert np.allclose(a[:, 1:32], b[:, 1:32], atol=1e-6) == per_query
 
 
-@pytest.mark.parametrize("options", [{"model.attention.temperature": "log_n"},
-                                     {"model.attention.temperature": "ssmax"},
-                                     {"model.attention.beta_c": 0.5}])
+@pytest.mark.parametrize(
+  "options",
+  [
+    {"model.attention.temperature": "log_n"},
+    {"model.attention.temperature": "ssmax"},
+    {"model.attention.beta_c": 0.5},
+  ],
+)
 def test_temperature_chunked_equals_dense(options):
   model = _model(**options)
-  np.testing.assert_allclose(model(*_args(45), kernel="chunked"), model(*_args(45)),
-                             atol=2e-4, rtol=2e-4)
+  np.testing.assert_allclose(
+    model(*_args(45), kernel="chunked"), model(*_args(45)), atol=2e-4, rtol=2e-4
+  )
 
 
 def test_ssmax_s_gets_a_gradient_in_every_layer():

@@ -8,22 +8,22 @@ TFDS datasets by name (`sources.py`); synthetic tasks in `tasks.py`.
 from lcx.data import tasks
 from lcx.data.config import default_config, validate
 from lcx.data.pipeline import (
-    get_tokenizer,
-    make_train_iterator,
-    open_source,
-    validation_documents,
-    validation_tokens,
-    vocab_size,
+  get_tokenizer,
+  make_train_iterator,
+  open_source,
+  validation_documents,
+  validation_tokens,
+  vocab_size,
 )
 
 __all__ = [
-    "tasks",
-    "default_config",
-    "validate",
-    "get_tokenizer",
-    "make_train_iterator",
-    "open_source",
-    "validation_documents",
-    "validation_tokens",
-    "vocab_size",
+  "tasks",
+  "default_config",
+  "validate",
+  "get_tokenizer",
+  "make_train_iterator",
+  "open_source",
+  "validation_documents",
+  "validation_tokens",
+  "vocab_size",
 ]

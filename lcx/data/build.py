@@ -30,9 +30,9 @@ def build(data_cfg) -> None:
   config.validate(data_cfg, process_count=1)
   if data_cfg.name not in sources.CORPUS_SPECS:
     raise ValueError(
-        f"data.name={data_cfg.name!r} is not built by lcx; buildable sources are"
-        f" {', '.join(sources.CORPUS_SPECS)} (prepare TFDS datasets with `tfds build`"
-        " into the data dir; tasks are generated on the fly)."
+      f"data.name={data_cfg.name!r} is not built by lcx; buildable sources are"
+      f" {', '.join(sources.CORPUS_SPECS)} (prepare TFDS datasets with `tfds build`"
+      " into the data dir; tasks are generated on the fly)."
     )
   if data_cfg.name in FETCHERS:
     FETCHERS[data_cfg.name](data_cfg)
@@ -57,6 +57,6 @@ def main(argv):
 if __name__ == "__main__":
   # Defined here, not at import, so importing this module never claims --config.
   _CONFIG = config_flags.DEFINE_config_file(
-      "config", None, "Experiment config whose `data` section is built (optional)."
+    "config", None, "Experiment config whose `data` section is built (optional)."
   )
   app.run(main, flags_parser=functools.partial(cli.parse_config_flags, missing=None))

@@ -23,30 +23,28 @@ def length_stats(lengths_N: np.ndarray) -> dict:
   """Counts, totals and the long-document histogram of document lengths (tokens)."""
   lengths_N = np.asarray(lengths_N, dtype=np.int64)
   return {
-      "documents": int(len(lengths_N)),
-      "tokens": int(lengths_N.sum()),
-      "max_tokens": int(lengths_N.max(initial=0)),
-      "median_tokens": float(np.median(lengths_N)) if len(lengths_N) else 0.0,
-      "reaching": {t: int((lengths_N >= t).sum()) for t in THRESHOLDS},
+    "documents": int(len(lengths_N)),
+    "tokens": int(lengths_N.sum()),
+    "max_tokens": int(lengths_N.max(initial=0)),
+    "median_tokens": float(np.median(lengths_N)) if len(lengths_N) else 0.0,
+    "reaching": {t: int((lengths_N >= t).sum()) for t in THRESHOLDS},
   }
 
 
 def split_lengths(data_cfg, split: str) -> np.ndarray:
   tokenizer = pipeline.get_tokenizer(data_cfg)
   return np.array(
-      [len(tokenizer.encode(text)) + 2 for text in sources.iter_texts(data_cfg, split)],
-      dtype=np.int64,
+    [len(tokenizer.encode(text)) + 2 for text in sources.iter_texts(data_cfg, split)],
+    dtype=np.int64,
   )
 
 
 def format_stats(name: str, split: str, stats: dict) -> str:
-  reaching = "  ".join(
-      f">={t // 1024}k: {count}" for t, count in stats["reaching"].items()
-  )
+  reaching = "  ".join(f">={t // 1024}k: {count}" for t, count in stats["reaching"].items())
   return (
-      f"{name} {split}: {stats['documents']} documents, {stats['tokens']} tokens"
-      f" (median {stats['median_tokens']:.0f}, max {stats['max_tokens']})\n"
-      f"  documents reaching {reaching}"
+    f"{name} {split}: {stats['documents']} documents, {stats['tokens']} tokens"
+    f" (median {stats['median_tokens']:.0f}, max {stats['max_tokens']})\n"
+    f"  documents reaching {reaching}"
   )
 
 
@@ -66,6 +64,6 @@ def main(argv):
 if __name__ == "__main__":
   # Defined here, not at import, so importing this module never claims --config.
   _CONFIG = config_flags.DEFINE_config_file(
-      "config", None, "Experiment config whose `data` section is described."
+    "config", None, "Experiment config whose `data` section is described."
   )
   app.run(main, flags_parser=functools.partial(cli.parse_config_flags, missing=None))

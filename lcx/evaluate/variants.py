@@ -28,9 +28,15 @@ from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS
 
 # Prefixes of the fields that may differ from training (the rest of TRAINED must match).
-EVAL_TIME = ("model.position.scaling", "model.position.max_len_policy", "model.remap",
-             "model.attention.pattern", "model.attention.chunk_size", "model.attention.beta_c",
-             "model.dtype")
+EVAL_TIME = (
+  "model.position.scaling",
+  "model.position.max_len_policy",
+  "model.remap",
+  "model.attention.pattern",
+  "model.attention.chunk_size",
+  "model.attention.beta_c",
+  "model.dtype",
+)
 TRAINED = ("model", "data.seq_len")
 
 SCALING = "model.position.scaling"
@@ -53,8 +59,9 @@ def _is(field: str, prefixes) -> bool:
   return any(field == p or field.startswith(p + ".") for p in prefixes)
 
 
-def trained_difference(config: dict, trained: dict,
-                       may_change: tuple[str, ...] = EVAL_TIME) -> tuple[str, Any, Any] | None:
+def trained_difference(
+  config: dict, trained: dict, may_change: tuple[str, ...] = EVAL_TIME
+) -> tuple[str, Any, Any] | None:
   """(field, value in `config`, value in `trained`) of the first trained field outside
   `may_change` where the two resolved configs (as dicts) differ; None if none does.
 
@@ -79,9 +86,10 @@ def check_trained(config: dict, trained: dict) -> None:
   if differs:
     field, given, saved = differs
     raise ValueError(
-        f"{field}={given!r} differs from the checkpoint's {saved!r}: it is "
-        f"a trained field. Evaluate from the run's own config (omit --config) and change only "
-        f"eval-time fields: {', '.join(EVAL_TIME)}, eval.*")
+      f"{field}={given!r} differs from the checkpoint's {saved!r}: it is "
+      f"a trained field. Evaluate from the run's own config (omit --config) and change only "
+      f"eval-time fields: {', '.join(EVAL_TIME)}, eval.*"
+    )
 
 
 def _number(spec: str, arg: str) -> float:
@@ -95,6 +103,7 @@ def _number(spec: str, arg: str) -> float:
 def _scaling(rope_type: str) -> Callable[[str, str], dict]:
   def overrides(spec, arg):
     return {SCALING: {"rope_type": rope_type, "factor": _number(spec, arg)}}
+
   return overrides
 
 
@@ -118,6 +127,7 @@ def _longrope(spec, path):
 def _hf(spec, path):
   """A Hugging Face config.json (rope_scaling or rope_parameters) or a bare scaling dict."""
   from lcx.positions import scaling as scaling_lib
+
   if not os.path.exists(path):
     raise ValueError(f"eval.variants: {spec!r}: no file {path}")
   return {SCALING: scaling_lib.read_hf_scaling(path)}
@@ -159,12 +169,18 @@ def _beta(spec, arg):
 
 # name -> overrides(spec, arg); None: takes no argument.
 VARIANTS: dict[str, Callable[[str, str], dict] | None] = {
-    "none": None,
-    "linear": _scaling("linear"), "ntk": _scaling("ntk"), "dynamic": _scaling("dynamic"),
-    "yarn": _scaling("yarn"), "llama3": _scaling("llama3"),
-    "longrope": _longrope, "hf": _hf,
-    "self_extend": _self_extend, "rerope": _rerope, "beta": _beta,
-    "sink": _streaming,
+  "none": None,
+  "linear": _scaling("linear"),
+  "ntk": _scaling("ntk"),
+  "dynamic": _scaling("dynamic"),
+  "yarn": _scaling("yarn"),
+  "llama3": _scaling("llama3"),
+  "longrope": _longrope,
+  "hf": _hf,
+  "self_extend": _self_extend,
+  "rerope": _rerope,
+  "beta": _beta,
+  "sink": _streaming,
 }
 
 
@@ -183,9 +199,12 @@ def overrides(spec: str, named: dict) -> dict:
     return {k: plain(v) for k, v in dict(named[spec]).items()}
   name, _, arg = spec.partition("@")
   if name not in VARIANTS:
-    raise errors.not_allowed("eval.variants", spec,
-                             f"{', '.join(sorted(VARIANTS))} (as name@ARG), or a name in "
-                             f"eval.named_variants ({', '.join(sorted(named)) or 'none'})")
+    raise errors.not_allowed(
+      "eval.variants",
+      spec,
+      f"{', '.join(sorted(VARIANTS))} (as name@ARG), or a name in "
+      f"eval.named_variants ({', '.join(sorted(named)) or 'none'})",
+    )
   if VARIANTS[name] is None:
     if arg:
       raise ValueError(f"eval.variants: {spec!r}: {name!r} takes no '@' argument")
@@ -204,15 +223,20 @@ def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.Co
   config = ml_collections.ConfigDict(config.to_dict())
   for field, value in changes.items():
     if not _is(field, EVAL_TIME + ("eval",)):
-      raise ValueError(f"variant override {field}: only eval-time fields may change at "
-                       f"evaluation: {', '.join(EVAL_TIME)}, eval.*")
+      raise ValueError(
+        f"variant override {field}: only eval-time fields may change at "
+        f"evaluation: {', '.join(EVAL_TIME)}, eval.*"
+      )
     if field == SCALING:
       if "scaling" not in config.model.position:
-        raise ValueError(f"{SCALING}: model.position.name={config.model.position.name!r} has "
-                         "no RoPE scaling; scaling variants need a rotary scheme")
+        raise ValueError(
+          f"{SCALING}: model.position.name={config.model.position.name!r} has "
+          "no RoPE scaling; scaling variants need a rotary scheme"
+        )
       new = dict(SCALING_DEFAULTS, **{k: v for k, v in dict(value).items()})
       config.model.position.scaling = ml_collections.ConfigDict(
-          {k: (None if isinstance(v, Unset) else v) for k, v in new.items()})
+        {k: (None if isinstance(v, Unset) else v) for k, v in new.items()}
+      )
       continue
     if field in SECTIONS:
       new = SECTIONS[field](value["name"]).to_dict()

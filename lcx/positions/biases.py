@@ -34,18 +34,19 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
   def power_of_2(n):
     start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
-    return [start * start ** i for i in range(n)]
+    return [start * start**i for i in range(n)]
 
   if math.log2(num_heads).is_integer():
     return np.asarray(power_of_2(num_heads), np.float64)
   p = 2 ** math.floor(math.log2(num_heads))
-  return np.concatenate([power_of_2(p), alibi_slopes(2 * p)[0::2][:num_heads - p]])
+  return np.concatenate([power_of_2(p), alibi_slopes(2 * p)[0::2][: num_heads - p]])
 
 
 def _check_heads(cfg, dims):
   if dims.num_heads < 1:
-    raise errors.not_allowed("model.num_heads", dims.num_heads,
-                             f">= 1 for {PREFIX}.name={cfg.name!r}")
+    raise errors.not_allowed(
+      "model.num_heads", dims.num_heads, f">= 1 for {PREFIX}.name={cfg.name!r}"
+    )
 
 
 @register("alibi", {}, check=_check_heads)
@@ -78,8 +79,9 @@ def t5_bucket(relative_position, num_buckets=32, max_distance=128, bidirectional
     n = jnp.floor(jnp.maximum(-rel, 0.0)).astype(jnp.int32)
   max_exact = num_buckets // 2
   log_ratio = jnp.log(jnp.maximum(n, max_exact).astype(jnp.float32) / max_exact)
-  large = max_exact + (log_ratio / math.log(max_distance / max_exact)
-                       * (num_buckets - max_exact)).astype(jnp.int32)
+  large = max_exact + (
+    log_ratio / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+  ).astype(jnp.int32)
   large = jnp.minimum(large, num_buckets - 1)
   return offset + jnp.where(n < max_exact, n, large)
 
@@ -88,29 +90,36 @@ def _check_t5(cfg, dims):
   _check_heads(cfg, dims)
   half = cfg.num_buckets // 2 if cfg.bidirectional else cfg.num_buckets
   if half < 2:
-    raise errors.not_allowed(f"{PREFIX}.num_buckets", cfg.num_buckets,
-                             ">= 2 (>= 4 when bidirectional)")
+    raise errors.not_allowed(
+      f"{PREFIX}.num_buckets", cfg.num_buckets, ">= 2 (>= 4 when bidirectional)"
+    )
   if cfg.max_distance <= half // 2:
-    raise ValueError(f"{PREFIX}.max_distance={cfg.max_distance} must exceed the exact range "
-                     f"{half // 2} (half of the buckets per direction)")
+    raise ValueError(
+      f"{PREFIX}.max_distance={cfg.max_distance} must exceed the exact range "
+      f"{half // 2} (half of the buckets per direction)"
+    )
 
 
-@register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False},
-          check=_check_t5)
+@register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False}, check=_check_t5)
 class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
-    self.table_NxH = nnx.Param(jnp.zeros((num_buckets, dims.num_heads), jnp.float32),
-                               logical_axes=(None, "heads"))
+    self.table_NxH = nnx.Param(
+      jnp.zeros((num_buckets, dims.num_heads), jnp.float32), logical_axes=(None, "heads")
+    )
     self.num_buckets = num_buckets
     self.max_distance = max_distance
     self.bidirectional = bidirectional
 
   def bias(self, q_pos_BxQ, k_pos_BxS):
-    bucket_BxQxS = t5_bucket(-_distance_BxQxS(q_pos_BxQ, k_pos_BxS), self.num_buckets,
-                             self.max_distance, self.bidirectional)
+    bucket_BxQxS = t5_bucket(
+      -_distance_BxQxS(q_pos_BxQ, k_pos_BxS),
+      self.num_buckets,
+      self.max_distance,
+      self.bidirectional,
+    )
     bias_BxQxSxH = jnp.take(self.table_NxH[...], bucket_BxQxS, axis=0)
     return jnp.moveaxis(bias_BxQxSxH, -1, 1)
 
@@ -121,15 +130,17 @@ def _check_fire(cfg, dims):
     if not cfg[field] > 0:
       raise errors.not_allowed(f"{PREFIX}.{field}", cfg[field], "> 0")
   if cfg.threshold_init is not None and not cfg.threshold_init > 0:
-    raise errors.not_allowed(f"{PREFIX}.threshold_init", cfg.threshold_init,
-                             "> 0 (None: the training length model.max_len)")
+    raise errors.not_allowed(
+      f"{PREFIX}.threshold_init",
+      cfg.threshold_init,
+      "> 0 (None: the training length model.max_len)",
+    )
 
 
 FIRE_EPS = 1e-6  # added to psi(normalizer), as the paper's code does
 
 
-@register("fire", {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float)},
-          check=_check_fire)
+@register("fire", {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float)}, check=_check_fire)
 class FIRE(Scheme):
   """bias(i, j) = MLP(psi(i - j) / (psi(max(i, L_thr)) + eps)), psi(x) = ln(|c x| + 1).
 
@@ -169,8 +180,10 @@ class FIRE(Scheme):
   def _mlp(self, x_N):
     """Heads-last MLP of the normalized distance: ... -> ... x H."""
     leading = tuple(range(x_N.ndim))  # the axes of x, made explicit on the weights
-    h_NxF = jax.nn.relu(x_N[..., None] * jnp.expand_dims(self.w_in[...], leading)
-                        + jnp.expand_dims(self.b_in[...], leading))
+    h_NxF = jax.nn.relu(
+      x_N[..., None] * jnp.expand_dims(self.w_in[...], leading)
+      + jnp.expand_dims(self.b_in[...], leading)
+    )
     return h_NxF @ self.w_out[...] + jnp.expand_dims(self.b_out[...], leading)
 
   def _input(self, q_pos, distance):
@@ -204,12 +217,13 @@ class FIRE(Scheme):
     def in_grid(x):
       return (jnp.min(x) >= 0) & (jnp.max(x) < n)
 
-    return jax.lax.cond(in_grid(q_pos_BxQ) & in_grid(k_pos_BxS), self._gridded, self._direct,
-                        q_pos_BxQ, k_pos_BxS)
+    return jax.lax.cond(
+      in_grid(q_pos_BxQ) & in_grid(k_pos_BxS), self._gridded, self._direct, q_pos_BxQ, k_pos_BxS
+    )
 
 
 def _not_allowed(field, value, allowed):
-  return ValueError(f"{PREFIX}.{field}={value!r} is not allowed; allowed: {allowed}")
+  return errors.not_allowed(f"{PREFIX}.{field}", value, allowed)
 
 
 KERPLE_INITS = ("uniform", "constant")
@@ -284,8 +298,10 @@ class KerpleBias:
 
   def coefficients(self) -> tuple[jax.Array, jax.Array]:
     """(r1_H, r2_H) as the bias uses them (clamped)."""
-    return (clamp_keep_gradient(self.r1[...], self.eps),
-            clamp_keep_gradient(self.r2[...], self.eps, self.r2_max))
+    return (
+      clamp_keep_gradient(self.r1[...], self.eps),
+      clamp_keep_gradient(self.r2[...], self.eps, self.r2_max),
+    )
 
   def bias(self, q_pos_BxQ, k_pos_BxS):
     r1_H, r2_H = self.coefficients()
@@ -303,8 +319,9 @@ class KerpleLog(KerpleBias, Scheme):
   kernel = staticmethod(kerple_log)
 
 
-@register("kerple_power", {"r1_init": 1.0, "r2_init": 2.0, **KERPLE_DEFAULTS},
-          check=_check_kerple_power)
+@register(
+  "kerple_power", {"r1_init": 1.0, "r2_init": 2.0, **KERPLE_DEFAULTS}, check=_check_kerple_power
+)
 class KerplePower(KerpleBias, Scheme):
   """-r1 |i - j|^r2, r2 in (0, 2] (its code: r1 ~ U(0, 1), r2 ~ U(0, 2)); r2 = 1 is a learned
   ALiBi."""
@@ -321,8 +338,10 @@ def sandwich_frequencies(dim: int, base: float = 10000.0) -> np.ndarray:
 def sandwich_embedding(pos_BxL, dim: int, base: float = 10000.0) -> jax.Array:
   """[cos(p w_i), sin(p w_i)] over the sandwich frequencies, float32 BxLxZ (Z = dim, the paper's
   d'): p_m . p_n is then sum_i cos((m - n) w_i)."""
-  angle_BxLxR = (jnp.asarray(pos_BxL, jnp.float32)[..., None]
-                 * jnp.asarray(sandwich_frequencies(dim, base), jnp.float32)[None, None, :])
+  angle_BxLxR = (
+    jnp.asarray(pos_BxL, jnp.float32)[..., None]
+    * jnp.asarray(sandwich_frequencies(dim, base), jnp.float32)[None, None, :]
+  )
   return jnp.concatenate([jnp.cos(angle_BxLxR), jnp.sin(angle_BxLxR)], axis=-1)
 
 
@@ -361,7 +380,6 @@ class Sandwich(Scheme):
   def bias(self, q_pos_BxQ, k_pos_BxS):
     q_BxQxZ = sandwich_embedding(q_pos_BxQ, self.dim, self.base)
     k_BxSxZ = sandwich_embedding(k_pos_BxS, self.dim, self.base)
-    inner_BxQxS = jnp.einsum("bqz,bsz->bqs", q_BxQxZ, k_BxSxZ,
-                             precision=jax.lax.Precision.HIGHEST)
+    inner_BxQxS = jnp.einsum("bqz,bsz->bqs", q_BxQxZ, k_BxSxZ, precision=jax.lax.Precision.HIGHEST)
     scales_1xHx1x1 = jnp.asarray(self.scales_H, jnp.float32)[None, :, None, None]
     return scales_1xHx1x1 * (inner_BxQxS - self.dim / 2)[:, None]

@@ -27,19 +27,23 @@ def document_ids(pos_BxL: jax.Array, seg_BxL: jax.Array | None = None) -> jax.Ar
   or (given segment ids) the segment changes."""
   start_BxL = pos_BxL == 0
   if seg_BxL is not None:
-    start_BxL |= jnp.concatenate([jnp.zeros_like(seg_BxL[:, :1], bool),
-                                  seg_BxL[:, 1:] != seg_BxL[:, :-1]], axis=1)
+    start_BxL |= jnp.concatenate(
+      [jnp.zeros_like(seg_BxL[:, :1], bool), seg_BxL[:, 1:] != seg_BxL[:, :-1]], axis=1
+    )
   return jnp.cumsum(start_BxL, axis=1)
 
 
-def randomized_positions(key: jax.Array, pos_BxL: jax.Array, max_position: int,
-                         seg_BxL: jax.Array | None = None) -> jax.Array:
+def randomized_positions(
+  key: jax.Array, pos_BxL: jax.Array, max_position: int, seg_BxL: jax.Array | None = None
+) -> jax.Array:
   """Per document (runs where pos_BxL restarts at 0, split further where seg_BxL changes): its n
   tokens get n distinct sorted samples of [0, max_position), in token order."""
   b, length = pos_BxL.shape
   if max_position < length:
-    raise ValueError(f"train.random_positions={max_position} must be >= the row length {length}: "
-                     "each row needs that many distinct positions")
+    raise ValueError(
+      f"train.random_positions={max_position} must be >= the row length {length}: "
+      "each row needs that many distinct positions"
+    )
 
   def draw(k):
     return jax.random.choice(k, max_position, (length,), replace=False)
@@ -53,8 +57,9 @@ def randomized_positions(key: jax.Array, pos_BxL: jax.Array, max_position: int,
   return jnp.take_along_axis(values_BxL, order_BxL, axis=1).astype(pos_BxL.dtype)
 
 
-def pose_positions(key: jax.Array, pos_BxL: jax.Array, target: int,
-                   seg_BxL: jax.Array | None = None) -> jax.Array:
+def pose_positions(
+  key: jax.Array, pos_BxL: jax.Array, target: int, seg_BxL: jax.Array | None = None
+) -> jax.Array:
   """PoSE (Zhu 2024, arXiv 2309.10400): positional skip-wise training toward `target` positions.
 
   Each document (as in `randomized_positions`) of n tokens in the row is cut in two chunks, as
@@ -65,8 +70,9 @@ def pose_positions(key: jax.Array, pos_BxL: jax.Array, target: int,
   """
   b, length = pos_BxL.shape
   if target < length:
-    raise ValueError(f"train.pose_target={target} must be >= the row length {length}: a "
-                     "document may fill the row")
+    raise ValueError(
+      f"train.pose_target={target} must be >= the row length {length}: a document may fill the row"
+    )
   docs_BxL = document_ids(pos_BxL, seg_BxL)
   index_BxL = attention.document_index(docs_BxL)  # each token's index inside its document
   n_BxL = attention.document_length(index_BxL, docs_BxL)  # its document's tokens in the row

@@ -91,8 +91,7 @@ def _check_self_extend(cfg):
     raise errors.not_allowed(f"{PREFIX}.group", cfg.group, ">= 1")
 
 
-@_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend,
-           relative_only=True)
+@_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend, relative_only=True)
 def self_extend(q_pos_BxQ, k_pos_BxS, *, dims, window, group):
   """Neighbours keep exact positions; farther keys are grouped, shifted so the two views meet
   at distance `window`."""
@@ -109,8 +108,9 @@ def log_n_scale(q_pos_BxQ, train_len):
   return jnp.maximum(jnp.log(q + 1) / math.log(train_len), 1.0)
 
 
-@_register("rerope", {"window": 128, "log_n_scaling": True}, check=_check_window,
-           relative_only=True)
+@_register(
+  "rerope", {"window": 128, "log_n_scaling": True}, check=_check_window, relative_only=True
+)
 def rerope(q_pos_BxQ, k_pos_BxS, *, dims, window, log_n_scaling):
   """Beyond the window every key sits at relative distance `window`: the query at `window`
   and the key at 0. Relative schemes (RoPE, ALiBi, T5) see exactly i - j = window; schemes
@@ -172,9 +172,11 @@ def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
   """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions."""
   if REMAPS.entry(cfg.name).relative_only and adds_embedding(scheme_name):
     relative = sorted(n for n, e in REMAPS.items() if not e.relative_only)
-    raise ValueError(f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
-                     f"model.position.name={scheme_name!r} embeds absolute positions; with it "
-                     f"use {PREFIX}.name in {relative}, or a relative scheme")
+    raise ValueError(
+      f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
+      f"model.position.name={scheme_name!r} embeds absolute positions; with it "
+      f"use {PREFIX}.name in {relative}, or a relative scheme"
+    )
 
 
 def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:

@@ -19,8 +19,11 @@ def registry():
 
 
 def test_every_section_uses_it():
-  for reg, kind in ((positions.SCHEMES, "scheme"), (remaps.REMAPS, "remap"),
-                    (patterns.PATTERNS, "pattern")):
+  for reg, kind in (
+    (positions.SCHEMES, "scheme"),
+    (remaps.REMAPS, "remap"),
+    (patterns.PATTERNS, "pattern"),
+  ):
     assert isinstance(reg, Registry) and reg.kind == kind
 
 
@@ -43,8 +46,11 @@ def test_default_config_validate_and_resolve():
     reg.validate(cfg, 5)
   cfg = reg.default_config("small")
   cfg.colour = "red"
-  with pytest.raises(ValueError, match=r"^model.thing.colour is not a known field; allowed: "
-                     r"extra, size, sizes$"):
+  with pytest.raises(
+    ValueError,
+    match=r"^model.thing.colour is not a known field; allowed: "
+    r"extra, size, sizes$",
+  ):
     reg.validate(cfg, 5)
 
 
