@@ -1,6 +1,6 @@
 """The CPU-sized "train short, test long" run of the reproduction experiments.
 
-The pilot's shape (../shared/docs/pilot.md): a 0.85M-parameter byte model (size=small: 4
+The CPU pilot's shape: a 0.85M-parameter byte model (size=small: 4
 layers, d=128) trained at L=64 for 600 steps of 32 rows (1.2M tokens, about a minute or two on
 2 cores), evaluated at 1x..32x L. Usage: --config=configs/extrapolation.py:pos=alibi,data=books
 `data` is stdlib (Python's standard library) or books (public-domain plays and novels; 15% of

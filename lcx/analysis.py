@@ -22,6 +22,7 @@ tokens of their document before them:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -30,7 +31,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from lcx import attention, checkpoint, positions, prepare as prepare_lib
+from lcx import attention, checkpoint, errors, positions, prepare as prepare_lib
 from lcx.model import Decoder
 from lcx.positions.rotary import PAIRINGS
 
@@ -43,6 +44,7 @@ MAX_OFFSET = 16  # positional heads: the fixed offsets considered, 0..MAX_OFFSET
 
 
 # --- A restored model. ---
+
 
 @dataclasses.dataclass(eq=False)
 class Model:
@@ -69,21 +71,27 @@ class Model:
 def with_params(config: ml_collections.ConfigDict, params: dict) -> Decoder:
   """A Decoder for `config.model` holding `params` (nested dicts of arrays, as
   `lcx.checkpoint.restore_params` returns them; list indices may be strings)."""
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))),
-                              nnx.Param)
+  graphdef, state = nnx.split(
+    nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))), nnx.Param
+  )
 
   def fill(abstract, given, where):
     if isinstance(abstract, dict):
       missing = [k for k in abstract if k not in given and str(k) not in given]
       if missing:
-        raise ValueError(f"params{where}: no entry {missing[0]!r}; the checkpoint does not "
-                         "match the config's model")
-      return {k: fill(v, given[k] if k in given else given[str(k)], f"{where}.{k}")
-              for k, v in abstract.items()}
+        raise ValueError(
+          f"params{where}: no entry {missing[0]!r}; the checkpoint does not "
+          "match the config's model"
+        )
+      return {
+        k: fill(v, given[k] if k in given else given[str(k)], f"{where}.{k}")
+        for k, v in abstract.items()
+      }
     value = jnp.asarray(given)
     if value.shape != abstract.shape:
-      raise ValueError(f"params{where}: shape {value.shape}, the config's model has "
-                       f"{abstract.shape}")
+      raise ValueError(
+        f"params{where}: shape {value.shape}, the config's model has {abstract.shape}"
+      )
     return value.astype(abstract.dtype)
 
   nnx.replace_by_pure_dict(state, fill(nnx.to_pure_dict(state), params, ""))
@@ -100,14 +108,18 @@ def load(workdir: str, step: int | None = None, variant: str | dict | None = Non
 
   config = prepare_lib.run_config(workdir)
   if variant:
-    changes = (variants.overrides(variant, config.eval.named_variants)
-               if isinstance(variant, str) else variant)
+    changes = (
+      variants.overrides(variant, config.eval.named_variants)
+      if isinstance(variant, str)
+      else variant
+    )
     config = variants.apply(config, changes)
   params, meta = checkpoint.restore_params(workdir, step)
   return Model(config, with_params(config, params), meta["step"], workdir)
 
 
 # --- q and k of every layer, as the blocks hand them to the kernel. ---
+
 
 def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
   tokens_BxT = np.asarray(tokens_BxT, np.int32)
@@ -125,9 +137,9 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
   """`kernel` whose attend also keeps the (q, k) it is given: the model's own projections."""
 
-  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme):
+  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme, sink_H=None):
     record.append((q_BxTxHxK, k_BxTxGxK))
-    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme)
+    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme, sink_H=sink_H)
 
   return attention.Kernel(kernel.prepare, attend)
 
@@ -135,10 +147,9 @@ def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
 def _forward(decoder: Decoder, tokens_BxT, pos_BxT, seg_BxT, kernel_name: str):
   """Decoder.__call__ with a recording kernel: ([(q, k) per layer], logits_BxTxV)."""
   kernel = attention.get_kernel(kernel_name, decoder.chunk_size)
-  plan = kernel.prepare(pos_BxT, seg_BxT, scheme=decoder.position, remap=decoder.remap,
-                        pattern=decoder.pattern)
+  plans = decoder.plans(functools.partial(kernel.prepare, pos_BxT, seg_BxT))
   record = []
-  logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plan)
+  logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plans)
   return record, logits
 
 
@@ -175,6 +186,7 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
       q = jnp.stack([q.astype(jnp.float32) for q, _ in record])
       k = jnp.stack([k.astype(jnp.float32) for _, k in record])
       return q, k, logits
+
     return jax.jit(run)
 
   q, k, logits = model.program(("qk", kernel), make)(state, tokens_BxT, pos_BxT, seg_BxT)
@@ -184,34 +196,60 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
 
 # --- Attention maps from lcx.attention's own pieces. ---
 
-def _dense_logits(decoder, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
+
+def _layer_parts(decoder, layer):
+  """(scheme, remap, pattern) block `layer` attends with: the decoder's, or for a NoPE block of
+  the per-layer schedule identity hooks, no remap and the pattern without the window."""
+  if decoder.has_positions(layer):
+    return decoder.position, decoder.remap, decoder.positioned_pattern
+  return decoder.identity, decoder.no_remap, decoder.pattern
+
+
+def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
   """Every query row: the dense kernel's plan and logits (attend_dense's lines, no softmax)."""
-  scheme = decoder.position
-  plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=decoder.remap,
-                                 pattern=decoder.pattern)
+  scheme, remap, pattern = _layer_parts(decoder, layer)
+  plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-  logits = attention._merge([(attention._logits(q, k, bias), use) for (q, k), bias, use
-                             in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
+  logits = attention._merge(
+    [
+      (attention._logits(q, k, bias), use)
+      for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
+    ]
+  )
   return logits, plan.extras["mask_BxTxT"]
 
 
-def _row_logits(decoder, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
+def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
   """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length.
 
   The whole sequence is rotated (per-token lengths, xPos's centre), as the chunked kernel does;
   biases, `use` masks and the mask are then taken for the chosen rows.
   """
-  scheme = decoder.position
-  plan = attention.prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=decoder.remap,
-                                   pattern=decoder.pattern)
-  rows = lambda x: jnp.take(x, rows_Q, axis=1)
+  scheme, remap, pattern = _layer_parts(decoder, layer)
+  plan = attention.prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
+
+  def rows(x):
+    return jnp.take(x, rows_Q, axis=1)
+
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-  logits = attention._merge([
-      (attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
-       attention._use(br, rows(plan.pos_BxT), plan.pos_BxT))
-      for (q, k), br in zip(rotated, plan.branches)])
-  mask = attention._mask(rows_Q, jnp.arange(pos_BxT.shape[1]), rows(plan.seg_BxT), plan.seg_BxT,
-                         rows(plan.doc_BxT), plan.doc_BxT, decoder.pattern)
+  logits = attention._merge(
+    [
+      (
+        attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
+        attention._use(br, rows(plan.pos_BxT), plan.pos_BxT),
+      )
+      for (q, k), br in zip(rotated, plan.branches)
+    ]
+  )
+  mask = attention._mask(
+    rows_Q,
+    jnp.arange(pos_BxT.shape[1]),
+    rows(plan.seg_BxT),
+    plan.seg_BxT,
+    rows(plan.doc_BxT),
+    plan.doc_BxT,
+    pattern,
+  )
   return logits, mask
 
 
@@ -224,8 +262,10 @@ def default_rows(length: int, count: int = DEFAULT_ROWS) -> np.ndarray:
 class Maps:
   """Attention of query rows `rows_Q` over all T keys, per layer N (`layers`) and head H.
 
-  probs: N x B x H x Q x T (0 where not allowed); logits: the same, NaN where not allowed
-  (scaled, bias added, remap branches merged: what the softmax sees); allowed: B x Q x T;
+  probs: N x B x H x Q x T (0 where not allowed; a row sums to < 1 with a learned sink);
+  logits: the same, NaN where not allowed (scaled, bias added, remap branches merged: what the
+  softmax sees); allowed: B x Q x T, the keys any of the layers may see (the per-layer
+  schedule's windowed blocks see fewer);
   pos, seg, doc: B x T true positions, segment ids and index in the document.
   """
 
@@ -250,8 +290,17 @@ class Maps:
     return self.doc[:, self.rows]
 
 
-def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows=None,
-                   layers=None, dense_max: int = DENSE_MAX, qk_values: QK | None = None) -> Maps:
+def attention_maps(
+  model: Model,
+  tokens_BxT,
+  pos_BxT=None,
+  seg_BxT=None,
+  *,
+  rows=None,
+  layers=None,
+  dense_max: int = DENSE_MAX,
+  qk_values: QK | None = None,
+) -> Maps:
   """Attention probabilities and logits per layer and head.
 
   rows: query row indices (None: all rows up to `dense_max` tokens, else `default_rows`);
@@ -266,8 +315,11 @@ def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows
   if any(not 0 <= i < n_layers for i in layers):
     raise ValueError(f"layers={layers}: the model has layers 0..{n_layers - 1}")
   dense = rows is None and t <= dense_max
-  rows_Q = np.arange(t, dtype=np.int32) if dense else np.asarray(
-      default_rows(t) if rows is None else rows, np.int32)
+  rows_Q = (
+    np.arange(t, dtype=np.int32)
+    if dense
+    else np.asarray(default_rows(t) if rows is None else rows, np.int32)
+  )
   if rows_Q.ndim != 1 or len(rows_Q) == 0 or rows_Q.min() < 0 or rows_Q.max() >= t:
     raise ValueError(f"rows must be query indices in [0, {t}), got {rows_Q}")
   graphdef, state = nnx.split(model.decoder)
@@ -275,38 +327,57 @@ def attention_maps(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, rows
   def make(dense):
     def run(state, q_NxBxTxHxK, k_NxBxTxGxK, pos, seg, rows_Q):
       decoder = nnx.merge(graphdef, state)
-      probs, logits = [], []
-      for q, k in zip(q_NxBxTxHxK, k_NxBxTxGxK):
+      probs, logits, masks = [], [], []
+      for layer, q, k in zip(layers, q_NxBxTxHxK, k_NxBxTxGxK):
         if dense:
-          lg, mask = _dense_logits(decoder, q, k, pos, seg)
+          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg)
         else:
-          lg, mask = _row_logits(decoder, q, k, pos, seg, rows_Q)
+          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q)
         b, g, r, nq, nk = lg.shape
-        lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF).reshape(b, g * r, nq, nk)
-        probs.append(jax.nn.softmax(lg, axis=-1))
+        lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
+        sink = decoder.blocks[layer].attn.sink_H
+        probs.append(
+          attention._softmax(lg, None if sink is None else sink[...]).reshape(b, g * r, nq, nk)
+        )
+        lg = lg.reshape(b, g * r, nq, nk)
         logits.append(jnp.where(mask[:, None], lg, jnp.nan))
-      return jnp.stack(probs), jnp.stack(logits), mask
+        masks.append(mask)
+      return jnp.stack(probs), jnp.stack(logits), jnp.any(jnp.stack(masks), axis=0)
+
     return jax.jit(run)
 
-  program = model.program(("maps", dense), lambda: make(dense))
+  program = model.program(("maps", dense, layers), lambda: make(dense))
   q, k = values.q[list(layers)], values.k[list(layers)]
   if dense:
     probs, logits, allowed = program(state, q, k, pos_BxT, seg_BxT, rows_Q)
   else:  # fixed-size blocks of rows (the last padded with its own last row): one program
     parts = []
     for start in range(0, len(rows_Q), ROW_BLOCK):
-      block = rows_Q[start:start + ROW_BLOCK]
-      padded = np.pad(block, (0, ROW_BLOCK - len(block)), mode="edge") if len(
-          rows_Q) > ROW_BLOCK else block
+      block = rows_Q[start : start + ROW_BLOCK]
+      padded = (
+        np.pad(block, (0, ROW_BLOCK - len(block)), mode="edge")
+        if len(rows_Q) > ROW_BLOCK
+        else block
+      )
       out = program(state, q, k, pos_BxT, seg_BxT, padded)
-      parts.append([np.asarray(x)[..., :len(block), :] for x in out])
+      parts.append([np.asarray(x)[..., : len(block), :] for x in out])
     probs, logits, allowed = (np.concatenate(xs, axis=-2) for xs in zip(*parts))
   doc = np.asarray(attention.document_index(jnp.asarray(seg_BxT)))
-  return Maps(np.asarray(probs), np.asarray(logits), np.asarray(allowed), rows_Q,
-              np.asarray(pos_BxT), np.asarray(seg_BxT), doc, layers, model.train_len)
+  return Maps(
+    np.asarray(probs),
+    np.asarray(logits),
+    np.asarray(allowed),
+    rows_Q,
+    np.asarray(pos_BxT),
+    np.asarray(seg_BxT),
+    doc,
+    layers,
+    model.train_len,
+  )
 
 
 # --- Statistics of the maps (numpy). ---
+
 
 def entropy(probs, axis: int = -1) -> np.ndarray:
   """Shannon entropy in nats, 0 log 0 = 0: log n for uniform attention over n keys."""
@@ -327,10 +398,11 @@ def offset_mass(maps: Maps, max_offset: int = MAX_OFFSET) -> np.ndarray:
   idx_QxD = maps.rows[:, None] - np.arange(max_offset + 1)[None]
   safe_QxD = np.maximum(idx_QxD, 0)
   ok_BxQxD = (idx_QxD >= 0)[None] & np.take_along_axis(
-      maps.allowed, np.broadcast_to(safe_QxD, maps.allowed.shape[:2] + safe_QxD.shape[1:]),
-      axis=-1)
-  gathered = np.take_along_axis(maps.probs, np.broadcast_to(
-      safe_QxD, maps.probs.shape[:-1] + safe_QxD.shape[1:]), axis=-1)
+    maps.allowed, np.broadcast_to(safe_QxD, maps.allowed.shape[:2] + safe_QxD.shape[1:]), axis=-1
+  )
+  gathered = np.take_along_axis(
+    maps.probs, np.broadcast_to(safe_QxD, maps.probs.shape[:-1] + safe_QxD.shape[1:]), axis=-1
+  )
   return np.where(ok_BxQxD[None, :, None], gathered, 0.0)
 
 
@@ -346,9 +418,15 @@ def query_stats(maps: Maps) -> dict[str, np.ndarray]:
     normalized = np.where(n > 1, ent / np.log(np.maximum(n, 2)), np.nan)
   first_BxT = maps.doc == 0
   offsets = offset_mass(maps, 1)
-  return {"entropy": ent, "normalized_entropy": normalized, "max_prob": maps.probs.max(-1),
-          "first_token": _key_mass(maps, np.broadcast_to(first_BxT[:, None], maps.allowed.shape)),
-          "previous_token": offsets[..., 1], "self": offsets[..., 0], "allowed": n_BxQ}
+  return {
+    "entropy": ent,
+    "normalized_entropy": normalized,
+    "max_prob": maps.probs.max(-1),
+    "first_token": _key_mass(maps, np.broadcast_to(first_BxT[:, None], maps.allowed.shape)),
+    "previous_token": offsets[..., 1],
+    "self": offsets[..., 0],
+    "allowed": n_BxQ,
+  }
 
 
 def mean_over_queries(values_NxBxHxQ, select_BxQ) -> np.ndarray:
@@ -370,8 +448,10 @@ def by_position(maps: Maps, values_NxBxHxQ, edges=None) -> tuple[np.ndarray, np.
   else:
     groups = [(lo, (q_pos >= lo) & (q_pos < hi)) for lo, hi in zip(edges[:-1], edges[1:])]
     groups = [(lo, select) for lo, select in groups if select.any()]
-  return (np.asarray([lo for lo, _ in groups]),
-          np.stack([mean_over_queries(values_NxBxHxQ, select) for _, select in groups], -1))
+  return (
+    np.asarray([lo for lo, _ in groups]),
+    np.stack([mean_over_queries(values_NxBxHxQ, select) for _, select in groups], -1),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,16 +469,25 @@ class Heads:
   threshold: float
 
 
-def classify_heads(maps: Maps, threshold: float = THRESHOLD, min_context: int = MIN_CONTEXT,
-                   max_offset: int = MAX_OFFSET) -> Heads:
+def classify_heads(
+  maps: Maps,
+  threshold: float = THRESHOLD,
+  min_context: int = MIN_CONTEXT,
+  max_offset: int = MAX_OFFSET,
+) -> Heads:
   """Labels every head previous-token, sink, positional or content (module docstring), in that
   order of precedence, from its mean mass over queries with >= min_context tokens before them."""
   select = maps.q_doc >= min_context
   if not select.any():
-    raise ValueError(f"min_context={min_context}: no query row has that many tokens of its "
-                     "document before it; use longer documents or a smaller min_context")
+    raise ValueError(
+      f"min_context={min_context}: no query row has that many tokens of its "
+      "document before it; use longer documents or a smaller min_context"
+    )
   stats = query_stats(maps)
-  mean = lambda v: mean_over_queries(v, select)
+
+  def mean(v):
+    return mean_over_queries(v, select)
+
   offsets = offset_mass(maps, max_offset)
   offset_means = np.stack([mean(offsets[..., d]) for d in range(max_offset + 1)], -1)
   other = offset_means.copy()
@@ -406,25 +495,45 @@ def classify_heads(maps: Maps, threshold: float = THRESHOLD, min_context: int = 
   best = other.argmax(-1)
   best_mass = np.take_along_axis(offset_means, best[..., None], -1)[..., 0]
   previous, first = offset_means[..., 1], mean(stats["first_token"])
-  labels = np.where(previous >= threshold, "previous-token",
-                    np.where(first >= threshold, "sink",
-                             np.where(best_mass >= threshold, "positional", "content")))
-  return Heads(labels.astype(object), previous, first, best, best_mass,
-               mean(stats["normalized_entropy"]), maps.layers, threshold)
+  labels = np.where(
+    previous >= threshold,
+    "previous-token",
+    np.where(first >= threshold, "sink", np.where(best_mass >= threshold, "positional", "content")),
+  )
+  return Heads(
+    labels.astype(object),
+    previous,
+    first,
+    best,
+    best_mass,
+    mean(stats["normalized_entropy"]),
+    maps.layers,
+    threshold,
+  )
 
 
 def head_table(heads: Heads) -> str:
   """A markdown table: one row per layer and head with its label and masses."""
   from lcx import report  # the one table renderer
+
   rows = []
   for i, layer in enumerate(heads.layers):
     for h in range(heads.labels.shape[1]):
-      rows.append([str(layer), str(h), heads.labels[i, h], f"{heads.previous_token[i, h]:.2f}",
-                   f"{heads.first_token[i, h]:.2f}",
-                   f"{heads.offset_mass[i, h]:.2f} @{heads.offset[i, h]}",
-                   f"{heads.normalized_entropy[i, h]:.2f}"])
-  return report.markdown_table(["layer", "head", "type", "previous", "first token",
-                                "best other offset", "entropy / log n"], rows)
+      rows.append(
+        [
+          str(layer),
+          str(h),
+          heads.labels[i, h],
+          f"{heads.previous_token[i, h]:.2f}",
+          f"{heads.first_token[i, h]:.2f}",
+          f"{heads.offset_mass[i, h]:.2f} @{heads.offset[i, h]}",
+          f"{heads.normalized_entropy[i, h]:.2f}",
+        ]
+      )
+  return report.markdown_table(
+    ["layer", "head", "type", "previous", "first token", "best other offset", "entropy / log n"],
+    rows,
+  )
 
 
 def logit_stats(maps: Maps, train_len: int | None = None) -> dict[str, np.ndarray]:
@@ -441,11 +550,13 @@ def logit_stats(maps: Maps, train_len: int | None = None) -> dict[str, np.ndarra
     count = sel.sum(axis=(1, 3, 4))
     mean = np.where(sel, logits, 0.0).sum(axis=(1, 3, 4), dtype=np.float64) / np.maximum(count, 1)
     var = np.where(sel, (logits - mean[:, None, :, None, None]) ** 2, 0.0).sum(
-        axis=(1, 3, 4), dtype=np.float64) / np.maximum(count, 1)
+      axis=(1, 3, 4), dtype=np.float64
+    ) / np.maximum(count, 1)
     out[f"{name}_mean"] = np.where(count > 0, mean, np.nan)
     out[f"{name}_std"] = np.where(count > 0, np.sqrt(var), np.nan)
-    out[f"{name}_max"] = np.where(count > 0, np.where(sel, logits, -np.inf).max(
-        axis=(1, 3, 4)), np.nan)
+    out[f"{name}_max"] = np.where(
+      count > 0, np.where(sel, logits, -np.inf).max(axis=(1, 3, 4)), np.nan
+    )
     out[f"{name}_count"] = count
   with np.errstate(invalid="ignore", divide="ignore"):
     out["shift"] = (out["past_mean"] - out["within_mean"]) / out["within_std"]
@@ -455,8 +566,14 @@ def logit_stats(maps: Maps, train_len: int | None = None) -> dict[str, np.ndarra
   return out
 
 
-def logit_samples(maps: Maps, layer: int, head: int, train_len: int | None = None,
-                  limit: int = 100_000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def logit_samples(
+  maps: Maps,
+  layer: int,
+  head: int,
+  train_len: int | None = None,
+  limit: int = 100_000,
+  seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
   """(within, past): allowed logits of one layer (an index into maps.layers) and head at
   distance < L and >= L, at most `limit` each (a seeded draw), for histograms."""
   length = maps.train_len if train_len is None else train_len
@@ -470,8 +587,9 @@ def logit_samples(maps: Maps, layer: int, head: int, train_len: int | None = Non
   return out[0], out[1]
 
 
-def length_sweep(model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS,
-                 dense_max: int = DENSE_MAX) -> list[dict]:
+def length_sweep(
+  model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS, dense_max: int = DENSE_MAX
+) -> list[dict]:
   """Attention at each length T in `lengths` on the first T tokens of each row (one document
   per row, positions from 0): per length, N x H means over query rows at positions < L
   (`*_within`) and >= L (`*_past`) of entropy, normalized entropy, first-token mass and largest
@@ -479,8 +597,7 @@ def length_sweep(model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS,
   tokens_BxT = np.asarray(tokens_BxT, np.int32)
   tokens_BxT = tokens_BxT[None] if tokens_BxT.ndim == 1 else tokens_BxT
   if max(lengths) > tokens_BxT.shape[1]:
-    raise ValueError(f"lengths={list(lengths)}: the tokens have only {tokens_BxT.shape[1]} "
-                     "per row")
+    raise ValueError(f"lengths={list(lengths)}: the tokens have only {tokens_BxT.shape[1]} per row")
   out = []
   for t in sorted(lengths):
     chosen = None if t <= dense_max else default_rows(t, rows)
@@ -496,16 +613,17 @@ def length_sweep(model: Model, tokens_BxT, lengths, *, rows: int = DEFAULT_ROWS,
 
 # --- q and k norms per rotary frequency pair. ---
 
+
 def pair_norms(x_xK, pairing: str = "rotate_half", rotary_dim: int | None = None):
   """(pairs_xR, rest_x): each rotary pair's norm sqrt(a^2 + b^2), pairs split as the scheme
   splits them (`pairing`), and the norm of the features past rotary_dim (0 without). The squares
   sum to the squared norm of x; a rotation keeps every pair's norm."""
   if pairing not in PAIRINGS:
-    raise ValueError(f"pairing={pairing!r} is not known; allowed: {sorted(PAIRINGS)}")
+    raise errors.not_allowed("pairing", pairing, sorted(PAIRINGS))
   x = np.asarray(x_xK, np.float64)
   d = x.shape[-1] if rotary_dim is None else rotary_dim
   if d % 2 or not 2 <= d <= x.shape[-1]:
-    raise ValueError(f"rotary_dim={d} must be even and in [2, {x.shape[-1]}]")
+    raise errors.not_allowed("rotary_dim", d, f"even numbers in [2, {x.shape[-1]}]")
   split, _ = PAIRINGS[pairing]
   a, b = split(x[..., :d])
   return np.sqrt(a * a + b * b), np.sqrt(np.sum(x[..., d:] ** 2, axis=-1))
@@ -519,8 +637,12 @@ def rotary_frequencies(model: Model, seq_len: int | None = None) -> np.ndarray |
   if not hasattr(scheme, "rotary_dim"):
     return None
   inv_freq_R, _ = positions.rope_frequencies(
-      model.config.model.head_dim, base=scheme.base, scaling=dataclasses.asdict(scheme.scaling),
-      seq_len=seq_len, rotary_dim=scheme.rotary_dim)
+    model.config.model.head_dim,
+    base=scheme.base,
+    scaling=dataclasses.asdict(scheme.scaling),
+    seq_len=seq_len,
+    rotary_dim=scheme.rotary_dim,
+  )
   kept = getattr(scheme, "num_kept", None)  # p-RoPE: the first num_kept pairs rotate
   if kept is not None:
     inv_freq_R = np.where(np.arange(len(inv_freq_R)) < kept, inv_freq_R, 0.0)
@@ -556,21 +678,36 @@ class Bands:
     if self.wavelength is None:
       raise ValueError("fraction_below needs a rotary scheme (wavelength is None)")
     fast_R = self.wavelength < (self.train_len if length is None else length)
-    share = lambda x, rest: (x[..., fast_R] ** 2).sum(-1) / ((x ** 2).sum(-1) + rest ** 2)
+
+    def share(x, rest):
+      return (x[..., fast_R] ** 2).sum(-1) / ((x**2).sum(-1) + rest**2)
+
     return share(self.q, self.q_rest), share(self.k, self.k_rest)
 
 
-def frequency_bands(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *,
-                    qk_values: QK | None = None) -> Bands:
+def frequency_bands(
+  model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, qk_values: QK | None = None
+) -> Bands:
   """q and k norm per rotary pair, per layer and head, over every token of the batch."""
   values = qk_values if qk_values is not None else qk(model, tokens_BxT, pos_BxT, seg_BxT)
   scheme = model.decoder.position
   pairing = getattr(scheme, "pairing", "rotate_half")
   rotary_dim = getattr(scheme, "rotary_dim", model.config.model.head_dim)
-  rms = lambda x: np.sqrt(np.mean(x ** 2, axis=(1, 2)))  # over batch and tokens
+
+  def rms(x):  # over batch and tokens
+    return np.sqrt(np.mean(x**2, axis=(1, 2)))
+
   q_pairs, q_rest = pair_norms(values.q, pairing, rotary_dim)
   k_pairs, k_rest = pair_norms(values.k, pairing, rotary_dim)
   inv_freq = rotary_frequencies(model, values.q.shape[2])
-  return Bands(rms(q_pairs), rms(k_pairs), rms(q_rest), rms(k_rest), inv_freq,
-               None if inv_freq is None else wavelengths(inv_freq), pairing, rotary_dim,
-               model.train_len)
+  return Bands(
+    rms(q_pairs),
+    rms(k_pairs),
+    rms(q_rest),
+    rms(k_rest),
+    inv_freq,
+    None if inv_freq is None else wavelengths(inv_freq),
+    pairing,
+    rotary_dim,
+    model.train_len,
+  )

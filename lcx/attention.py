@@ -13,7 +13,8 @@ Both kernels take the same ingredients, so they agree to float precision:
   - the remap's branches (Self-Extend, ReRoPE: several position views merged by a `use` mask),
   - a mask built from causality, packed-document segments and an optional sparse pattern, the
     pattern seeing each token's index within its own document (not its row index, nor its
-    position, which remaps and randomized training positions change).
+    position, which remaps and randomized training positions change),
+  - an optional learned sink logit per head in every softmax denominator (`_softmax`).
 
 A generation step (`prepare_step`) is a dense plan too, whose queries are the new tokens and
 whose keys are a KV cache's slots: the same hooks, mask and merge, so cached logits equal the
@@ -37,6 +38,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from lcx import errors
+
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
 
 
@@ -44,8 +47,9 @@ def document_index(seg_BxT: jax.Array) -> jax.Array:
   """Each token's index inside its packed document: 0 where the segment id changes."""
   t = seg_BxT.shape[1]
   idx_BxT = jnp.broadcast_to(jnp.arange(t), seg_BxT.shape)
-  starts = jnp.concatenate([jnp.ones_like(seg_BxT[:, :1], bool),
-                            seg_BxT[:, 1:] != seg_BxT[:, :-1]], axis=1)
+  starts = jnp.concatenate(
+    [jnp.ones_like(seg_BxT[:, :1], bool), seg_BxT[:, 1:] != seg_BxT[:, :-1]], axis=1
+  )
   return idx_BxT - jax.lax.cummax(jnp.where(starts, idx_BxT, 0), axis=1)
 
 
@@ -58,8 +62,9 @@ def document_length(pos_BxT: jax.Array, seg_BxT: jax.Array) -> jax.Array:
   """
   t = seg_BxT.shape[1]
   idx_BxT = jnp.broadcast_to(jnp.arange(t), seg_BxT.shape)
-  ends = jnp.concatenate([seg_BxT[:, 1:] != seg_BxT[:, :-1],
-                          jnp.ones_like(seg_BxT[:, :1], bool)], axis=1)
+  ends = jnp.concatenate(
+    [seg_BxT[:, 1:] != seg_BxT[:, :-1], jnp.ones_like(seg_BxT[:, :1], bool)], axis=1
+  )
   last_BxT = jax.lax.cummin(jnp.where(ends, idx_BxT, t - 1), axis=1, reverse=True)
   return jnp.take_along_axis(pos_BxT, last_BxT, axis=1) + 1
 
@@ -79,8 +84,7 @@ def _add_bias(logits_BxGxPxQxS, bias):
     return logits_BxGxPxQxS
   b, g, per = logits_BxGxPxQxS.shape[:3]
   bias = jnp.broadcast_to(bias, (bias.shape[0], g * per) + bias.shape[2:])
-  return logits_BxGxPxQxS + bias.reshape(bias.shape[0], g, per, *bias.shape[2:]).astype(
-      jnp.float32)
+  return logits_BxGxPxQxS + bias.reshape(bias.shape[0], g, per, *bias.shape[2:]).astype(jnp.float32)
 
 
 def _logits(q_BxQxHxE, k_BxSxGxE, bias):
@@ -88,9 +92,28 @@ def _logits(q_BxQxHxE, k_BxSxGxE, bias):
   b, nq, h, d = q_BxQxHxE.shape
   g = k_BxSxGxE.shape[2]
   q_BxQxGxPxE = q_BxQxHxE.reshape(b, nq, g, h // g, d)
-  logits = jnp.einsum("bqgpe,bsge->bgpqs", q_BxQxGxPxE, k_BxSxGxE,
-                      preferred_element_type=jnp.float32) * (d ** -0.5)
+  logits = jnp.einsum(
+    "bqgpe,bsge->bgpqs", q_BxQxGxPxE, k_BxSxGxE, preferred_element_type=jnp.float32
+  ) * (d**-0.5)
   return _add_bias(logits, bias)
+
+
+def _sink_GxP(sink_H, g, per):
+  """A per-head sink logit (H = G * P, q's head order) as float32 G x P."""
+  return sink_H.astype(jnp.float32).reshape(g, per)
+
+
+def _softmax(logits_BxGxPxQxS, sink_H=None):
+  """Softmax over the keys; with `sink_H`, one more logit per head joins every denominator but
+  no key (gpt-oss, x-transformers' head_learned_sink), so a query may attend to nothing: its
+  weights over the real keys then sum to < 1."""
+  if sink_H is None:
+    return jax.nn.softmax(logits_BxGxPxQxS, axis=-1)
+  g, per = logits_BxGxPxQxS.shape[1:3]
+  sink_1xGxPx1x1 = _sink_GxP(sink_H, g, per)[None, :, :, None, None]
+  m = jnp.maximum(logits_BxGxPxQxS.max(-1, keepdims=True), sink_1xGxPx1x1)
+  p = jnp.exp(logits_BxGxPxQxS - m)
+  return p / (p.sum(-1, keepdims=True) + jnp.exp(sink_1xGxPx1x1 - m))
 
 
 def _merge(logits_and_use):
@@ -107,8 +130,17 @@ def _use(branch, q_pos_BxQ, k_pos_BxS):
 
 def _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme):
   """q and k rotated once per remap branch, over the whole sequence (O(T) memory)."""
-  return [scheme.rotate(_scaled(q_BxTxHxE, br.q_scale), k_BxTxGxE, br.q_pos, br.k_pos,
-                        q_len_BxL=plan.len_BxT, k_len_BxL=plan.len_BxT) for br in plan.branches]
+  return [
+    scheme.rotate(
+      _scaled(q_BxTxHxE, br.q_scale),
+      k_BxTxGxE,
+      br.q_pos,
+      br.k_pos,
+      q_len_BxL=plan.len_BxT,
+      k_len_BxL=plan.len_BxT,
+    )
+    for br in plan.branches
+  ]
 
 
 def _scaled(q_BxTxHxE, q_scale_BxT):
@@ -141,23 +173,33 @@ class Plan:
 
 # --- Dense: materializes the full BxHxTxT logits; fastest at training lengths. ---
 
+
 def _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme) -> dict[str, Any]:
   """The dense kernel's position-only work: the mask, each branch's bias and `use` mask."""
-  return {"mask_BxTxT": mask_BxQxK,
-          "biases": [scheme.bias(br.q_pos, br.k_pos) for br in branches],
-          "uses": [_use(br, q_pos_BxQ, k_pos_BxK) for br in branches]}
+  return {
+    "mask_BxTxT": mask_BxQxK,
+    "biases": [scheme.bias(br.q_pos, br.k_pos) for br in branches],
+    "uses": [_use(br, q_pos_BxQ, k_pos_BxK) for br in branches],
+  }
 
 
 def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
   branches, doc_BxT = remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
   idx = jnp.arange(pos_BxT.shape[1])
   mask_BxTxT = _mask(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, pattern)
-  return Plan(branches, pos_BxT, seg_BxT, doc_BxT, document_length(pos_BxT, seg_BxT),
-              _dense_extras(branches, pos_BxT, pos_BxT, mask_BxTxT, scheme))
+  return Plan(
+    branches,
+    pos_BxT,
+    seg_BxT,
+    doc_BxT,
+    document_length(pos_BxT, seg_BxT),
+    _dense_extras(branches, pos_BxT, pos_BxT, mask_BxTxT, scheme),
+  )
 
 
-def prepare_step(start, num_new: int, size: int, batch: int, *, scheme, remap,
-                 pattern=None) -> Plan:
+def prepare_step(
+  start, num_new: int, size: int, batch: int, *, scheme, remap, pattern=None
+) -> Plan:
   """A dense plan for a generation step (`attend_dense` runs it): the queries are the
   `num_new` tokens at start.. of one document per row, the keys a KV cache's `size` slots
   (token i in slot i; slots from start + num_new on are masked, whatever they hold).
@@ -173,34 +215,50 @@ def prepare_step(start, num_new: int, size: int, batch: int, *, scheme, remap,
   mask_BxQxK = _mask(q_idx_Q, k_idx_K, q_seg_BxQ, k_seg_BxK, q_pos_BxQ, k_pos_BxK, pattern)
   branches = remap.branches(q_pos_BxQ, k_pos_BxK)
   len_Bx1 = jnp.full((batch, 1), start + num_new)
-  return Plan(branches, k_pos_BxK, k_seg_BxK, k_pos_BxK, len_Bx1,
-              _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme), start)
+  return Plan(
+    branches,
+    k_pos_BxK,
+    k_seg_BxK,
+    k_pos_BxK,
+    len_Bx1,
+    _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme),
+    start,
+  )
 
 
-def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme) -> jax.Array:
-  """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots)."""
+def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None) -> jax.Array:
+  """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots).
+  `sink_H`: a learned sink logit per head (`_softmax`), or None."""
   b, t, h, d = q_BxTxHxE.shape
   rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
-  logits = _merge([(_logits(q, k, bias), use) for (q, k), bias, use
-                   in zip(rotated, plan.extras["biases"], plan.extras["uses"])])
+  logits = _merge(
+    [
+      (_logits(q, k, bias), use)
+      for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
+    ]
+  )
   logits = jnp.where(plan.extras["mask_BxTxT"][:, None, None], logits, NEG_INF)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v_BxGxTxE.dtype)
+  probs = _softmax(logits, sink_H).astype(v_BxGxTxE.dtype)
   out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", probs, v_BxGxTxE)
   return out_BxGxPxTxE.reshape(b, h, t, d)
 
 
 # --- Chunked: online softmax over key blocks; memory O(T * chunk), not O(T^2). ---
 
+
 def prepare_chunked(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
   del scheme  # biases are evaluated block by block in `attend_chunked`
   branches, doc_BxT = remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
-  return Plan(branches, pos_BxT, seg_BxT, doc_BxT, document_length(pos_BxT, seg_BxT),
-              {"pattern": pattern})
+  return Plan(
+    branches, pos_BxT, seg_BxT, doc_BxT, document_length(pos_BxT, seg_BxT), {"pattern": pattern}
+  )
 
 
-def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
-                   chunk_size=512) -> jax.Array:
+def attend_chunked(
+  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, chunk_size=512
+) -> jax.Array:
   """-> out_BxHxTxE. Query block i visits key blocks 0..i only (causality): half of dense's work.
+  A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
   q and k are laid out head-major (BxGxPxTxE, BxGxTxE) once, before the loops (v comes so), so
@@ -224,9 +282,14 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
     return jnp.transpose(pad(x_BxTxGxE), (0, 2, 1, 3))
 
   # Rotate before padding (padded rows are never attended; lengths come from plan.len_BxT).
-  rotated = [(q_major(q) * (d ** -0.5), kv_major(k),
-              dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)))
-             for (q, k), br in zip(_rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme), plan.branches)]
+  rotated = [
+    (
+      q_major(q) * (d**-0.5),
+      kv_major(k),
+      dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)),
+    )
+    for (q, k), br in zip(_rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme), plan.branches)
+  ]
   v_BxGxTxE = jnp.pad(v_BxGxTxE, [(0, 0), (0, 0), (0, tp - t), (0, 0)], mode="edge")
   pos_BxT, doc_BxT = pad(plan.pos_BxT), pad(plan.doc_BxT)
   seg_BxT = jnp.pad(plan.seg_BxT, [(0, 0), (0, tp - t)])  # segment 0: never attended
@@ -243,27 +306,43 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
     def key_block(j, carry):
       m_prev, l_prev, acc = carry
       k_pos, k_seg, k_doc = (rows(x, j * c) for x in (pos_BxT, seg_BxT, doc_BxT))
-      logits = _merge([
-          (_add_bias(jnp.einsum("bgpqe,bgse->bgpqs", qb, rows(k, j * c, 2),
-                                preferred_element_type=jnp.float32),
-                     scheme.bias(qb_pos, rows(br.k_pos, j * c))),
-           _use(br, q_pos, k_pos)) for qb, k, qb_pos, br in q_blocks])
-      mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc,
-                   plan.extras["pattern"])
+      logits = _merge(
+        [
+          (
+            _add_bias(
+              jnp.einsum(
+                "bgpqe,bgse->bgpqs", qb, rows(k, j * c, 2), preferred_element_type=jnp.float32
+              ),
+              scheme.bias(qb_pos, rows(br.k_pos, j * c)),
+            ),
+            _use(br, q_pos, k_pos),
+          )
+          for qb, k, qb_pos, br in q_blocks
+        ]
+      )
+      mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, plan.extras["pattern"])
       logits = jnp.where(mask[:, None, None], logits, NEG_INF)
       m_new = jnp.maximum(m_prev, logits.max(-1))
       p = jnp.exp(logits - m_new[..., None])
       corr = jnp.exp(m_prev - m_new)
       l_new = l_prev * corr + p.sum(-1)
-      pv = jnp.einsum("bgpqs,bgse->bgpqe", p.astype(v_BxGxTxE.dtype), rows(v_BxGxTxE, j * c, 2),
-                      preferred_element_type=jnp.float32)
+      pv = jnp.einsum(
+        "bgpqs,bgse->bgpqe",
+        p.astype(v_BxGxTxE.dtype),
+        rows(v_BxGxTxE, j * c, 2),
+        preferred_element_type=jnp.float32,
+      )
       return m_new, l_new, acc * corr[..., None] + pv
 
     shape = (b, g, per, c)
-    init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
-            jnp.zeros(shape + (d,), jnp.float32))
-    _, l, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
-    return (acc / l[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
+    if sink_H is None:
+      m0, denom0 = jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32)
+    else:
+      m0 = jnp.broadcast_to(_sink_GxP(sink_H, g, per)[None, :, :, None], shape)
+      denom0 = jnp.ones(shape, jnp.float32)
+    init = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32))
+    _, denom, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
+    return (acc / denom[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
   out_NxBxGxPxCxE = jax.lax.map(query_block, jnp.arange(n))
   out_BxHxTxE = jnp.transpose(out_NxBxGxPxCxE, (1, 2, 3, 0, 4, 5)).reshape(b, h, tp, d)
@@ -273,19 +352,21 @@ def attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme,
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   prepare: Callable[..., Plan]
-  attend: Callable[..., jax.Array]  # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme)
+  # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None)
+  attend: Callable[..., jax.Array]
 
 
 def _kernels(chunk_size: int) -> dict[str, Kernel]:
-  return {"dense": Kernel(prepare_dense, attend_dense),
-          "chunked": Kernel(prepare_chunked,
-                            functools.partial(attend_chunked, chunk_size=chunk_size))}
+  return {
+    "dense": Kernel(prepare_dense, attend_dense),
+    "chunked": Kernel(prepare_chunked, functools.partial(attend_chunked, chunk_size=chunk_size)),
+  }
 
 
 def get_kernel(name: str, chunk_size: int) -> Kernel:
   kernels = _kernels(chunk_size)
   if name not in kernels:
-    raise ValueError(f"attention kernel {name!r} is unknown; allowed: {sorted(kernels)}")
+    raise errors.not_allowed("kernel", name, sorted(kernels))
   return kernels[name]
 
 
@@ -294,17 +375,35 @@ def _swap_heads_time(x):
   return jnp.swapaxes(x, 1, 2)
 
 
-def dense(q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None):
+def dense(
+  q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None, sink_H=None
+):
   """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
-  return _swap_heads_time(attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme))
+  return _swap_heads_time(
+    attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, sink_H=sink_H)
+  )
 
 
-def chunked(q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None,
-            chunk_size=512):
+def chunked(
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxTxGxE,
+  pos_BxT,
+  seg_BxT,
+  *,
+  scheme,
+  remap,
+  pattern=None,
+  sink_H=None,
+  chunk_size=512,
+):
   """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
-  return _swap_heads_time(attend_chunked(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme,
-                                         chunk_size=chunk_size))
+  return _swap_heads_time(
+    attend_chunked(
+      q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, sink_H=sink_H, chunk_size=chunk_size
+    )
+  )

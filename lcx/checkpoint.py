@@ -32,8 +32,12 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, every: int, keep: int, async_save: bool = True):
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every,
-                                           enable_async_checkpointing=async_save, create=True)
+    options = ocp.CheckpointManagerOptions(
+      max_to_keep=keep,
+      save_interval_steps=every,
+      enable_async_checkpointing=async_save,
+      create=True,
+    )
     self.manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> int | None:
@@ -46,9 +50,11 @@ class Checkpointer:
     return self.manager.reached_preemption(step)
 
   def save(self, step: int, state, iterator, meta: dict, *, force: bool = False) -> bool:
-    args = ocp.args.Composite(state=ocp.args.StandardSave(state),
-                              data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
-                              meta=ocp.args.JsonSave(meta))
+    args = ocp.args.Composite(
+      state=ocp.args.StandardSave(state),
+      data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
+      meta=ocp.args.JsonSave(meta),
+    )
     return self.manager.save(step, args=args, force=force)
 
   def restore(self, step: int, abstract_state, iterator=None):
@@ -62,9 +68,16 @@ class Checkpointer:
   def restore_params(self, step: int, abstract_params):
     """The parameters alone, onto the shardings of `abstract_params` (no optimizer state read)."""
     target = {"params": abstract_params}
-    restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True)))
+    restored = self.manager.restore(
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+          item=target,
+          restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+          partial_restore=True,
+        )
+      ),
+    )
     return restored.state["params"]
 
   def meta(self, step: int) -> dict:
@@ -115,8 +128,12 @@ def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
   reader = ocp.PyTreeCheckpointer()
   tree = reader.metadata(path).item_metadata.tree["params"]
   as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-  restored = reader.restore(path, args=ocp.args.PyTreeRestore(
-      item={"params": tree}, restore_args={"params": as_numpy}, partial_restore=True))
+  restored = reader.restore(
+    path,
+    args=ocp.args.PyTreeRestore(
+      item={"params": tree}, restore_args={"params": as_numpy}, partial_restore=True
+    ),
+  )
   return _unwrap_variables(restored["params"]), meta
 
 

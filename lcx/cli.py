@@ -11,6 +11,8 @@ from typing import Callable
 
 from absl import flags
 
+from lcx import errors
+
 # `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/prepare.py's get_config), named by
 # path so that this module need not import lcx.prepare (and jax).
 RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
@@ -56,13 +58,14 @@ def with_run_config(argv):
 
 
 def field_path_error(config, dotted: str) -> str | None:
-  """`train.lrr is not a known field; allowed: [...]` for a path `config` lacks, else None."""
+  """`train.lrr is not a known field; allowed: ...` for a path `config` lacks, else None."""
   import ml_collections
+
   node, walked = config, []
   for key in dotted.split("."):
     if not isinstance(node, ml_collections.ConfigDict) or key not in node:
-      allowed = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
-      return f"{'.'.join([*walked, key])} is not a known field; allowed: {allowed}"
+      allowed = node.keys() if isinstance(node, ml_collections.ConfigDict) else []
+      return str(errors.unknown_field(".".join([*walked, key]), allowed))
     node, walked = node[key], [*walked, key]
   return None
 
@@ -85,15 +88,18 @@ def explain(error: Exception, argv) -> str:
   return str(error)
 
 
-def parse_config_flags(argv, missing: Callable[[], str]):
+def parse_config_flags(argv, missing: Callable[[], str] | None):
   """absl's flag parsing for an entry point with a `--config` file flag (ml_collections) and
   `--workdir`: without --config, a run's own WORKDIR/config.json is the config; `missing()` is
-  the error when there is neither. Each error (config file, override, type) is one line."""
+  the error when there is neither (None: --config is optional). Each error (config file,
+  override, type) is one line."""
   argv = with_run_config(argv)
   try:
     argv = flags.FLAGS(argv)
     if flags.FLAGS.config is None:
-      fail(missing())
+      if missing is not None:
+        fail(missing())
+      return argv
     flags.FLAGS.config.keys()  # a missing config file raises only when the config is first read
     return argv
   except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:

@@ -12,81 +12,113 @@ import os
 
 import jax
 import ml_collections
-from flax import nnx
 
-from lcx import data, positions, sharding
-from lcx.model import DTYPES, Decoder, is_variable
-from lcx.positions import patterns, remaps
+from lcx import data, errors, model as model_lib, patterns, positions, sharding, temperature
+from lcx.model import DTYPES, is_variable
+from lcx.positions import remaps
 
 MLPS = ("gelu", "swiglu")
 PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
+SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
 
 # (field, predicate, what is allowed)
 RANGES = [
-    ("seed", lambda v: v >= 0, ">= 0"),
-    ("model.vocab_size", lambda v: v >= 0, ">= 0 (0: the tokenizer's)"),
-    ("model.d_model", lambda v: v >= 1, ">= 1"),
-    ("model.num_layers", lambda v: v >= 1, ">= 1"),
-    ("model.num_heads", lambda v: v >= 1, ">= 1"),
-    ("model.num_kv_heads", lambda v: v >= 1, ">= 1"),
-    ("model.head_dim", lambda v: v >= 1, ">= 1"),
-    ("model.mlp", lambda v: v in MLPS, f"one of {MLPS}"),
-    ("model.mlp_dim", lambda v: v >= 1, ">= 1"),
-    ("model.dtype", lambda v: v in DTYPES, f"one of {tuple(DTYPES)}"),
-    ("model.norm_eps", lambda v: v > 0, "> 0"),
-    ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
-    ("train.steps", lambda v: v >= 0, ">= 0"),
-    ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
-    ("train.lr", lambda v: v > 0, "> 0"),
-    ("train.min_lr", lambda v: v >= 0, ">= 0"),
-    ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
-    ("train.decay", lambda v: v in DECAYS, f"one of {DECAYS}"),
-    ("train.b1", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("train.b2", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("train.weight_decay", lambda v: v >= 0, ">= 0"),
-    ("train.clip_norm", lambda v: v >= 0, ">= 0 (0: no clipping)"),
-    ("train.random_positions", lambda v: v >= 0, ">= 0 (0: off)"),
-    ("train.log_every", lambda v: v >= 1, ">= 1"),
-    ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
-    ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
-    ("eval.multipliers", lambda v: all(m > 0 for m in v), "positive numbers"),
-    ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), "lengths >= 1"),
-    ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
-    ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
-    ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
-    ("eval.protocol", lambda v: _items(v) and set(_items(v)) <= set(PROTOCOLS),
-     f"one of {PROTOCOLS}, or several comma-separated"),
-    ("eval.documents", lambda v: _items(v) and set(_items(v)) <= set(DOCUMENTS),
-     f"one of {DOCUMENTS}, or both comma-separated"),
-    ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
-    ("eval.last_k", lambda v: v >= 0, ">= 0 (0: a quarter of the training length)"),
-    ("eval.sample_seed", lambda v: v >= 0, ">= 0"),
-    ("eval.bootstrap", lambda v: v >= 0, ">= 0 (0: no confidence intervals)"),
-    ("eval.buckets_per_octave", lambda v: v >= 1, ">= 1"),
-    ("eval.during_train", lambda v: all(m > 0 for m in v), "positive numbers"),
-    ("eval.during_train_tokens", lambda v: v >= 1, ">= 1"),
-    ("train.eval_every", lambda v: v >= 0, ">= 0 (0: off)"),
-    ("eval.longrope.target_len", lambda v: v >= 0, ">= 0 (0: off)"),
-    ("eval.longrope.documents", lambda v: v >= 1, ">= 1"),
-    ("eval.longrope.seed", lambda v: v >= 0, ">= 0"),
-    ("eval.longrope.population", lambda v: v >= 3, ">= 3 (the seeds PI, NTK and YaRN)"),
-    ("eval.longrope.parents", lambda v: v >= 1, ">= 1"),
-    ("eval.longrope.mutations", lambda v: v >= 0, ">= 0"),
-    ("eval.longrope.crossovers", lambda v: v >= 0, ">= 0"),
-    ("eval.longrope.generations", lambda v: v >= 0, ">= 0"),
-    ("eval.longrope.mutation_rate", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("eval.longrope.crossover_rate", lambda v: 0 < v < 1, "in (0, 1)"),
-    ("eval.longrope.step", lambda v: v > 0, "> 0"),
-    ("eval.longrope.max_factor", lambda v: v == 0 or v >= 1, "0 (1.25 x the scale) or >= 1"),
-    ("eval.passkey.lengths", lambda v: all(int(n) >= 1 for n in v),
-     "prompt lengths in tokens, >= 1 (empty: off)"),
-    ("eval.passkey.depths", lambda v: len(v) >= 1 and all(0 <= d <= 1 for d in v),
-     "at least one depth, each in [0, 1]"),
-    ("eval.passkey.examples", lambda v: v >= 1, ">= 1"),
-    ("eval.passkey.digits", lambda v: 1 <= v <= 18, "in [1, 18]"),
-    ("eval.passkey.seed", lambda v: v >= 0, ">= 0"),
+  ("seed", lambda v: v >= 0, ">= 0"),
+  ("model.vocab_size", lambda v: v >= 0, ">= 0 (0: the tokenizer's)"),
+  ("model.d_model", lambda v: v >= 1, ">= 1"),
+  ("model.num_layers", lambda v: v >= 1, ">= 1"),
+  ("model.num_heads", lambda v: v >= 1, ">= 1"),
+  ("model.num_kv_heads", lambda v: v >= 1, ">= 1"),
+  ("model.head_dim", lambda v: v >= 1, ">= 1"),
+  ("model.mlp", lambda v: v in MLPS, MLPS),
+  ("model.mlp_dim", lambda v: v >= 1, ">= 1"),
+  ("model.dtype", lambda v: v in DTYPES, tuple(DTYPES)),
+  ("model.norm_eps", lambda v: v > 0, "> 0"),
+  ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
+  ("train.steps", lambda v: v >= 0, ">= 0"),
+  ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
+  ("train.lr", lambda v: v > 0, "> 0"),
+  ("train.min_lr", lambda v: v >= 0, ">= 0"),
+  ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
+  ("train.decay", lambda v: v in DECAYS, DECAYS),
+  ("train.b1", lambda v: 0 <= v < 1, "in [0, 1)"),
+  ("train.b2", lambda v: 0 <= v < 1, "in [0, 1)"),
+  ("train.weight_decay", lambda v: v >= 0, ">= 0"),
+  ("train.clip_norm", lambda v: v >= 0, ">= 0 (0: no clipping)"),
+  ("train.random_positions", lambda v: v >= 0, ">= 0 (0: off)"),
+  ("train.log_every", lambda v: v >= 1, ">= 1"),
+  ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
+  ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
+  ("eval.multipliers", lambda v: all(m > 0 for m in v), "positive numbers"),
+  ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), ">= 1 each"),
+  ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
+  ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
+  ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
+  (
+    "eval.protocol",
+    lambda v: _items(v) and set(_items(v)) <= set(PROTOCOLS),
+    f"{', '.join(PROTOCOLS)}, or several comma-separated",
+  ),
+  (
+    "eval.documents",
+    lambda v: _items(v) and set(_items(v)) <= set(DOCUMENTS),
+    f"{', '.join(DOCUMENTS)}, or both comma-separated",
+  ),
+  ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
+  ("eval.last_k", lambda v: v >= 0, ">= 0 (0: a quarter of the training length)"),
+  ("eval.sample_seed", lambda v: v >= 0, ">= 0"),
+  ("eval.bootstrap", lambda v: v >= 0, ">= 0 (0: no confidence intervals)"),
+  ("eval.buckets_per_octave", lambda v: v >= 1, ">= 1"),
+  ("eval.during_train", lambda v: all(m > 0 for m in v), "positive numbers"),
+  ("eval.during_train_tokens", lambda v: v >= 1, ">= 1"),
+  ("train.eval_every", lambda v: v >= 0, ">= 0 (0: off)"),
+  ("eval.longrope.target_len", lambda v: v >= 0, ">= 0 (0: off)"),
+  ("eval.longrope.documents", lambda v: v >= 1, ">= 1"),
+  ("eval.longrope.seed", lambda v: v >= 0, ">= 0"),
+  ("eval.longrope.population", lambda v: v >= 3, ">= 3 (the seeds PI, NTK and YaRN)"),
+  ("eval.longrope.parents", lambda v: v >= 1, ">= 1"),
+  ("eval.longrope.mutations", lambda v: v >= 0, ">= 0"),
+  ("eval.longrope.crossovers", lambda v: v >= 0, ">= 0"),
+  ("eval.longrope.generations", lambda v: v >= 0, ">= 0"),
+  ("eval.longrope.mutation_rate", lambda v: 0 < v <= 1, "in (0, 1]"),
+  ("eval.longrope.crossover_rate", lambda v: 0 < v < 1, "in (0, 1)"),
+  ("eval.longrope.step", lambda v: v > 0, "> 0"),
+  ("eval.longrope.max_factor", lambda v: v == 0 or v >= 1, "0 (1.25 x the scale) or >= 1"),
+  (
+    "eval.passkey.lengths",
+    lambda v: all(int(n) >= 1 for n in v),
+    "prompt lengths in tokens, >= 1 (empty: off)",
+  ),
+  (
+    "eval.passkey.depths",
+    lambda v: len(v) >= 1 and all(0 <= d <= 1 for d in v),
+    "at least one depth, each in [0, 1]",
+  ),
+  ("eval.passkey.examples", lambda v: v >= 1, ">= 1"),
+  ("eval.passkey.digits", lambda v: 1 <= v <= 18, "in [1, 18]"),
+  ("eval.passkey.seed", lambda v: v >= 0, ">= 0"),
+]
+
+
+def _count(value) -> bool:
+  """An int >= 0 (not a bool): a layer period or a window, 0 for off."""
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# (field, predicate, the allowed values): the options, worded "F=V is not allowed; allowed: A".
+OPTIONS = [
+  ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
+  ("model.position_window", _count, "an int >= 0 (0: no window)"),
+  ("model.qk_norm", lambda v: isinstance(v, bool), "True or False"),
+  (
+    "model.attention.temperature",
+    lambda v: v in temperature.TEMPERATURES,
+    f"one of {temperature.TEMPERATURES}",
+  ),
+  ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
+  ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
 ]
 
 
@@ -97,16 +129,24 @@ def _items(text: str) -> list[str]:
 def eval_combos(eval_cfg) -> list[tuple[str, str]]:
   """(protocol, documents) pairs that eval.protocol x eval.documents ask for, in order;
   last_k (the end of long documents) only with documents 'long'."""
-  return [(p, d) for d in _items(eval_cfg.documents) for p in _items(eval_cfg.protocol)
-          if not (p == "last_k" and d == "stream")]
+  return [
+    (p, d)
+    for d in _items(eval_cfg.documents)
+    for p in _items(eval_cfg.protocol)
+    if not (p == "last_k" and d == "stream")
+  ]
 
 
 # The config field that sets each logical axis's size (lcx.model names the axes). A parameter
 # axis missing here is reported by its parameter path.
 AXIS_FIELDS = {
-    "vocab": "model.vocab_size", "embed": "model.d_model", "heads": "model.num_heads",
-    "kv_heads": "model.num_kv_heads", "head_dim": "model.head_dim", "mlp": "model.mlp_dim",
-    "batch": "data.batch_size",
+  "vocab": "model.vocab_size",
+  "embed": "model.d_model",
+  "heads": "model.num_heads",
+  "kv_heads": "model.num_kv_heads",
+  "head_dim": "model.head_dim",
+  "mlp": "model.mlp_dim",
+  "batch": "data.batch_size",
 }
 
 
@@ -118,34 +158,60 @@ def _get(config, dotted):
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError on the first bad field; call before building anything, and after
-  jax.distributed.initialize (the mesh is checked against the global device count)."""
+  jax.distributed.initialize (the mesh is checked against the global device count).
+  `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  check_fields(config)
+  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
+
+
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
+  no model trace)."""
   for field, ok, allowed in RANGES:
     value = _get(config, field)
     if not ok(value):
-      raise ValueError(f"{field}={value!r} is not allowed; must be {allowed}")
+      raise errors.not_allowed(field, value, allowed)
+  for field, ok, allowed in OPTIONS:
+    value = _get(config, field)
+    if not ok(value):
+      raise errors.not_allowed(field, value, allowed)
   m = config.model
   _check_position_fields(m)
   if m.num_heads % m.num_kv_heads:
-    raise ValueError(f"model.num_kv_heads={m.num_kv_heads} must divide "
-                     f"model.num_heads={m.num_heads}")
+    raise ValueError(
+      f"model.num_kv_heads={m.num_kv_heads} must divide model.num_heads={m.num_heads}"
+    )
   if config.train.min_lr > config.train.lr:
     raise ValueError(f"train.min_lr={config.train.min_lr} must be <= train.lr={config.train.lr}")
   if config.train.random_positions and config.train.random_positions < config.data.seq_len:
-    raise ValueError(f"train.random_positions={config.train.random_positions} must be 0 (off) "
-                     f"or >= data.seq_len={config.data.seq_len}")
+    raise ValueError(
+      f"train.random_positions={config.train.random_positions} must be 0 (off) "
+      f"or >= data.seq_len={config.data.seq_len}"
+    )
+  _check_sampled_positions(config)
   if config.train.eval_every and config.data.name == "task":
-    raise ValueError(f"train.eval_every={config.train.eval_every} scores validation text; a "
-                     "data.name='task' run is scored by exact match after training "
-                     "(--mode=train_and_eval): set train.eval_every=0")
+    raise ValueError(
+      f"train.eval_every={config.train.eval_every} scores validation text; a "
+      "data.name='task' run is scored by exact match after training "
+      "(--mode=train_and_eval): set train.eval_every=0"
+    )
   data.validate(config.data)
   dims = positions.Dims.of(m)
   positions.validate(m.position, dims)
+  if m.nope_every and positions.base.adds_embedding(m.position.name):
+    raise ValueError(
+      f"model.nope_every={m.nope_every} is not allowed with model.position.name="
+      f"{m.position.name!r}, which embeds positions once at the input (no "
+      "block's hooks carry them); allowed: 0"
+    )
   # A learned table must cover the training windows, and the sampled positions if randomized.
-  positions.check_eval_length(m.position, dims,
-                              max(train_length(config), config.train.random_positions))
+  positions.check_eval_length(
+    m.position,
+    dims,
+    max(train_length(config), config.train.random_positions, config.train.pose_target),
+  )
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
-  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def _check_position_fields(model_cfg) -> None:
@@ -153,22 +219,47 @@ def _check_position_fields(model_cfg) -> None:
   p = model_cfg.position
   held = sorted(set(p.keys()) - {"name"})
   if p.name in positions.SCHEMES and held != sorted(positions.spec(p.name).defaults):
-    raise ValueError(f"model.position.name={p.name!r}, but model.position holds another scheme's "
-                     f"fields {held}: a scheme's fields come with its "
-                     f"config, so pick it with --config=configs/base.py:pos={p.name} instead")
+    raise ValueError(
+      f"model.position.name={p.name!r}, but model.position holds another scheme's "
+      f"fields {held}: a scheme's fields come with its "
+      f"config, so pick it with --config=configs/base.py:pos={p.name} instead"
+    )
   if "rotary_dim" in p and p.rotary_dim is None and model_cfg.head_dim % 2:
-    raise ValueError(f"model.head_dim={model_cfg.head_dim} must be even for the rotary scheme "
-                     f"{p.name!r} (it rotates pairs of features); set an even model.head_dim, "
-                     f"or model.position.rotary_dim to an even number below {model_cfg.head_dim}")
+    raise ValueError(
+      f"model.head_dim={model_cfg.head_dim} must be even for the rotary scheme "
+      f"{p.name!r} (it rotates pairs of features); set an even model.head_dim, "
+      f"or model.position.rotary_dim to an even number below {model_cfg.head_dim}"
+    )
 
 
-def sharded_dims(config) -> list[tuple[str, str, int]]:
+def _check_sampled_positions(config) -> None:
+  """PoSE and randomized positions: each 0 (off) or enough positions for a row; not both."""
+  t, seq_len = config.train, config.data.seq_len
+  if not (t.pose_target == 0 or t.pose_target >= seq_len):
+    raise errors.not_allowed(
+      "train.pose_target", t.pose_target, f"0 (off) or >= data.seq_len={seq_len}"
+    )
+  if t.pose_target and t.random_positions:
+    raise ValueError(
+      f"train.pose_target={t.pose_target!r} is not allowed with "
+      f"train.random_positions={t.random_positions!r}; allowed: one of the two, "
+      "the other 0"
+    )
+  if config.eval.random_positions < 0:
+    raise errors.not_allowed(
+      "eval.random_positions", config.eval.random_positions, "0 (off) or >= the longest eval length"
+    )
+
+
+def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
   """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
 
-  Parameter shapes come from the abstract Decoder (nothing is allocated), so a parameter added
-  to the model is checked too. Ordered as AXIS_FIELDS, so the vocabulary is reported first.
+  Parameter shapes come from the abstract Decoder (`params`, else traced here; nothing is
+  allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
+  vocabulary is reported first.
   """
-  params = nnx.state(nnx.eval_shape(lambda: Decoder(config.model, rngs=nnx.Rngs(0))), nnx.Param)
+  if params is None:
+    _, params = model_lib.abstract(config.model)
   dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
   for path, var in jax.tree.leaves_with_path(params, is_leaf=is_variable):
     for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
@@ -176,69 +267,101 @@ def sharded_dims(config) -> list[tuple[str, str, int]]:
         where = f"parameter {jax.tree_util.keystr(path)} axis {logical}"
         dims.setdefault((logical, size), AXIS_FIELDS.get(logical, where))
   rank = {logical: i for i, logical in enumerate(AXIS_FIELDS)}
-  return sorted(((field, logical, size) for (logical, size), field in dims.items()),
-                key=lambda d: rank.get(d[1], len(rank)))
+  return sorted(
+    ((field, logical, size) for (logical, size), field in dims.items()),
+    key=lambda d: rank.get(d[1], len(rank)),
+  )
 
 
-def check_mesh(config, num_devices: int) -> None:
+def check_mesh(config, num_devices: int, params=None) -> None:
   """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
-  (vocabulary resolved); the processes' share of the batch is data.validate's check."""
+  (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
+  share of the batch is data.validate's check."""
   sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
   rules = sharding.rules_from_config(config.sharding)
-  sharding.check_divisible(sharded_dims(config), sizes, rules)
+  sharding.check_divisible(sharded_dims(config, params), sizes, rules)
 
 
 def validate_eval(config: ml_collections.ConfigDict) -> None:
-  """Also checks that every eval length is one the position scheme can score (a synthetic
-  task's sizes come from data.task_*: its evaluation checks each padded width itself)."""
+  """`validate`, then `check_eval`."""
   validate(config)
+  check_eval(config)
+
+
+def check_eval(config: ml_collections.ConfigDict) -> None:
+  """The evaluation's own checks (after the fields'): known variants, passkey settings for the
+  kind of run, protocols against the eval lengths. Eval lengths a scheme cannot score are not
+  errors: the results list them as skipped (a synthetic task's evaluation checks each padded
+  width itself)."""
   from lcx.evaluate import variants  # lcx.evaluate imports this module
+
   for spec in variants.names(config.eval.variants):
     variants.overrides(spec, config.eval.named_variants)
   if config.data.name == "task":
     lengths = tuple(config.eval.passkey.lengths)
     if lengths:
-      raise ValueError(f"eval.passkey.lengths={lengths}: the passkey probe is for text runs; "
-                       f"data.task={config.data.task!r} is scored by its own exact match "
-                       "(data.task_eval_depths for needle depths)")
+      raise ValueError(
+        f"eval.passkey.lengths={lengths}: the passkey probe is for text runs; "
+        f"data.task={config.data.task!r} is scored by its own exact match "
+        "(data.task_eval_depths for needle depths)"
+      )
     return
   ev, lengths = config.eval, eval_lengths(config)
+  if 0 < ev.random_positions < max(lengths):
+    raise ValueError(
+      f"eval.random_positions={ev.random_positions!r} is not allowed; allowed: 0 "
+      f"(off) or >= the longest eval length {max(lengths)} (each window needs "
+      "that many distinct positions)"
+    )
   protocols = _items(ev.protocol)
   if "last_k" in protocols and "long" not in _items(ev.documents):
-    raise ValueError(f"eval.protocol='last_k' scores the end of long documents: it needs "
-                     f"eval.documents='long', not {ev.documents!r}")
+    raise ValueError(
+      f"eval.protocol='last_k' scores the end of long documents: it needs "
+      f"eval.documents='long', not {ev.documents!r}"
+    )
   if "last_k" in protocols and ev.last_k > min(lengths):
-    raise ValueError(f"eval.last_k={ev.last_k} must be <= the shortest eval length "
-                     f"{min(lengths)}")
+    raise ValueError(f"eval.last_k={ev.last_k} must be <= the shortest eval length {min(lengths)}")
   if "sliding" in protocols and ev.stride > min(lengths):
-    raise ValueError(f"eval.stride={ev.stride} must be <= the shortest eval length "
-                     f"{min(lengths)} (a larger stride would skip tokens)")
+    raise ValueError(
+      f"eval.stride={ev.stride} must be <= the shortest eval length "
+      f"{min(lengths)} (a larger stride would skip tokens)"
+    )
 
 
 def validate_longrope(config: ml_collections.ConfigDict) -> None:
-  """The LongRoPE search's own checks (after `validate`): a rotary scheme, a target length past
-  the training length L, at least as many individuals as parents, a max_factor >= the scale."""
-  validate(config)
+  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
+  the training length L, at least as many individuals as parents, a max_factor >= the scale
+  (the mesh is prepare's check)."""
+  check_fields(config)
   lr, length = config.eval.longrope, config.model.max_len
   if "scaling" not in config.model.position:
-    raise ValueError(f"model.position.name={config.model.position.name!r} has no RoPE "
-                     "frequencies to rescale; the LongRoPE search needs a rotary scheme "
-                     "(rope, p_rope, xpos)")
+    raise ValueError(
+      f"model.position.name={config.model.position.name!r} has no RoPE "
+      "frequencies to rescale; the LongRoPE search needs a rotary scheme "
+      "(rope, p_rope, xpos)"
+    )
   if config.data.name == "task":
-    raise ValueError("data.name='task': the LongRoPE search's fitness is perplexity on long "
-                     "validation documents; search a text run")
+    raise ValueError(
+      "data.name='task': the LongRoPE search's fitness is perplexity on long "
+      "validation documents; search a text run"
+    )
   if lr.target_len <= length:
-    raise ValueError(f"eval.longrope.target_len={lr.target_len} must be above the training "
-                     f"length L={length} (the search extends the model to it; 0 is off): set "
-                     f"--config.eval.longrope.target_len, e.g. {4 * length}")
+    raise ValueError(
+      f"eval.longrope.target_len={lr.target_len} must be above the training "
+      f"length L={length} (the search extends the model to it; 0 is off): set "
+      f"--config.eval.longrope.target_len, e.g. {4 * length}"
+    )
   if lr.parents > lr.population:
-    raise ValueError(f"eval.longrope.parents={lr.parents} must be <= "
-                     f"eval.longrope.population={lr.population}")
+    raise ValueError(
+      f"eval.longrope.parents={lr.parents} must be <= eval.longrope.population={lr.population}"
+    )
   scale = lr.target_len / length
   if lr.max_factor and lr.max_factor < scale:
-    raise ValueError(f"eval.longrope.max_factor={lr.max_factor} must be 0 (1.25 x the scale) or "
-                     f">= the scale target_len / L = {scale:g}, so that PI (every lambda = the "
-                     "scale) is in the search space")
+    raise ValueError(
+      f"eval.longrope.max_factor={lr.max_factor} must be 0 (1.25 x the scale) or "
+      f">= the scale target_len / L = {scale:g}, so that PI (every lambda = the "
+      "scale) is in the search space"
+    )
 
 
 def eval_lengths(config) -> list[int]:
@@ -258,8 +381,10 @@ def resolve(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collection
   if config.model.vocab_size == 0:
     config.model.vocab_size = vocab_size
   elif config.model.vocab_size < vocab_size:
-    raise ValueError(f"model.vocab_size={config.model.vocab_size} is smaller than the "
-                     f"tokenizer's {vocab_size}; use 0 to take the tokenizer's")
+    raise ValueError(
+      f"model.vocab_size={config.model.vocab_size} is smaller than the "
+      f"tokenizer's {vocab_size}; use 0 to take the tokenizer's"
+    )
   if config.data.name == "task":
     config.model.max_len = train_length(config)
   return config
@@ -282,4 +407,3 @@ def save(config, workdir: str) -> str:
     json.dump(config.to_dict(), f, indent=2, sort_keys=True, default=list)
   os.replace(path + ".tmp", path)
   return path
-

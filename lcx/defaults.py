@@ -7,14 +7,14 @@ every field and default.
 
 import ml_collections
 
-from lcx import data, positions
-from lcx.positions import patterns, remaps
+from lcx import data, errors, patterns, positions
+from lcx.positions import remaps
 
 SIZES = {  # d_model, num_layers, num_heads, mlp_dim
-    "tiny": (64, 2, 4, 256),
-    "small": (128, 4, 4, 512),
-    "default": (256, 4, 4, 1024),
-    "large": (512, 8, 8, 2048),
+  "tiny": (64, 2, 4, 256),
+  "small": (128, 4, 4, 512),
+  "default": (256, 4, 4, 1024),
+  "large": (512, 8, 8, 2048),
 }
 
 
@@ -24,7 +24,7 @@ def parse_arg(arg, **defaults):
   for kv in filter(None, (arg or "").split(",")):
     key, _, value = kv.partition("=")
     if key not in defaults:
-      raise ValueError(f"config argument {key!r} is unknown; allowed: {sorted(defaults)}")
+      raise errors.unknown_field(f"config argument {key}", defaults)
     out[key] = type(defaults[key])(value)
   return out
 
@@ -32,7 +32,7 @@ def parse_arg(arg, **defaults):
 def get_config(arg=None):
   arg = parse_arg(arg, pos="rope", size="default")
   if arg.size not in SIZES:
-    raise ValueError(f"config argument size={arg.size!r}; allowed: {sorted(SIZES)}")
+    raise errors.not_allowed("config argument size", arg.size, SIZES)
   d_model, num_layers, num_heads, mlp_dim = SIZES[arg.size]
 
   config = ml_collections.ConfigDict()
@@ -51,12 +51,22 @@ def get_config(arg=None):
   config.model.tie_embeddings = False
   config.model.dtype = "float32"  # compute dtype; parameters stay float32
   config.model.norm_eps = 1e-6
+  config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
   config.model.position = positions.default_config(arg.pos)
   config.model.remap = remaps.default_config("none")
+  # Per-layer schedule (lcx/model.py): every nope_every-th block without positions (0: none),
+  # and the other blocks attending only to the last position_window keys (0: all).
+  config.model.nope_every = 0
+  config.model.position_window = 0
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512
+  # Logit temperature (lcx/temperature.py): none | log_n | ssmax (trained), and C of the
+  # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
+  config.model.attention.temperature = "none"
+  config.model.attention.beta_c = 0.0
+  config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000
@@ -70,6 +80,9 @@ def get_config(arg=None):
   config.train.weight_decay = 0.1  # on matrices only
   config.train.clip_norm = 1.0
   config.train.random_positions = 0  # >0: Ruoss 2023 randomized positions from [0, this)
+  # >0: PoSE (Zhu 2024) positions toward this length: each document's positions in two chunks,
+  # the second shifted by a random skip, all below this (not with random_positions).
+  config.train.pose_target = 0
   config.train.log_every = 50
   config.train.checkpoint_every = 500
   config.train.keep_checkpoints = 3
@@ -96,13 +109,18 @@ def get_config(arg=None):
   config.eval.last_k = 0  # last_k: tokens scored at each document prefix's end (0: L / 4)
   config.eval.num_tokens = 65536  # validation tokens scored at every length
   config.eval.sample_seed = 0  # which validation documents (a seeded draw across the split)
+  # >0: score at randomized positions, a sorted sample of [0, this) per document (Ruoss 2023's
+  # reference samples at test time too), drawn with eval.sample_seed; 0: positions 0..n-1.
+  # Every evaluator's scoring (lcx/evaluate/runner.py), not the passkey probe's generation.
+  config.eval.random_positions = 0
   config.eval.bootstrap = 1000  # resamples of documents for 95% confidence intervals (0: none)
   config.eval.buckets_per_octave = 4  # loss-by-position buckets, log-spaced
   config.eval.batch_tokens = 16384  # tokens per forward pass
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
   # (lcx/evaluate/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
-  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, or a name from named_variants.
+  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, sink@S/W, or a name
+  # from named_variants.
   config.eval.variants = "none"
   config.eval.named_variants = ml_collections.ConfigDict()  # name -> {dotted.field: value}
   config.eval.during_train = (1, 4)  # train.eval_every: these multiples of L
@@ -130,14 +148,22 @@ def get_config(arg=None):
   config.eval.longrope.search_n_hat = True  # False: n_hat = 0 (every position scaled)
   # Passkey retrieval through generation (lcx/evaluate/passkey.py), text runs only: prompt
   # lengths in tokens (empty: off) x needle depths, `examples` keys of `digits` digits each.
-  config.eval.passkey = ml_collections.ConfigDict({
-      "lengths": (), "depths": (0.0, 0.25, 0.5, 0.75, 1.0), "examples": 8, "digits": 5,
-      "seed": 0})
+  config.eval.passkey = ml_collections.ConfigDict(
+    {"lengths": (), "depths": (0.0, 0.25, 0.5, 0.75, 1.0), "examples": 8, "digits": 5, "seed": 0}
+  )
 
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
-  config.sharding = ml_collections.ConfigDict({
-      "batch": "data,fsdp", "vocab": "tensor", "embed": "fsdp", "heads": "tensor",
-      "kv_heads": "tensor", "head_dim": "", "mlp": "tensor"})
+  config.sharding = ml_collections.ConfigDict(
+    {
+      "batch": "data,fsdp",
+      "vocab": "tensor",
+      "embed": "fsdp",
+      "heads": "tensor",
+      "kv_heads": "tensor",
+      "head_dim": "",
+      "mlp": "tensor",
+    }
+  )
   return config
 
 

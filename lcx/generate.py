@@ -15,7 +15,9 @@ of a longer prefix other frequencies, so the hidden states of the layers after t
 with them their keys and values, change for tokens already cached. Whenever the frequencies at
 the current length differ from those the cache was built with, the step is a prefill instead
 (dynamic: every step past the training length; longrope: once, on crossing it), so the logits
-are exactly those of the prefix run again, as such a scaling defines them.
+are exactly those of the prefix run again, as such a scaling defines them. The eval-time
+temperature `model.attention.beta_c` (1 + C ln(T/L) on every query of a T-token sequence) is
+such a case too: every step past L is a prefill.
 
 Sampling: temperature 0 is greedy (argmax); otherwise logits / temperature, restricted to the
 top_k most likely tokens when top_k > 0, drawn with a key folded from `seed` and the step, so a
@@ -32,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lcx import temperature
 from lcx.positions import rotary, scaling
 
 
@@ -50,23 +53,37 @@ def sample(logits_BxV, key, temperature: float = 0.0, top_k: int = 0):
 def _frequencies(scheme):
   """length -> the scheme's rotary frequencies at that length, or None where no length changes
   them (every scheme but a rotary one with a length-dependent scaling)."""
-  if not (isinstance(scheme, rotary.RoPE)
-          and scaling.ROPE_TYPES[scheme.scaling.rope_type].per_length):
+  if not (
+    isinstance(scheme, rotary.RoPE) and scaling.ROPE_TYPES[scheme.scaling.rope_type].per_length
+  ):
     return None
-  return lambda length: scaling.token_frequencies(scheme.rotary_dim, scheme.base, scheme.scaling,
-                                                  jnp.asarray(length))[0]
+  return lambda length: scaling.token_frequencies(
+    scheme.rotary_dim, scheme.base, scheme.scaling, jnp.asarray(length)
+  )[0]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
-                                             "top_k", "kernel", "with_logits"))
-def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature, top_k, kernel,
-              with_logits):
+def _beta(model):
+  """length -> the eval-time temperature factor on every query (lcx.temperature), or None
+  where it is off."""
+  attn = model.blocks[0].attn
+  if not attn.beta_c:
+    return None
+  return functools.partial(temperature.beta_factor, train_len=attn.train_len, c=attn.beta_c)
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=("graphdef", "max_new_tokens", "temperature", "top_k", "kernel", "with_logits"),
+)
+def _generate(
+  params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature, top_k, kernel, with_logits
+):
   b, p = prompt_BxP.shape
   size = p + max_new_tokens
   model = nnx.merge(graphdef, params)
   model.init_cache(b, size)
   graphdef, cache, rest = nnx.split(model, nnx.Cache, ...)
-  frequencies = _frequencies(model.position)
+  frequencies, beta = _frequencies(model.position), _beta(model)
   pos_BxS = jnp.broadcast_to(jnp.arange(size), (b, size))
 
   def prefill(cache, tokens_BxS, length):
@@ -74,8 +91,10 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
     m = nnx.merge(graphdef, cache, rest)
     seg_BxS = jnp.where(pos_BxS < length, 1, 2)  # slots past the prefix: another document
     logits_BxSxV = m(tokens_BxS, pos_BxS, seg_BxS, kernel=kernel)
-    return (jax.lax.dynamic_index_in_dim(logits_BxSxV, length - 1, 1, keepdims=False),
-            nnx.state(m, nnx.Cache))
+    return (
+      jax.lax.dynamic_index_in_dim(logits_BxSxV, length - 1, 1, keepdims=False),
+      nnx.state(m, nnx.Cache),
+    )
 
   def step(cache, tokens_BxS, length):
     """Logits after tokens 0..length-1, from the cache of tokens 0..length-2."""
@@ -85,12 +104,14 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
 
   def advance(cache, tokens_BxS, i, built):
     """The logits after tokens 0..p+i-1: a prefill first, and again wherever the frequencies
-    at the current length differ from those at `built` (the length the cached hidden states
-    were computed at); a step otherwise."""
+    or the beta temperature at the current length differ from those at `built` (the length
+    the cached hidden states were computed at); a step otherwise."""
     length = p + i
     refill = i == 0
     if frequencies is not None:
       refill = refill | jnp.any(frequencies(length) != frequencies(built))
+    if beta is not None:
+      refill = refill | (beta(length) != beta(built))
     logits_BxV, cache = jax.lax.cond(refill, prefill, step, cache, tokens_BxS, length)
     return logits_BxV, cache, jnp.where(refill, length, built)
 
@@ -106,20 +127,38 @@ def _generate(params, prompt_BxP, key, *, graphdef, max_new_tokens, temperature,
   vocab = model.embed.shape[0]
   seen_BxNxV = jnp.zeros((b, max_new_tokens if with_logits else 0, vocab), jnp.float32)
   tokens_BxS, _, _, seen_BxNxV = jax.lax.fori_loop(
-      0, max_new_tokens, body, (tokens_BxS, cache, jnp.asarray(p), seen_BxNxV))
+    0, max_new_tokens, body, (tokens_BxS, cache, jnp.asarray(p), seen_BxNxV)
+  )
   return tokens_BxS[:, p:], seen_BxNxV
 
 
-def generate(graphdef, params, prompt_BxP, max_new_tokens: int, *, temperature: float = 0.0,
-             top_k: int = 0, seed: int = 0, kernel: str = "dense", with_logits: bool = False):
+def generate(
+  graphdef,
+  params,
+  prompt_BxP,
+  max_new_tokens: int,
+  *,
+  temperature: float = 0.0,
+  top_k: int = 0,
+  seed: int = 0,
+  kernel: str = "dense",
+  with_logits: bool = False,
+):
   """The next `max_new_tokens` ids after each row of `prompt_BxP` (one document per row, from
   position 0: begin it with BOS as training does), int32 BxN; with `with_logits`, also the
   float32 BxNxV logits each was drawn from. `kernel` runs the prefill ("chunked" for long
   prompts); the steps are dense over the cache."""
   tokens_BxN, logits_BxNxV = _generate(
-      params, jnp.asarray(prompt_BxP, jnp.int32), jax.random.key(seed), graphdef=graphdef,
-      max_new_tokens=int(max_new_tokens), temperature=float(temperature), top_k=int(top_k),
-      kernel=kernel, with_logits=with_logits)
+    params,
+    jnp.asarray(prompt_BxP, jnp.int32),
+    jax.random.key(seed),
+    graphdef=graphdef,
+    max_new_tokens=int(max_new_tokens),
+    temperature=float(temperature),
+    top_k=int(top_k),
+    kernel=kernel,
+    with_logits=with_logits,
+  )
   if with_logits:
     return np.asarray(tokens_BxN), np.asarray(logits_BxNxV)
   return np.asarray(tokens_BxN)
@@ -128,10 +167,11 @@ def generate(graphdef, params, prompt_BxP, max_new_tokens: int, *, temperature: 
 # --- Command line (flags defined only when run as a program, so importing this module next
 # to lcx.main, as the passkey evaluation does, defines no flag twice) ---
 
+
 def _main(argv):
   from absl import app, flags
 
-  from lcx import evaluate, metrics, positions, prepare
+  from lcx import errors, evaluate, metrics, positions, prepare
   from lcx.cli import fail
   from lcx.metrics import say
 
@@ -143,58 +183,77 @@ def _main(argv):
     prepared = prepare.prepare(FLAGS.config)
     cfg, tokenizer = prepared.config, prepared.tokenizer
     if FLAGS.top_k > cfg.model.vocab_size:
-      raise ValueError(f"--top_k={FLAGS.top_k} must be at most the vocabulary size "
-                       f"{cfg.model.vocab_size} (0: all tokens)")
+      raise errors.not_allowed(
+        "--top_k", FLAGS.top_k, f"0..{cfg.model.vocab_size}, the vocabulary size (0: all tokens)"
+      )
     prompt_P = np.concatenate([[tokenizer.bos_id], tokenizer.encode(FLAGS.prompt)])
     size = len(prompt_P) + FLAGS.max_new_tokens
     m = cfg.model
-    positions.check_eval_length(m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim,
-                                                           m.max_len), size)
+    positions.check_eval_length(
+      m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len), size
+    )
     step, params, _ = evaluate.restore(prepared, FLAGS.workdir, FLAGS.eval_step)
   except (ValueError, FileNotFoundError) as error:
     fail(str(error))
   kernel = "chunked" if size >= cfg.eval.chunked_from else "dense"
   args = (params, jnp.asarray(prompt_P[None], jnp.int32), jax.random.key(FLAGS.seed))
-  static = dict(graphdef=prepared.graphdef, max_new_tokens=FLAGS.max_new_tokens,
-                temperature=float(FLAGS.temperature), top_k=FLAGS.top_k, kernel=kernel,
-                with_logits=False)
+  static = dict(
+    graphdef=prepared.graphdef,
+    max_new_tokens=FLAGS.max_new_tokens,
+    temperature=float(FLAGS.temperature),
+    top_k=FLAGS.top_k,
+    kernel=kernel,
+    with_logits=False,
+  )
   start = time.perf_counter()
   program = _generate.lower(*args, **static).compile()
   compiled = time.perf_counter()
   tokens_N = np.asarray(jax.block_until_ready(program(*args)[0]))[0]
   seconds = time.perf_counter() - compiled
   ended = np.flatnonzero(tokens_N == tokenizer.eos_id)
-  shown = tokens_N[:ended[0]] if ended.size else tokens_N
+  shown = tokens_N[: ended[0]] if ended.size else tokens_N
   print(FLAGS.prompt + tokenizer.decode(shown), flush=True)
-  say(f"step {step}: {len(tokens_N)} tokens after a {len(prompt_P)}-token prompt in "
-      f"{seconds:.3f} s ({len(tokens_N) / seconds:.1f} tokens/s; compiled in "
-      f"{compiled - start:.1f} s)" + (f"; EOS after {ended[0]}, the rest not shown"
-                                      if ended.size else ""))
+  say(
+    f"step {step}: {len(tokens_N)} tokens after a {len(prompt_P)}-token prompt in "
+    f"{seconds:.3f} s ({len(tokens_N) / seconds:.1f} tokens/s; compiled in "
+    f"{compiled - start:.1f} s)"
+    + (f"; EOS after {ended[0]}, the rest not shown" if ended.size else "")
+  )
 
 
 def _parse_flags(argv):
   from absl import flags
 
   from lcx import cli
-  return cli.parse_config_flags(argv, lambda: (
+
+  return cli.parse_config_flags(
+    argv,
+    lambda: (
       f"--workdir={flags.FLAGS.workdir} holds no run (config.json) to generate from; train it "
-      "first, or pass --config"))
+      "first, or pass --config"
+    ),
+  )
 
 
 if __name__ == "__main__":
   from absl import app, flags
   from ml_collections import config_flags
 
-  config_flags.DEFINE_config_file("config", None, "Config file (default: the run's own "
-                                  "WORKDIR/config.json; --config.* overrides apply to it).",
-                                  lock_config=True)
+  config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Config file (default: the run's own WORKDIR/config.json; --config.* overrides apply to it).",
+    lock_config=True,
+  )
   flags.DEFINE_string("workdir", None, "A trained run's directory.")
   flags.DEFINE_string("prompt", None, "Text to continue (the model sees BOS + its tokens).")
   flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate.", lower_bound=1)
-  flags.DEFINE_float("temperature", 0.0, "0: greedy; otherwise sample from softmax(logits/T).",
-                     lower_bound=0.0)
-  flags.DEFINE_integer("top_k", 0, "Sample from the k most likely tokens only (0: all).",
-                       lower_bound=0)
+  flags.DEFINE_float(
+    "temperature", 0.0, "0: greedy; otherwise sample from softmax(logits/T).", lower_bound=0.0
+  )
+  flags.DEFINE_integer(
+    "top_k", 0, "Sample from the k most likely tokens only (0: all).", lower_bound=0
+  )
   flags.DEFINE_integer("seed", 0, "Sampling seed: the same seed gives the same tokens.")
   flags.DEFINE_integer("eval_step", None, "Checkpoint step (default: the latest).")
   flags.mark_flags_as_required(["workdir", "prompt"])

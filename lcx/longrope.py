@@ -68,8 +68,12 @@ class Candidate:
     return tuple(round(x, 6) for x in self.long_factor), self.n_hat
 
   def to_json(self) -> dict:
-    return {"long_factor": list(self.long_factor), "n_hat": self.n_hat, "origin": self.origin,
-            "perplexity": self.perplexity}
+    return {
+      "long_factor": list(self.long_factor),
+      "n_hat": self.n_hat,
+      "origin": self.origin,
+      "perplexity": self.perplexity,
+    }
 
 
 def _candidate(d: dict) -> Candidate:
@@ -110,8 +114,9 @@ def seed_factors(rotary_dim: int, base: float, scale: float, train_len: int) -> 
   theta_R = scaling.theta(rotary_dim, base)
   out = {}
   for name, rope_type in zip(SEEDS, ("linear", "ntk", "yarn")):
-    sc = scaling.resolve({"rope_type": rope_type, "factor": scale}, rotary_dim,
-                         default_length=train_len, base=base)
+    sc = scaling.resolve(
+      {"rope_type": rope_type, "factor": scale}, rotary_dim, default_length=train_len, base=base
+    )
     inv_freq_R, _ = scaling.frequencies(rotary_dim, base, sc, None)
     out[name] = tuple(float(x) for x in theta_R / inv_freq_R)
   return out
@@ -120,8 +125,9 @@ def seed_factors(rotary_dim: int, base: float, scale: float, train_len: int) -> 
 def is_valid(long_factor, space: Space) -> bool:
   """Non-decreasing in the pair index, within [1, max_factor] (a float's width of slack)."""
   lam = np.asarray(long_factor)
-  return bool(np.all(np.diff(lam) >= 0) and lam.min() >= 1 - 1e-9
-              and lam.max() <= space.max_factor + 1e-9)
+  return bool(
+    np.all(np.diff(lam) >= 0) and lam.min() >= 1 - 1e-9 and lam.max() <= space.max_factor + 1e-9
+  )
 
 
 def mutate(rng, parent: Candidate, space: Space, seen: set) -> Candidate:
@@ -145,8 +151,9 @@ def mutate(rng, parent: Candidate, space: Space, seen: set) -> Candidate:
   return child
 
 
-def crossover(rng, first: Candidate, second: Candidate, space: Space,
-              seen: set) -> Candidate | None:
+def crossover(
+  rng, first: Candidate, second: Candidate, space: Space, seen: set
+) -> Candidate | None:
   """`first` with each pair (and n_hat) taken from `second` with crossover_rate; None when
   MAX_TRIES draws give no new non-decreasing candidate."""
   a, b = np.asarray(first.long_factor), np.asarray(second.long_factor)
@@ -159,8 +166,9 @@ def crossover(rng, first: Candidate, second: Candidate, space: Space,
   return None
 
 
-def first_generation(rng, seeds: list[Candidate], size: int, space: Space,
-                     seen: set) -> list[Candidate]:
+def first_generation(
+  rng, seeds: list[Candidate], size: int, space: Space, seen: set
+) -> list[Candidate]:
   """The seeds, then mutations of randomly chosen seeds up to `size` candidates."""
   out = []
   for c in seeds:
@@ -174,8 +182,9 @@ def first_generation(rng, seeds: list[Candidate], size: int, space: Space,
   return out
 
 
-def children(rng, parents: list[Candidate], mutations: int, crossovers: int, space: Space,
-             seen: set) -> list[Candidate]:
+def children(
+  rng, parents: list[Candidate], mutations: int, crossovers: int, space: Space, seen: set
+) -> list[Candidate]:
   """A generation's new candidates from `parents` (best first)."""
   out = []
   for _ in range(mutations):
@@ -215,8 +224,9 @@ class Scorer:
 
     def nll(params, inputs_BxT, targets_BxT, pos_BxT, seg_BxT, long_factor_BxR, n_hat_Bx1):
       model = nnx.merge(graphdef, params)
-      model.position.scaling = scaling.with_row_factors(model.position.scaling, long_factor_BxR,
-                                                        n_hat_Bx1[:, 0])
+      model.position.scaling = scaling.with_row_factors(
+        model.position.scaling, long_factor_BxR, n_hat_Bx1[:, 0]
+      )
       logits = model(inputs_BxT, pos_BxT, seg_BxT, kernel=kernel)
       return optax.softmax_cross_entropy_with_integer_labels(logits, targets_BxT)
 
@@ -226,21 +236,36 @@ class Scorer:
     if not candidates:
       return []
     w, n = self.windows, len(candidates)
-    rows = lambda a_DxT: np.tile(a_DxT, (n, 1))
-    per_row = lambda values, dtype: np.repeat(np.asarray(values, dtype), len(w.inputs_NxT), 0)
+
+    def rows(a_DxT):  # every window once per candidate
+      return np.tile(a_DxT, (n, 1))
+
+    def per_row(values, dtype):  # each candidate's value on each of its windows
+      return np.repeat(np.asarray(values, dtype), len(w.inputs_NxT), 0)
+
     nll_NxT = self.runner.map_rows(
-        self.program, rows(w.inputs_NxT), rows(w.targets_NxT), rows(w.positions_NxT),
-        rows(w.segments_NxT), per_row([c.long_factor for c in candidates], np.float32),
-        per_row([[c.n_hat] for c in candidates], np.int32))
+      self.program,
+      rows(w.inputs_NxT),
+      rows(w.targets_NxT),
+      rows(w.positions_NxT),
+      rows(w.segments_NxT),
+      per_row([c.long_factor for c in candidates], np.float32),
+      per_row([[c.n_hat] for c in candidates], np.int32),
+    )
     loss_C = nll_NxT.astype(np.float64).reshape(n, -1).mean(axis=1)  # every token is scored
     return [float(x) for x in np.exp(loss_C)]
 
 
 def factors_dict(best: Candidate, scale: float, train_len: int) -> dict:
   """The Hugging Face `longrope` dict of a candidate (short factors 1: unchanged up to L)."""
-  return {"rope_type": "longrope", "factor": scale, "original_max_position_embeddings": train_len,
-          "short_factor": [1.0] * len(best.long_factor), "long_factor": list(best.long_factor),
-          "n_hat": best.n_hat}
+  return {
+    "rope_type": "longrope",
+    "factor": scale,
+    "original_max_position_embeddings": train_len,
+    "short_factor": [1.0] * len(best.long_factor),
+    "long_factor": list(best.long_factor),
+    "n_hat": best.n_hat,
+  }
 
 
 def _write_json(path: str, value: dict) -> None:
@@ -257,10 +282,11 @@ def _settings(cfg, step: int) -> dict:
   """What a resumed search must share with the saved one (generations may grow)."""
   model = cfg.model.to_dict()
   model["position"].pop("scaling", None)  # the search sets it
-  return {"checkpoint_step": step,
-          "eval.longrope": {k: v for k, v in cfg.eval.longrope.to_dict().items()
-                            if k != "generations"},
-          "model": json.loads(json.dumps(model, default=list))}
+  return {
+    "checkpoint_step": step,
+    "eval.longrope": {k: v for k, v in cfg.eval.longrope.to_dict().items() if k != "generations"},
+    "model": json.loads(json.dumps(model, default=list)),
+  }
 
 
 def _first_difference(saved, now, where=""):
@@ -273,13 +299,15 @@ def _first_difference(saved, now, where=""):
   return None if saved == now else (where.rstrip("."), saved, now)
 
 
-def _long_documents(cfg, target_len: int) -> list[samples.Sequence]:
-  docs = data.validation_documents(cfg.data)
+def _long_documents(cfg, target_len: int, tokenizer) -> list[samples.Sequence]:
+  docs = data.validation_documents(cfg.data, tokenizer)
   longest = max((len(d) - 1 for d in docs), default=0)
   if longest < target_len:
-    raise ValueError(f"eval.longrope.target_len={target_len}: no validation document has that "
-                     f"many tokens (the longest has {longest}), so no window of it can be "
-                     "scored; choose a shorter target or a corpus with longer documents")
+    raise ValueError(
+      f"eval.longrope.target_len={target_len}: no validation document has that "
+      f"many tokens (the longest has {longest}), so no window of it can be "
+      "scored; choose a shorter target or a corpus with longer documents"
+    )
   lr = cfg.eval.longrope
   return samples.select(docs, "long", target_len, lr.documents * target_len, lr.seed)
 
@@ -299,9 +327,14 @@ def search(config, workdir: str) -> dict:
   position = cfg.model.position
   rotary_dim = scaling.check_rotary_dim(cfg.model.head_dim, position.rotary_dim)
   seeds = seed_factors(rotary_dim, float(position.base), scale, train_len)
-  space = Space(rotary_dim // 2, lr.max_factor or 1.25 * scale, lr.step,
-                n_hat_choices(train_len) if lr.search_n_hat else (0,), lr.mutation_rate,
-                lr.crossover_rate)
+  space = Space(
+    rotary_dim // 2,
+    lr.max_factor or 1.25 * scale,
+    lr.step,
+    n_hat_choices(train_len) if lr.search_n_hat else (0,),
+    lr.mutation_rate,
+    lr.crossover_rate,
+  )
   out_dir = os.path.join(workdir, "longrope")
   state_path = os.path.join(out_dir, "state.json")
   settings = _settings(cfg, step)
@@ -312,19 +345,23 @@ def search(config, workdir: str) -> dict:
     diff = _first_difference(state["settings"], settings)
     if diff:
       field, saved, now = diff
-      raise ValueError(f"{state_path} holds a search with {field}={saved!r}, now {now!r}: set it "
-                       f"back to continue that search, or delete {out_dir} to start a new one")
+      raise ValueError(
+        f"{state_path} holds a search with {field}={saved!r}, now {now!r}: set it "
+        f"back to continue that search, or delete {out_dir} to start a new one"
+      )
 
-  sequences = _long_documents(cfg, lr.target_len)
+  sequences = _long_documents(cfg, lr.target_len, prepared.tokenizer)
   windows = samples.cut(sequences, lr.target_len, "windows")
   seed_dict = factors_dict(Candidate(seeds["pi"], 0, "pi"), scale, train_len)
   variant_cfg = variants.apply(cfg, {variants.SCALING: seed_dict})
-  config_lib.validate(variant_cfg)
+  config_lib.check_fields(variant_cfg)
   scorer = Scorer(Runner(prepare_lib.for_variant(prepared, variant_cfg), params), windows)
-  say(f"LongRoPE search: L={train_len} -> {lr.target_len} (s={scale:g}), {space.num_pairs} "
-      f"pairs, lambda in [1, {space.max_factor:g}] step {space.step:g}, n_hat in "
-      f"{list(space.n_hats)}; fitness: perplexity on {len(sequences)} validation documents x "
-      f"{lr.target_len} tokens (seed {lr.seed}); checkpoint step {step}; -> {out_dir}")
+  say(
+    f"LongRoPE search: L={train_len} -> {lr.target_len} (s={scale:g}), {space.num_pairs} "
+    f"pairs, lambda in [1, {space.max_factor:g}] step {space.step:g}, n_hat in "
+    f"{list(space.n_hats)}; fitness: perplexity on {len(sequences)} validation documents x "
+    f"{lr.target_len} tokens (seed {lr.seed}); checkpoint step {step}; -> {out_dir}"
+  )
 
   def score(todo: list[Candidate], cache: dict) -> int:
     """Scores the candidates not in `cache` (once each); returns how many were scored."""
@@ -344,11 +381,22 @@ def search(config, workdir: str) -> dict:
     count = score(population, cache)
     population = scored(population, cache)
     seconds = time.perf_counter() - start
-    state = {"schema": SCHEMA, "settings": settings, "workdir": os.path.abspath(workdir),
-             "train_len": train_len, "target_len": lr.target_len, "scale": scale,
-             "generation": 0, "evaluated": count, "elapsed_seconds": seconds,
-             "seeds": {c.origin: c.to_json() for c in population if c.origin in SEEDS},
-             "log": [], "population": [], "best": None, "history": []}
+    state = {
+      "schema": SCHEMA,
+      "settings": settings,
+      "workdir": os.path.abspath(workdir),
+      "train_len": train_len,
+      "target_len": lr.target_len,
+      "scale": scale,
+      "generation": 0,
+      "evaluated": count,
+      "elapsed_seconds": seconds,
+      "seeds": {c.origin: c.to_json() for c in population if c.origin in SEEDS},
+      "log": [],
+      "population": [],
+      "best": None,
+      "history": [],
+    }
     _record(state, population, cache, count, seconds, lr.generations)
     _write_json(state_path, state)
   else:
@@ -360,7 +408,7 @@ def search(config, workdir: str) -> dict:
     g = state["generation"] + 1
     start = time.perf_counter()
     population = [_candidate(c) for c in state["population"]]
-    parents = sorted(population, key=_fitness)[:lr.parents]
+    parents = sorted(population, key=_fitness)[: lr.parents]
     seen = set(cache)
     kids = children(rng_for(lr.seed, g), parents, lr.mutations, lr.crossovers, space, seen)
     count = score(kids, cache)
@@ -370,8 +418,15 @@ def search(config, workdir: str) -> dict:
     state["elapsed_seconds"] += seconds
     done_here += 1
     per_generation = (time.perf_counter() - run_start) / done_here
-    _record(state, parents + scored(kids, cache), cache, count, seconds, lr.generations,
-            eta=per_generation * (lr.generations - g))
+    _record(
+      state,
+      parents + scored(kids, cache),
+      cache,
+      count,
+      seconds,
+      lr.generations,
+      eta=per_generation * (lr.generations - g),
+    )
     _write_json(state_path, state)
 
   best = _candidate(state["best"])
@@ -383,8 +438,15 @@ def search(config, workdir: str) -> dict:
   return state
 
 
-def _record(state: dict, population: list[Candidate], cache: dict, count: int, seconds: float,
-            generations: int, eta: float | None = None) -> None:
+def _record(
+  state: dict,
+  population: list[Candidate],
+  cache: dict,
+  count: int,
+  seconds: float,
+  generations: int,
+  eta: float | None = None,
+) -> None:
   """The generation's population, best so far, log line and history, into `state`; says it."""
   fitness = [_fitness(c) for c in population]
   best = min(population, key=_fitness)
@@ -393,13 +455,22 @@ def _record(state: dict, population: list[Candidate], cache: dict, count: int, s
   state["population"] = [c.to_json() for c in population]
   state["history"] = [[list(lam), n, ppl] for (lam, n), ppl in cache.items()]
   median = float(np.median(fitness))
-  state["log"].append({"generation": state["generation"], "best": min(fitness),
-                       "median": median, "evaluated": count, "seconds": round(seconds, 3)})
+  state["log"].append(
+    {
+      "generation": state["generation"],
+      "best": min(fitness),
+      "median": median,
+      "evaluated": count,
+      "seconds": round(seconds, 3),
+    }
+  )
   eta_text = "" if eta is None else f", ETA {eta:.0f} s"
-  say(f"longrope generation {state['generation']}/{generations}: best perplexity "
-      f"{state['best']['perplexity']:.4f} (n_hat {state['best']['n_hat']}), median "
-      f"{median:.4f}, {count} new candidates in {seconds:.1f} s (elapsed "
-      f"{state['elapsed_seconds']:.0f} s{eta_text})")
+  say(
+    f"longrope generation {state['generation']}/{generations}: best perplexity "
+    f"{state['best']['perplexity']:.4f} (n_hat {state['best']['n_hat']}), median "
+    f"{median:.4f}, {count} new candidates in {seconds:.1f} s (elapsed "
+    f"{state['elapsed_seconds']:.0f} s{eta_text})"
+  )
 
 
 def summary(state: dict, workdir: str) -> str:
@@ -408,22 +479,29 @@ def summary(state: dict, workdir: str) -> str:
   s = state["scale"]
   rows = [(name, state["seeds"][name]) for name in SEEDS if name in state["seeds"]]
   rows.append(("searched", state["best"]))
-  lines = [f"LongRoPE search {workdir}: L={state['train_len']} -> {state['target_len']} "
-           f"(s={s:g}), generation {state['generation']}, {state['evaluated']} candidates "
-           f"scored in {state['elapsed_seconds']:.0f} s",
-           "", "| candidate | perplexity | n_hat | long_factor (pair 0 ..) |",
-           "|---|---|---|---|"]
+  lines = [
+    f"LongRoPE search {workdir}: L={state['train_len']} -> {state['target_len']} "
+    f"(s={s:g}), generation {state['generation']}, {state['evaluated']} candidates "
+    f"scored in {state['elapsed_seconds']:.0f} s",
+    "",
+    "| candidate | perplexity | n_hat | long_factor (pair 0 ..) |",
+    "|---|---|---|---|",
+  ]
   for name, c in rows:
     factors = " ".join(f"{x:.2f}" for x in c["long_factor"])
     label = name if name == c["origin"] else f"{name} ({c['origin']})"
     lines.append(f"| {label} | {c['perplexity']:.4f} | {c['n_hat']} | {factors} |")
-  lines += ["", f"wrote {path}; evaluate it with: ./launch.sh eval --workdir={workdir} "
-            f"--config.eval.variants=none,linear@{s:g},yarn@{s:g},longrope@{path}"]
+  lines += [
+    "",
+    f"wrote {path}; evaluate it with: ./launch.sh eval --workdir={workdir} "
+    f"--config.eval.variants=none,linear@{s:g},yarn@{s:g},longrope@{path}",
+  ]
   return "\n".join(lines)
 
 
 # --- Command line (flags defined only when run as a program, so importing this module next
 # to lcx.main defines no flag twice) ---
+
 
 def _main(argv):
   if len(argv) > 1:
@@ -436,15 +514,20 @@ def _main(argv):
 
 
 def _parse_flags(argv):
-  return cli.parse_config_flags(argv, lambda: (
-      f"--workdir={flags.FLAGS.workdir} holds no run (config.json) to search on; train it "
-      "first"))
+  return cli.parse_config_flags(
+    argv,
+    lambda: (
+      f"--workdir={flags.FLAGS.workdir} holds no run (config.json) to search on; train it first"
+    ),
+  )
 
 
 if __name__ == "__main__":
-  config_flags.DEFINE_config_file("config", None, "Config file (default: the run's own "
-                                  "WORKDIR/config.json).", lock_config=True)
-  flags.DEFINE_string("workdir", None, "A trained run's directory; the search writes "
-                      "WORKDIR/longrope/.")
+  config_flags.DEFINE_config_file(
+    "config", None, "Config file (default: the run's own WORKDIR/config.json).", lock_config=True
+  )
+  flags.DEFINE_string(
+    "workdir", None, "A trained run's directory; the search writes WORKDIR/longrope/."
+  )
   flags.mark_flags_as_required(["workdir"])
   app.run(_main, flags_parser=_parse_flags)

@@ -12,26 +12,29 @@ one `error: ...` line on stderr and exit status 2, before anything is written.
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, evaluate, metrics, prepare, sharding, train
+from lcx import cli, evaluate, metrics, prepare, sharding, train
 from lcx.cli import fail
 from lcx.metrics import say
 
-# mode -> (config check, trains, evaluates); eval modes check the eval lengths before training.
-MODES = {
-    "train": (config_lib.validate, True, False),
-    "eval": (config_lib.validate_eval, False, True),
-    "train_and_eval": (config_lib.validate_eval, True, True),
-}
+# mode -> (trains, evaluates); eval modes plan (and check) every evaluation before training.
+MODES = {"train": (True, False), "eval": (False, True), "train_and_eval": (True, True)}
 
 config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory: config, metrics, checkpoints, eval.")
 flags.DEFINE_enum("mode", "train", list(MODES), "What to run.")
 flags.DEFINE_integer("eval_step", None, "Checkpoint step to evaluate (default: latest).")
-flags.DEFINE_bool("force", False, "Evaluate again even where a result for the same checkpoint "
-                  "step and settings exists.")
-flags.DEFINE_enum("distributed", "auto", list(sharding.DISTRIBUTED_MODES),
-                  "jax.distributed.initialize(): auto (when SLURM or TPU pod variables or JAX's "
-                  "Cloud TPU VM detection show a cluster), on (always), off (never).")
+flags.DEFINE_bool(
+  "force",
+  False,
+  "Evaluate again even where a result for the same checkpoint step and settings exists.",
+)
+flags.DEFINE_enum(
+  "distributed",
+  "auto",
+  list(sharding.DISTRIBUTED_MODES),
+  "jax.distributed.initialize(): auto (when SLURM or TPU pod variables or JAX's "
+  "Cloud TPU VM detection show a cluster), on (always), off (never).",
+)
 flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (explicit multi-host).")
 flags.DEFINE_integer("num_processes", 0, "Number of processes (explicit multi-host).")
 flags.DEFINE_integer("process_id", -1, "This process's index (explicit multi-host).")
@@ -42,34 +45,48 @@ FLAGS = flags.FLAGS
 
 def parse_flags(argv):
   """absl's flag parsing, with each error (config file, override, type) as one line."""
-  return cli.parse_config_flags(argv, lambda: (
+  return cli.parse_config_flags(
+    argv,
+    lambda: (
       f"--config is required: --mode={FLAGS.mode} with --workdir={FLAGS.workdir}, which holds "
-      "no run (config.json) to start from"))
+      "no run (config.json) to start from"
+    ),
+  )
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
-  check, trains, evaluates = MODES[FLAGS.mode]
-  config = FLAGS.config
   try:
-    sharding.initialize_distributed(FLAGS.distributed, FLAGS.coordinator_address,
-                                    FLAGS.num_processes, FLAGS.process_id)
-    check(config)
-    prepared = prepare.prepare(config, FLAGS.workdir if trains else None)  # + init_from
-    if evaluates:
-      evaluate.plan(prepared)  # every variant checked before anything runs
+    sharding.initialize_distributed(
+      FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id
+    )
   except ValueError as error:
     fail(str(error))
-  if trains and train.train(config, FLAGS.workdir, prepared).interrupted and evaluates:
-    say("training stopped early (SIGTERM or preemption): skipping evaluation; run the same "
-        "command again to resume and evaluate")
+  run(FLAGS.config, FLAGS.workdir, FLAGS.mode, FLAGS.eval_step, force=FLAGS.force)
+
+
+def run(
+  config, workdir: str, mode: str, eval_step: int | None = None, *, force: bool = False
+) -> None:
+  """The mode's work, from one `prepare` (the config checked, the model traced once) and one
+  plan of the evaluations, both before anything is written; a bad value exits via `fail`."""
+  trains, evaluates = MODES[mode]
+  try:
+    prepared = prepare.prepare(config, workdir if trains else None)  # + init_from
+    todo = evaluate.plan(prepared) if evaluates else None  # every variant checked
+  except ValueError as error:
+    fail(str(error))
+  if trains and train.train(config, workdir, prepared).interrupted and evaluates:
+    say(
+      "training stopped early (SIGTERM or preemption): skipping evaluation; run the same "
+      "command again to resume and evaluate"
+    )
     return
   if evaluates:
     try:
-      evaluate.evaluate(config, FLAGS.workdir, FLAGS.eval_step, force=FLAGS.force,
-                        prepared=prepared)
+      evaluate.evaluate(config, workdir, eval_step, force=force, prepared=prepared, todo=todo)
     except (ValueError, FileNotFoundError) as error:  # a trained field changed, no checkpoint
       fail(str(error))
 

@@ -69,9 +69,14 @@ class MetricWriter:
     step_time = (now - self._last_time) / self._timed if self._timed else self._first_seconds
     means = {k: v / self._steps_since for k, v in self._sums.items()}
     self._last_time, self._steps_since, self._timed, self._sums = now, 0, 0, {}
-    values = dict(means, lr=values["lr"], perplexity=math.exp(min(means["loss"], 50.0)),
-                  step_time=step_time, tokens_per_sec=self.tokens_per_step / step_time,
-                  **(extra or {}))
+    values = dict(
+      means,
+      lr=values["lr"],
+      perplexity=math.exp(min(means["loss"], 50.0)),
+      step_time=step_time,
+      tokens_per_sec=self.tokens_per_step / step_time,
+      **(extra or {}),
+    )
     self.write(step, values)
     return values
 
@@ -88,9 +93,11 @@ class MetricWriter:
       self.tb.add_scalar(k, v, step)
     parts = []
     if "loss" in values:
-      parts.append(f"loss {values['loss']:.4f} ppl {values['perplexity']:.2f} "
-                   f"grad_norm {values['grad_norm']:.3f} lr {values['lr']:.2e} "
-                   f"{values['tokens_per_sec']:.0f} tok/s {values['step_time'] * 1e3:.0f} ms/step")
+      parts.append(
+        f"loss {values['loss']:.4f} ppl {values['perplexity']:.2f} "
+        f"grad_norm {values['grad_norm']:.3f} lr {values['lr']:.2e} "
+        f"{values['tokens_per_sec']:.0f} tok/s {values['step_time'] * 1e3:.0f} ms/step"
+      )
     evals = [f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items() if k.startswith("eval/ppl")]
     if evals:
       parts.append("eval " + " ".join(evals))

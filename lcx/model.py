@@ -4,6 +4,11 @@ Positions and segment ids are explicit inputs: packed documents restart at posit
 attend across documents, and remaps/extension methods act on positions before any hook.
 Every parameter carries logical axis names that `lcx.sharding` maps onto the mesh.
 
+Per-layer position schedule: with `model.nope_every=k` every k-th block (block i with
+(i + 1) % k == 0) gets no position signal (identity hooks, no remap: Llama 4's iRoPE, SmolLM3),
+and with `model.position_window=W` the blocks that do get it attend only to the last W keys
+(RNoPE-SWA); the NoPE blocks keep the full context. Each kind of block has its own plan.
+
 Generation (`lcx.generate`) gives every layer a KV cache (`init_cache`) of unrotated keys and
 values, fills it with a forward pass over the whole cache, then runs `decode` steps: the
 positions, remaps, biases, masks and rotations go through the same attention code as training.
@@ -11,14 +16,15 @@ positions, remaps, biases, masks and rotations go through the same attention cod
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, positions
-from lcx.positions import patterns, remaps
+from lcx import attention, patterns, positions, temperature
+from lcx.positions import remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -30,20 +36,22 @@ def is_variable(x) -> bool:
 
 def _param(rngs, shape, fan_in, axes, scale=1.0):
   """A normal(0, scale/sqrt(fan_in)) parameter with its logical axis names."""
-  init = jax.random.normal(rngs.params(), shape, jnp.float32) * (scale / fan_in ** 0.5)
+  init = jax.random.normal(rngs.params(), shape, jnp.float32) * (scale / fan_in**0.5)
   return nnx.Param(init, logical_axes=axes)
 
 
 class RMSNorm(nnx.Module):
+  """Over the last axis (size `dim`, logical axis `axis`) with a learned scale from 1."""
 
-  def __init__(self, dim, eps):
-    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), logical_axes=("embed",))
+  def __init__(self, dim, eps, axis="embed"):
+    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), logical_axes=(axis,))
     self.eps = eps
 
   def __call__(self, x_BxLxD):
     x = x_BxLxD.astype(jnp.float32)
     x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
-    return (x * self.scale[...][None, None, :]).astype(x_BxLxD.dtype)
+    scale = jnp.expand_dims(self.scale[...], tuple(range(x.ndim - 1)))  # any leading axes
+    return (x * scale).astype(x_BxLxD.dtype)
 
 
 class KVCache(nnx.Module):
@@ -71,7 +79,6 @@ class KVCache(nnx.Module):
 
 
 class Attention(nnx.Module):
-
   def __init__(self, cfg, *, rngs):
     d, h, g, k = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.wq = _param(rngs, (d, h, k), d, ("embed", "heads", "head_dim"))
@@ -79,15 +86,59 @@ class Attention(nnx.Module):
     self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
+    # QK-norm (OLMo 2, Qwen 3, Gemma 3): q and k RMS-normalized per head, one learned scale
+    # over head_dim each, before any position hook, so logits stay bounded at any length.
+    self.q_norm, self.k_norm = (
+      (RMSNorm(k, cfg.norm_eps, "head_dim"), RMSNorm(k, cfg.norm_eps, "head_dim"))
+      if cfg.qk_norm
+      else (None, None)
+    )
+    # Logit temperature (lcx/temperature.py): SSMax's learned s per head, or None.
+    self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
+    self.beta_c = float(cfg.attention.beta_c)
+    self.ssmax_H = (
+      None
+      if self.temperature != "ssmax"
+      else nnx.Param(
+        jnp.full((h,), temperature.ssmax_init(cfg.max_len), jnp.float32), logical_axes=("heads",)
+      )
+    )
+    # Attention sink (gpt-oss): a learned logit per head in every softmax denominator, from 0.
+    self.sink_H = (
+      None
+      if cfg.attention.sink == "none"
+      else nnx.Param(jnp.zeros((h,), jnp.float32), logical_axes=("heads",))
+    )
 
-  def __call__(self, x_BxLxD, *, scheme, kernel, plan):
+  def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
+    """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
     dt = x_BxLxD.dtype
     q_BxLxHxE = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
     k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
+    if self.q_norm is not None:
+      q_BxLxHxE, k_BxLxGxE = self.q_norm(q_BxLxHxE), self.k_norm(k_BxLxGxE)
+    q_BxLxHxE = temperature.scale_queries(
+      q_BxLxHxE,
+      temperature.query_factor(
+        self.temperature,
+        q_pos_BxL,
+        plan.len_BxT,
+        train_len=self.train_len,
+        ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...],
+        beta_c=self.beta_c,
+      ),
+    )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
-    out_BxHxLxE = kernel.attend(q_BxLxHxE, k_BxLxGxE, v_BxGxLxE, plan, scheme=scheme)
+    out_BxHxLxE = kernel.attend(
+      q_BxLxHxE,
+      k_BxLxGxE,
+      v_BxGxLxE,
+      plan,
+      scheme=scheme,
+      sink_H=None if self.sink_H is None else self.sink_H[...],
+    )
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
 
@@ -102,7 +153,7 @@ def gelu(x):
   XLA:CPU materializes a full-size broadcast of each constant in it; this backward reads only x
   and recomputes tanh: 6% faster default train step (interleaved A/B, experiments/bench).
   """
-  return 0.5 * x * (1 + jnp.tanh(_GELU_C * (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1 + jnp.tanh(_GELU_C * (x + 0.044715 * x**3)))
 
 
 def _gelu_fwd(x):
@@ -110,7 +161,7 @@ def _gelu_fwd(x):
 
 
 def _gelu_bwd(x, g):
-  t = jnp.tanh(_GELU_C * (x + 0.044715 * x ** 3))
+  t = jnp.tanh(_GELU_C * (x + 0.044715 * x**3))
   dt_dx = (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * x * x)
   return (g * (0.5 * (1 + t) + 0.5 * x * dt_dx),)
 
@@ -139,7 +190,6 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-
   def __init__(self, cfg, *, rngs):
     self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.attn = Attention(cfg, rngs=rngs)
@@ -156,29 +206,66 @@ class Decoder(nnx.Module):
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.dtype = DTYPES[cfg.dtype]
-    self.embed = nnx.Param(jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
-                           logical_axes=("vocab", "embed"))
+    self.embed = nnx.Param(
+      jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
+      logical_axes=("vocab", "embed"),
+    )
     self.position = positions.build(cfg.position, positions.Dims.of(cfg), rngs=rngs)
     remaps.check_scheme(cfg.remap, cfg.position.name)
     self.remap = remaps.build(cfg.remap, positions.Dims.of(cfg))
     self.pattern = patterns.build(cfg.attention.pattern)
+    self.nope_every = cfg.nope_every
+    # The NoPE blocks' hooks (identity) and remap (none); the positioned blocks' window.
+    self.identity = positions.Scheme()
+    self.no_remap = remaps.build(remaps.default_config("none"), positions.Dims.of(cfg))
+    window = (
+      functools.partial(patterns.sliding_window, window=cfg.position_window)
+      if cfg.position_window
+      else None
+    )
+    self.positioned_pattern = patterns.intersect(self.pattern, window)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-    self.head = None if cfg.tie_embeddings else _param(
-        rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
+    self.head = (
+      None
+      if cfg.tie_embeddings
+      else _param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
+    )
     self.chunk_size = cfg.attention.chunk_size
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
     size = self.cache_size()
     if size is not None and tokens_BxL.shape[1] != size:
-      raise ValueError(f"a model with a KV cache of {size} slots runs all of them at once "
-                       f"(prefill) or `decode` steps, not {tokens_BxL.shape[1]} tokens")
+      raise ValueError(
+        f"a model with a KV cache of {size} slots runs all of them at once "
+        f"(prefill) or `decode` steps, not {tokens_BxL.shape[1]} tokens"
+      )
     kernel = attention.get_kernel(kernel, self.chunk_size)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
-    plan = kernel.prepare(pos_BxL, seg_BxL, scheme=self.position, remap=self.remap,
-                          pattern=self.pattern)
-    return self.forward(tokens_BxL, pos_BxL, kernel, plan)
+    plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
+    return self.forward(tokens_BxL, pos_BxL, kernel, plans)
+
+  def has_positions(self, layer: int) -> bool:
+    """Whether block `layer` (from 0) gets the position signal: all but every nope_every-th."""
+    return not (self.nope_every and (layer + 1) % self.nope_every == 0)
+
+  def plans(self, prepare) -> tuple[attention.Plan, attention.Plan | None]:
+    """(the positioned blocks' plan, the NoPE blocks' plan or None when there are none).
+
+    `prepare` is a kernel's prepare with the positions bound; it gets scheme, remap, pattern.
+    """
+    plan = prepare(scheme=self.position, remap=self.remap, pattern=self.positioned_pattern)
+    if all(self.has_positions(i) for i in range(len(self.blocks))):
+      return plan, None
+    return plan, prepare(scheme=self.identity, remap=self.no_remap, pattern=self.pattern)
+
+  def layer_inputs(self, layer: int, plans) -> dict:
+    """The scheme and plan block `layer` attends with (its keyword arguments but the kernel)."""
+    plan, nope_plan = plans
+    if self.has_positions(layer):
+      return {"scheme": self.position, "plan": plan}
+    return {"scheme": self.identity, "plan": nope_plan}
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""
@@ -199,25 +286,33 @@ class Decoder(nnx.Module):
     """
     b, n = tokens_BxN.shape
     kernel = attention.get_kernel("dense", self.chunk_size)
-    plan = attention.prepare_step(start, n, self.cache_size(), b, scheme=self.position,
-                                  remap=self.remap, pattern=self.pattern)
+    plans = self.plans(functools.partial(attention.prepare_step, start, n, self.cache_size(), b))
     pos_BxN = jnp.broadcast_to(start + jnp.arange(n), (b, n))
-    return self.forward(tokens_BxN, pos_BxN, kernel, plan)
+    return self.forward(tokens_BxN, pos_BxN, kernel, plans)
 
-  def forward(self, tokens_BxL, pos_BxL, kernel, plan):
+  def forward(self, tokens_BxL, pos_BxL, kernel, plans):
     """Embeddings, blocks and head, for queries at the true positions `pos_BxL`, through a
-    `Kernel` object and its `plan` (analysis passes a kernel that records q and k)."""
+    `Kernel` object and its `plans` (`Decoder.plans`; analysis passes a kernel that records
+    q and k)."""
+    plan = plans[0]
     x_BxLxD = jnp.take(self.embed[...], tokens_BxL, axis=0)
     # Absolute schemes embed a one-branch remap's positions (remaps.check_scheme refuses the
     # several-branch remaps with them).
     embed_pos_BxL = plan.branches[0].q_pos if len(plan.branches) == 1 else pos_BxL
     x_BxLxD = self.position.embed(x_BxLxD, embed_pos_BxL).astype(self.dtype)
-    for block in self.blocks:
-      x_BxLxD = block(x_BxLxD, scheme=self.position, kernel=kernel, plan=plan)
+    for i, block in enumerate(self.blocks):
+      x_BxLxD = block(x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **self.layer_inputs(i, plans))
     x_BxLxD = self.final_norm(x_BxLxD)
     if self.head is None:
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5
     else:
       head_DxV = self.head[...]
-    return jnp.einsum("bld,dv->blv", x_BxLxD, head_DxV.astype(self.dtype),
-                      preferred_element_type=jnp.float32)
+    return jnp.einsum(
+      "bld,dv->blv", x_BxLxD, head_DxV.astype(self.dtype), preferred_element_type=jnp.float32
+    )
+
+
+def abstract(model_cfg):
+  """(graphdef, parameters) of a Decoder traced abstractly: shapes, dtypes and logical axes,
+  nothing allocated. The one trace prepare, the mesh check and evaluation variants share."""
+  return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))), nnx.Param)

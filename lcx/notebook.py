@@ -20,12 +20,15 @@ import pathlib
 
 import numpy as np
 
+from lcx import errors
+
 QUICKSTART_SCHEMES = ("nope", "rope", "alibi", "sinusoidal", "t5")
 
 
 def repo_root() -> pathlib.Path:
   """The directory holding the lcx package (the repository for an editable install)."""
   import lcx
+
   return pathlib.Path(lcx.__file__).resolve().parents[1]
 
 
@@ -48,7 +51,7 @@ def shown(path) -> str:
 def steps() -> int:
   value = os.environ.get("LCX_NOTEBOOK_STEPS", "300")
   if not value.isdigit() or int(value) < 1:
-    raise ValueError(f"LCX_NOTEBOOK_STEPS={value!r} must be a positive integer")
+    raise errors.not_allowed("LCX_NOTEBOOK_STEPS", value, "positive integers")
   return int(value)
 
 
@@ -61,12 +64,14 @@ def schemes() -> list[str]:
 def quiet() -> None:
   """Library logs (Orbax, TFDS, absl) at ERROR only: the notebook shows lcx's own lines."""
   from absl import logging
+
   logging.set_verbosity(logging.ERROR)
 
 
 def quickstart_config(scheme: str):
   """The quickstart's config for `scheme` with LCX_NOTEBOOK_STEPS (and _EVAL_TOKENS)."""
   from lcx import defaults
+
   config = defaults.quickstart_config(f"pos={scheme},steps={steps()}")
   tokens = os.environ.get("LCX_NOTEBOOK_EVAL_TOKENS")
   if tokens:
@@ -105,22 +110,30 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
   workdir = runs_dir() / scheme
   if not has_checkpoint(workdir):
     config = quickstart_config(scheme)
-    print(f"[notebook] training {scheme}: {config.train.steps} steps at length "
-          f"{config.data.seq_len} -> {shown(workdir)}", flush=True)
+    print(
+      f"[notebook] training {scheme}: {config.train.steps} steps at length "
+      f"{config.data.seq_len} -> {shown(workdir)}",
+      flush=True,
+    )
     with _at_repo_root(workdir) as where:
       interrupted = train.train(config, where).interrupted
     if interrupted:
       raise RuntimeError(f"training {scheme} was interrupted; run the cell again to resume")
-  missing = [v for v in variants_lib.names(variants or "")
-             if not (workdir / "eval" / variants_lib.file_name(v)).exists()]
+  missing = [
+    v
+    for v in variants_lib.names(variants or "")
+    if not (workdir / "eval" / variants_lib.file_name(v)).exists()
+  ]
   if missing:
     config = prepare.run_config(str(workdir))
     config.eval.variants = variants
     tokens = os.environ.get("LCX_NOTEBOOK_EVAL_TOKENS")
     if tokens:
       config.eval.num_tokens = int(tokens)
-    print(f"[notebook] evaluating {scheme} ({', '.join(missing)} missing) -> "
-          f"{shown(workdir / 'eval')}", flush=True)
+    print(
+      f"[notebook] evaluating {scheme} ({', '.join(missing)} missing) -> {shown(workdir / 'eval')}",
+      flush=True,
+    )
     with _at_repo_root(workdir) as where, contextlib.redirect_stdout(io.StringIO()):
       evaluate.evaluate(config, where)  # its progress goes to stderr; its tables are below
   return str(workdir)
@@ -131,16 +144,19 @@ def long_documents(config, length: int, count: int = 1, seed: int = 0) -> np.nda
   long (the evaluation's `documents=long` draw), one document per row."""
   from lcx import data
   from lcx.evaluate import samples
-  chosen = samples.select(data.validation_documents(config.data), "long", length, count * length,
-                          seed)
+
+  chosen = samples.select(
+    data.validation_documents(config.data), "long", length, count * length, seed
+  )
   return np.stack([s.inputs_N for s in chosen[:count]])
 
 
 def show(fig) -> None:
   """Displays a matplotlib figure as PNG and closes it (whatever backend is active: the report
   module switches to Agg)."""
-  from IPython.display import Image, display
   import matplotlib.pyplot as plt
+  from IPython.display import Image, display
+
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
   plt.close(fig)
@@ -151,9 +167,11 @@ def show_file(path) -> None:
   """Displays a PNG written by the report module's plot functions (nothing for None)."""
   if path:
     from IPython.display import Image, display
+
     display(Image(filename=str(path)))
 
 
 def markdown(text: str) -> None:
   from IPython.display import Markdown, display
+
   display(Markdown(text))

@@ -22,11 +22,11 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import checkpoint, config as config_lib, data, defaults, sharding
+from lcx import checkpoint, config as config_lib, data, defaults, model as model_lib, sharding
 from lcx.data import tokenizers
 from lcx.evaluate import variants
 from lcx.metrics import say
-from lcx.model import Decoder, is_variable
+from lcx.model import is_variable
 from lcx.positions import scaling as scaling_lib
 
 
@@ -63,18 +63,16 @@ def abstract_sharded(tree, mesh, rules):
     if isinstance(x, nnx.Variable):
       spec = sharding.logical_to_spec(x.get_metadata().get("logical_axes"), rules)
       value = x.get_value()
-      return x.replace(jax.ShapeDtypeStruct(value.shape, value.dtype,
-                                            sharding=jax.sharding.NamedSharding(mesh, spec)))
-    return jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                sharding=jax.sharding.NamedSharding(mesh, jax.P()))
+      return x.replace(
+        jax.ShapeDtypeStruct(
+          value.shape, value.dtype, sharding=jax.sharding.NamedSharding(mesh, spec)
+        )
+      )
+    return jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=jax.sharding.NamedSharding(mesh, jax.P())
+    )
 
   return jax.tree.map(one, tree, is_leaf=is_variable)
-
-
-def _model(model_cfg, mesh, rules):
-  graphdef, params = nnx.split(
-      nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))), nnx.Param)
-  return graphdef, abstract_sharded(params, mesh, rules)
 
 
 def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Prepared:
@@ -84,16 +82,19 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   checked against its source, and `init_from` of the result says where parameters come from.
   """
   config = with_scaling_file(config)
-  config_lib.validate(config)
+  # config_lib.validate's checks, before any data is read, sharing the one model trace
+  config_lib.check_fields(config)
+  config = config_lib.resolve(config, data.vocab_size(config.data))  # the tokenizer's, unloaded
+  graphdef, params = model_lib.abstract(config.model)
+  config_lib.check_mesh(config, jax.device_count(), params)
   data.open_source(config.data)  # a missing corpus fails here, before anything is written
   tokenizer = data.get_tokenizer(config.data)
-  config = config_lib.resolve(config, tokenizer.vocab_size)
   source = source_cfg = None
   if workdir is not None and config.train.init_from:
     source, source_cfg = _init_from(config, workdir, tokenizer)
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.rules_from_config(config.sharding)
-  graphdef, abstract_params = _model(config.model, mesh, rules)
+  abstract_params = abstract_sharded(params, mesh, rules)
   if source is not None:
     _check_source(config, abstract_params, source, source_cfg)
   return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source)
@@ -107,9 +108,11 @@ def with_scaling_file(config: ml_collections.ConfigDict) -> ml_collections.Confi
   if not path:
     return config
   if "scaling" not in config.model.position:
-    raise ValueError(f"train.scaling_file={path!r} is not allowed with model.position.name="
-                     f"{config.model.position.name!r}; allowed: a rotary scheme (it has a "
-                     "scaling)")
+    raise ValueError(
+      f"train.scaling_file={path!r} is not allowed with model.position.name="
+      f"{config.model.position.name!r}; allowed: a rotary scheme (it has a "
+      "scaling)"
+    )
   try:
     scaling = scaling_lib.read_hf_scaling(path)
   except ValueError as error:
@@ -118,9 +121,12 @@ def with_scaling_file(config: ml_collections.ConfigDict) -> ml_collections.Confi
 
 
 def for_variant(prepared: Prepared, config: ml_collections.ConfigDict) -> Prepared:
-  """`prepared` with an evaluation variant's config (eval-time fields changed only)."""
-  graphdef, _ = _model(config.model, prepared.mesh, prepared.rules)
-  return dataclasses.replace(prepared, config=config, graphdef=graphdef)
+  """`prepared` with an evaluation variant's config (eval-time fields changed only): the model
+  is traced again only when a model field changed (scaling, remap, pattern)."""
+  if config.model.to_dict() != prepared.config.model.to_dict():
+    graphdef, _ = model_lib.abstract(config.model)
+    prepared = dataclasses.replace(prepared, graphdef=graphdef)
+  return dataclasses.replace(prepared, config=config)
 
 
 def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
@@ -132,8 +138,9 @@ def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
       raise FileNotFoundError(f"no checkpoint in {ckpt.directory}; train first (--mode=train)")
     step = steps[-1] if step is None else step
     if step not in steps:
-      raise ValueError(f"--eval_step={step}: no checkpoint at that step in {ckpt.directory}; "
-                       f"steps there: {steps}")
+      raise ValueError(
+        f"--eval_step={step}: no checkpoint at that step in {ckpt.directory}; steps there: {steps}"
+      )
     return step, ckpt.meta(step)
   finally:
     ckpt.close()
@@ -141,15 +148,20 @@ def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
 
 def check_tokenizer(meta: dict, tokenizer, what: str = "the checkpoint") -> None:
   """ValueError unless `tokenizer` is the one the checkpoint (`meta`) was trained with."""
-  trained, given = (tokenizers.identity(meta["tokenizer"]),
-                    tokenizers.identity(tokenizer.metadata()))
+  trained, given = (
+    tokenizers.identity(meta["tokenizer"]),
+    tokenizers.identity(tokenizer.metadata()),
+  )
   if trained != given:
-    raise ValueError(f"{what} was trained with tokenizer {trained}, data.* gives "
-                     f"{given}: set data.tokenizer, data.vocab_size, data.seed and the "
-                     "corpus (data.name and its fields) as in training")
+    raise ValueError(
+      f"{what} was trained with tokenizer {trained}, data.* gives "
+      f"{given}: set data.tokenizer, data.vocab_size, data.seed and the "
+      "corpus (data.name and its fields) as in training"
+    )
 
 
 # --- Fine-tuning: train.init_from=DIR[@STEP]. ---
+
 
 def parse_init_from(value: str) -> tuple[str, int | None]:
   """`DIR[@STEP]` -> (DIR, STEP or None); the text after the last '@' must be an integer."""
@@ -157,8 +169,9 @@ def parse_init_from(value: str) -> tuple[str, int | None]:
   if not at:
     return value, None
   if not step.isdigit():
-    raise ValueError(f"train.init_from={value!r}: the step after '@' must be an integer "
-                     "(DIR or DIR@STEP)")
+    raise ValueError(
+      f"train.init_from={value!r}: the step after '@' must be an integer (DIR or DIR@STEP)"
+    )
   return workdir, int(step)
 
 
@@ -170,15 +183,18 @@ def _source(value: str) -> tuple[Source, dict]:
   if not os.path.isdir(where):
     raise ValueError(f"train.init_from={value!r}: no such directory {where}")
   if checkpoint.latest_step(where) is None:
-    raise ValueError(f"train.init_from={value!r}: no checkpoint in {where}/checkpoints; "
-                     "train the source run first")
+    raise ValueError(
+      f"train.init_from={value!r}: no checkpoint in {where}/checkpoints; train the source run first"
+    )
   ckpt = checkpoint.Checkpointer(where, every=1, keep=1)
   try:
     steps = sorted(ckpt.manager.all_steps())
     step = steps[-1] if step is None else step
     if step not in steps:
-      raise ValueError(f"train.init_from={value!r}: no checkpoint at step {step} in "
-                       f"{ckpt.directory}; steps there: {steps}")
+      raise ValueError(
+        f"train.init_from={value!r}: no checkpoint at step {step} in "
+        f"{ckpt.directory}; steps there: {steps}"
+      )
     return Source(where, step), ckpt.meta(step)
   finally:
     ckpt.close()
@@ -209,8 +225,10 @@ def _init_from(config, workdir: str, tokenizer) -> tuple[Source | None, dict | N
   if own is not None:
     _, meta = checkpoint_meta(workdir, own)
     recorded = meta["config"]
-    say(f"train.init_from={config.train.init_from!r} not used: {workdir} holds its own "
-        f"checkpoint (step {own}), training resumes from it")
+    say(
+      f"train.init_from={config.train.init_from!r} not used: {workdir} holds its own "
+      f"checkpoint (step {own}), training resumes from it"
+    )
     config.train.init_from = recorded["train"].get("init_from", "")
     scaling = recorded["model"]["position"].get("scaling") or {}
     _set_original_length(config, scaling.get(scaling_lib.LENGTH))
@@ -220,9 +238,11 @@ def _init_from(config, workdir: str, tokenizer) -> tuple[Source | None, dict | N
   source_cfg = meta["config"]
   name, source_name = config.model.position.name, source_cfg["model"]["position"]["name"]
   if name != source_name and not config.train.init_from_any_scheme:
-    raise ValueError(f"model.position.name={name!r} differs from the source's {source_name!r} "
-                     f"(train.init_from={config.train.init_from!r}); set "
-                     "train.init_from_any_scheme=True to fine-tune into another scheme")
+    raise ValueError(
+      f"model.position.name={name!r} differs from the source's {source_name!r} "
+      f"(train.init_from={config.train.init_from!r}); set "
+      "train.init_from_any_scheme=True to fine-tune into another scheme"
+    )
   _set_original_length(config, source_cfg["model"]["max_len"])
   config.train.init_from = f"{source.workdir}@{source.step}"
   return source, source_cfg
@@ -233,32 +253,41 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
   fine-tuning may change: data.seq_len, model.max_len, eval-time fields, and with
   train.init_from_any_scheme the position scheme."""
   from lcx.evaluate import variants  # lcx.evaluate imports this module
+
   where = f"train.init_from={config.train.init_from!r}"
   ckpt = checkpoint.Checkpointer(source.workdir, every=1, keep=1)
   try:
     theirs = ckpt.param_shapes(source.step)
   finally:
     ckpt.close()
-  ours = {checkpoint.dotted(path): tuple(var.get_value().shape)
-          for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)}
+  ours = {
+    checkpoint.dotted(path): tuple(var.get_value().shape)
+    for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)
+  }
   for name in sorted(set(ours) | set(theirs)):
     if ours.get(name) != theirs.get(name):
-      shape = lambda s: "missing" if s is None else str(s)
-      raise ValueError(f"{where}: parameter {name} has shape {shape(theirs.get(name))} in the "
-                       f"source and {shape(ours.get(name))} in this config; the model's shape "
-                       "fields (model.d_model, num_layers, num_heads, num_kv_heads, head_dim, "
-                       "mlp, mlp_dim, tie_embeddings, vocabulary, a learned table's length) "
-                       "must be the source's")
+      theirs_shape, ours_shape = (
+        "missing" if s is None else str(s) for s in (theirs.get(name), ours.get(name))
+      )
+      raise ValueError(
+        f"{where}: parameter {name} has shape {theirs_shape} in the "
+        f"source and {ours_shape} in this config; the model's shape "
+        "fields (model.d_model, num_layers, num_heads, num_kv_heads, head_dim, "
+        "mlp, mlp_dim, tie_embeddings, vocabulary, a learned table's length) "
+        "must be the source's"
+      )
   may_change = variants.EVAL_TIME + ("data.seq_len", "model.max_len")
   if config.train.init_from_any_scheme:
     may_change += ("model.position",)
   differs = variants.trained_difference(config.to_dict(), source_cfg, may_change)
   if differs:
     field, given, saved = differs
-    raise ValueError(f"{field}={given!r} differs from the source's {saved!r} ({where}): "
-                     "fine-tuning may change only data.seq_len (model.max_len follows), "
-                     f"eval-time fields ({', '.join(variants.EVAL_TIME)}) and, with "
-                     "train.init_from_any_scheme=True, model.position")
+    raise ValueError(
+      f"{field}={given!r} differs from the source's {saved!r} ({where}): "
+      "fine-tuning may change only data.seq_len (model.max_len follows), "
+      f"eval-time fields ({', '.join(variants.EVAL_TIME)}) and, with "
+      "train.init_from_any_scheme=True, model.position"
+    )
 
 
 def restore_params(prepared: Prepared, workdir: str, step: int):
@@ -272,14 +301,18 @@ def restore_params(prepared: Prepared, workdir: str, step: int):
 
 # --- A run's own config: evaluation, generation and the LongRoPE search start from it. ---
 
+
 def _update(target: ml_collections.ConfigDict, saved: dict, where: str = "") -> None:
   """Writes `saved` into `target` field by field, keeping target's types (placeholders, tuples).
 
   A field the current defaults no longer have is kept as saved (old runs stay readable).
   """
   for key, value in saved.items():
-    if isinstance(value, dict) and key in target and isinstance(
-        target[key], ml_collections.ConfigDict):
+    if (
+      isinstance(value, dict)
+      and key in target
+      and isinstance(target[key], ml_collections.ConfigDict)
+    ):
       _update(target[key], value, f"{where}{key}.")
     elif key in target:
       target[key] = tuple(value) if isinstance(value, list) else value
@@ -297,15 +330,20 @@ def run_config(workdir: str) -> ml_collections.ConfigDict:
   """
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
-    raise ValueError(f"--workdir={workdir}: no config.json there (not an lcx run directory); "
-                     "train first, or pass --config")
+    raise ValueError(
+      f"--workdir={workdir}: no config.json there (not an lcx run directory); "
+      "train first, or pass --config"
+    )
   with open(path) as f:
     saved = json.load(f)
   config = defaults.get_config(f"pos={saved['model']['position']['name']}")
-  from lcx.positions import patterns, remaps  # registries, for the sub-dicts' defaults
+  from lcx import patterns  # registries, for the sub-dicts' defaults
+  from lcx.positions import remaps
+
   config.model.remap = remaps.default_config(saved["model"]["remap"]["name"])
   config.model.attention.pattern = patterns.default_config(
-      saved["model"]["attention"]["pattern"]["name"])
+    saved["model"]["attention"]["pattern"]["name"]
+  )
   del config.model["max_len"]  # a reference to data.seq_len in the defaults; a value here
   config.model.max_len = saved["model"]["max_len"]
   _update(config, saved)

@@ -11,11 +11,14 @@ import time
 
 from absl import app, flags
 
-from lcx import defaults, evaluate, metrics, report, train
+from lcx import cli, defaults, evaluate, metrics, prepare, report, train
 
 flags.DEFINE_string("workdir", "runs/quickstart", "Where the runs, table and plots go.")
-flags.DEFINE_list("schemes", ["sinusoidal", "rope", "alibi", "t5", "nope"],
-                  "Position schemes to compare (absolute, rotary, bias and no positions).")
+flags.DEFINE_list(
+  "schemes",
+  ["sinusoidal", "rope", "alibi", "t5", "nope"],
+  "Position schemes to compare (absolute, rotary, bias and no positions).",
+)
 flags.DEFINE_integer("steps", 300, "Training steps per scheme.")
 flags.DEFINE_integer("eval_tokens", 32768, "Validation tokens scored at every length.")
 FLAGS = flags.FLAGS
@@ -24,18 +27,26 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   metrics.quiet_libraries()
-  start, results = time.perf_counter(), []
-  for i, scheme in enumerate(FLAGS.schemes, 1):
-    config = defaults.quickstart_config(f"pos={scheme},steps={FLAGS.steps}")
-    config.eval.num_tokens = FLAGS.eval_tokens
-    workdir = os.path.join(FLAGS.workdir, scheme)
-    print(f"== [{i}/{len(FLAGS.schemes)}] {scheme}: training {config.train.steps} steps at "
-          f"length {config.data.seq_len} -> {workdir} ({time.perf_counter() - start:.0f} s "
-          "so far)", flush=True)
-    if train.train(config, workdir).interrupted:
+  start, results, runs = time.perf_counter(), [], []
+  try:  # every scheme's config is checked (and prepared) before the first one trains
+    for scheme in FLAGS.schemes:
+      config = defaults.quickstart_config(f"pos={scheme},steps={FLAGS.steps}")
+      config.eval.num_tokens = FLAGS.eval_tokens
+      workdir = os.path.join(FLAGS.workdir, scheme)
+      runs.append((scheme, config, workdir, prepare.prepare(config, workdir)))
+  except ValueError as error:
+    cli.fail(str(error))
+  for i, (scheme, config, workdir, prepared) in enumerate(runs, 1):
+    print(
+      f"== [{i}/{len(FLAGS.schemes)}] {scheme}: training {config.train.steps} steps at "
+      f"length {config.data.seq_len} -> {workdir} ({time.perf_counter() - start:.0f} s "
+      "so far)",
+      flush=True,
+    )
+    if train.train(config, workdir, prepared).interrupted:
       print("== stopped early (SIGTERM): run the same command again to resume", flush=True)
       return
-    results.append(evaluate.evaluate(config, workdir)["none"])
+    results.append(evaluate.evaluate(config, workdir, prepared=prepared)["none"])
   written = report.write(results, FLAGS.workdir, title="quickstart: one tiny model per family")
   print("\n" + report.length_tables(results))
   print(f"\nreport: {written['report']}")
@@ -44,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -19,20 +19,52 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+from lcx import errors
+
 SCHEMA = "lcx.eval/1"
 KINDS = ("lengths", "tasks", "passkey")
 # Keys each kind must have (beyond the common ones) for the report to render it.
 COMMON_KEYS = ("schema", "kind", "run", "variant", "step", "train_len")
-KIND_KEYS = {"lengths": ("protocol", "lengths"), "tasks": ("task", "train_sizes", "buckets"),
-             "passkey": ("lengths", "depths", "cells")}
-PLOTS = {"perplexity": "perplexity.png", "loss_by_position": "loss_by_position.png",
-         "variants": "variants.png", "tasks": "tasks.png", "passkey": "passkey.png"}
-CSV_COLUMNS = ("run", "variant", "step", "kind", "scheme", "train_len", "protocol", "documents",
-               "task", "length", "position_start", "position_end", "bucket", "depth", "metric",
-               "value", "ci_lo", "ci_hi", "tokens", "num_documents", "examples", "note")
+KIND_KEYS = {
+  "lengths": ("protocol", "lengths"),
+  "tasks": ("task", "train_sizes", "buckets"),
+  "passkey": ("lengths", "depths", "cells"),
+}
+PLOTS = {
+  "perplexity": "perplexity.png",
+  "loss_by_position": "loss_by_position.png",
+  "variants": "variants.png",
+  "tasks": "tasks.png",
+  "passkey": "passkey.png",
+}
+CSV_COLUMNS = (
+  "run",
+  "variant",
+  "step",
+  "kind",
+  "scheme",
+  "train_len",
+  "protocol",
+  "documents",
+  "task",
+  "length",
+  "position_start",
+  "position_end",
+  "bucket",
+  "depth",
+  "metric",
+  "value",
+  "ci_lo",
+  "ci_hi",
+  "tokens",
+  "num_documents",
+  "examples",
+  "note",
+)
 
 
 # --- Loading. ---
+
 
 def check(result: dict, where: str = "result") -> None:
   """Raises ValueError naming `where` unless `result` is an lcx result the report can render."""
@@ -44,19 +76,19 @@ def check(result: dict, where: str = "result") -> None:
     raise ValueError(f"{where}: lcx result lacks {', '.join(missing)}")
   kind = result["kind"]
   if kind not in KINDS:
-    raise ValueError(f"{where}: kind={kind!r}; allowed: {', '.join(KINDS)}")
+    raise errors.not_allowed(f"{where}: kind", kind, KINDS)
   missing = [k for k in KIND_KEYS[kind] if k not in result]
   if missing:
     raise ValueError(f"{where}: kind {kind!r} result lacks {', '.join(missing)}")
   if kind == "lengths":
     for n, entry in result["lengths"].items():
       if not n.isdigit() or not all(k in entry for k in ("loss", "perplexity")):
-        raise ValueError(f"{where}: lengths[{n!r}] needs a decimal length with loss and "
-                         "perplexity")
+        raise ValueError(f"{where}: lengths[{n!r}] needs a decimal length with loss and perplexity")
 
 
-def load(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
-         allow_empty: bool = False) -> list[dict]:
+def load(
+  paths: str | os.PathLike | Sequence[str | os.PathLike], *, allow_empty: bool = False
+) -> list[dict]:
   """Results from files, directories (every lcx result JSON below, recursively) and globs.
 
   A path that matches nothing, a named file that is not an lcx result, or (unless allow_empty)
@@ -113,14 +145,24 @@ def _results_below(directory: str) -> Iterable[tuple[str, dict]]:
 
 
 def _sort_key(r: dict) -> tuple:
-  return (str(r["run"]), r["variant"] != "none", str(r["variant"]), r["kind"],
-          str(r.get("task", "")), _protocol_key(r), str(r.get("workdir", "")), int(r["step"]))
+  return (
+    str(r["run"]),
+    r["variant"] != "none",
+    str(r["variant"]),
+    r["kind"],
+    str(r.get("task", "")),
+    _protocol_key(r),
+    str(r.get("workdir", "")),
+    int(r["step"]),
+  )
 
 
 # --- Formatting. ---
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
-                   align: str | None = None) -> str:
+
+def markdown_table(
+  header: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None
+) -> str:
   """The one table renderer: a pipe table padded so the plain text reads as a table too.
   `align`: a letter per column, l or r; default: the first column left, the rest right."""
   cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
@@ -128,11 +170,19 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
   align = align or "l" + "r" * (len(header) - 1)
 
   def line(row):
-    return "| " + " | ".join(c.ljust(w) if a == "l" else c.rjust(w)
-                             for c, w, a in zip(row, widths, align)) + " |"
+    return (
+      "| "
+      + " | ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align))
+      + " |"
+    )
 
-  rule = "|" + "|".join(":" + "-" * (w + 1) if a == "l" else "-" * (w + 1) + ":"
-                        for w, a in zip(widths, align)) + "|"
+  rule = (
+    "|"
+    + "|".join(
+      ":" + "-" * (w + 1) if a == "l" else "-" * (w + 1) + ":" for w, a in zip(widths, align)
+    )
+    + "|"
+  )
   return "\n".join([line(cells[0]), rule, *map(line, cells[1:])])
 
 
@@ -184,8 +234,10 @@ def describe_protocol(p: dict) -> str:
   if p.get("num_tokens"):
     text += f", {p['num_tokens']} tokens per length"
   if p.get("bootstrap"):
-    text += (f", {p.get('confidence', 0.95) * 100:g}% bootstrap CI over documents "
-             f"({p['bootstrap']} resamples, seed {p.get('seed', 0)})")
+    text += (
+      f", {p.get('confidence', 0.95) * 100:g}% bootstrap CI over documents "
+      f"({p['bootstrap']} resamples, seed {p.get('seed', 0)})"
+    )
   return text
 
 
@@ -210,8 +262,7 @@ def _length_group_key(r):
   return (_protocol_key(r), r["train_len"])
 
 
-def length_table(results: Sequence[dict], metric: str = "perplexity", *,
-                 row_label=label) -> str:
+def length_table(results: Sequence[dict], metric: str = "perplexity", *, row_label=label) -> str:
   """One protocol group: a row per result, a column per eval length, `value [lo, hi]` cells.
   `metric`: perplexity | loss | bits_per_byte. Skipped lengths say so; reasons below."""
   fmt = _ppl if metric == "perplexity" else _f3
@@ -228,23 +279,35 @@ def length_table(results: Sequence[dict], metric: str = "perplexity", *,
         row.append("skipped" if n in r.get("skipped", {}) else "-")
     rows.append(row)
   head = ["run/variant" if row_label is label else "variant"] + [
-      _times(n, train_len) for n in lengths]
+    _times(n, train_len) for n in lengths
+  ]
   counts = "; ".join(
-      f"{n}: {_span(r['lengths'].get(str(n), {}).get('tokens') for r in results)} tokens, "
-      f"{_span(r['lengths'].get(str(n), {}).get('documents') for r in results)} documents"
-      for n in lengths)
-  skips = [f"- {row_label(r)} at {n}: skipped: {why}" for r in results
-           for n, why in sorted(r.get("skipped", {}).items(), key=lambda kv: int(kv[0]))]
-  lines = [f"{describe_protocol(results[0].get('protocol'))}; train length {train_len}.",
-           f"Per length: {counts}.", "", markdown_table(head, rows)]
+    f"{n}: {_span(r['lengths'].get(str(n), {}).get('tokens') for r in results)} tokens, "
+    f"{_span(r['lengths'].get(str(n), {}).get('documents') for r in results)} documents"
+    for n in lengths
+  )
+  skips = [
+    f"- {row_label(r)} at {n}: skipped: {why}"
+    for r in results
+    for n, why in sorted(r.get("skipped", {}).items(), key=lambda kv: int(kv[0]))
+  ]
+  lines = [
+    f"{describe_protocol(results[0].get('protocol'))}; train length {train_len}.",
+    f"Per length: {counts}.",
+    "",
+    markdown_table(head, rows),
+  ]
   return "\n".join(lines + ([""] + skips if skips else []))
 
 
 def length_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   """(a)/(b): every "lengths" result, one table per protocol (and training length)."""
-  chosen = [r for r in _lengths_results(results)
-            if metric != "bits_per_byte" or any(e.get("bits_per_byte") is not None
-                                                for e in r["lengths"].values())]
+  chosen = [
+    r
+    for r in _lengths_results(results)
+    if metric != "bits_per_byte"
+    or any(e.get("bits_per_byte") is not None for e in r["lengths"].values())
+  ]
   return "\n\n".join(length_table(g, metric) for g in _groups(chosen, _length_group_key))
 
 
@@ -255,8 +318,10 @@ def variant_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
     if len({r["variant"] for r in run_results}) < 2:
       continue
     for group in _groups(run_results, _length_group_key):
-      out.append(f"### {group[0]['run']}\n\n" +
-                 length_table(group, metric, row_label=lambda r: str(r["variant"])))
+      out.append(
+        f"### {group[0]['run']}\n\n"
+        + length_table(group, metric, row_label=lambda r: str(r["variant"]))
+      )
   return "\n\n".join(out)
 
 
@@ -285,14 +350,22 @@ def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
       row = [f"{stem}/{variant}", seeds]
       for n in map(str, lengths):
         values = [r["lengths"][n][metric] for r in rs if n in r["lengths"]]
-        row.append(_cell(sum(values) / len(values), [min(values), max(values)], fmt)
-                   if len(values) == len(rs) else "-")
+        row.append(
+          _cell(sum(values) / len(values), [min(values), max(values)], fmt)
+          if len(values) == len(rs)
+          else "-"
+        )
       rows.append(row)
     train_len = group[0]["train_len"]
-    out.append(f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. "
-               f"Cells: mean over seeds [min, max across seeds].\n\n" + markdown_table(
-                   ["runs/variant", "seeds"] + [_times(n, train_len) for n in lengths], rows,
-                   align="ll" + "r" * len(lengths)))
+    out.append(
+      f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. "
+      f"Cells: mean over seeds [min, max across seeds].\n\n"
+      + markdown_table(
+        ["runs/variant", "seeds"] + [_times(n, train_len) for n in lengths],
+        rows,
+        align="ll" + "r" * len(lengths),
+      )
+    )
   return "\n\n".join(out)
 
 
@@ -303,22 +376,31 @@ def _longest(r: dict) -> str:
 def position_tables(results: Sequence[dict]) -> str:
   """Loss per position bucket at each result's longest length: where past-L context hurts."""
   out = []
-  chosen = [r for r in _lengths_results(results) if r["lengths"] and
-            r["lengths"][_longest(r)].get("loss_by_position")]
+  chosen = [
+    r
+    for r in _lengths_results(results)
+    if r["lengths"] and r["lengths"][_longest(r)].get("loss_by_position")
+  ]
   for group in _groups(chosen, _length_group_key):
-    spans = sorted({(b["start"], b["end"]) for r in group
-                    for b in r["lengths"][_longest(r)]["loss_by_position"]})
+    spans = sorted(
+      {(b["start"], b["end"]) for r in group for b in r["lengths"][_longest(r)]["loss_by_position"]}
+    )
     rows = []
     for r in group:
       by_span = {(b["start"], b["end"]): b for b in r["lengths"][_longest(r)]["loss_by_position"]}
-      rows.append([label(r), _longest(r)] + [
+      rows.append(
+        [label(r), _longest(r)]
+        + [
           _cell(by_span[s]["loss"], by_span[s].get("loss_ci"), _f3) if s in by_span else "-"
-          for s in spans])
+          for s in spans
+        ]
+      )
     head = ["run/variant", "length"] + [f"[{a}, {b})" for a, b in spans]
-    out.append(f"{describe_protocol(group[0].get('protocol'))}; train length "
-               f"{group[0]['train_len']}. Loss (nats/token) by position p (tokens of context "
-               f"before the target), at each result's longest length.\n\n"
-               + markdown_table(head, rows))
+    out.append(
+      f"{describe_protocol(group[0].get('protocol'))}; train length "
+      f"{group[0]['train_len']}. Loss (nats/token) by position p (tokens of context "
+      f"before the target), at each result's longest length.\n\n" + markdown_table(head, rows)
+    )
   return "\n\n".join(out)
 
 
@@ -340,24 +422,42 @@ def task_tables(results: Sequence[dict]) -> str:
   chosen = [r for r in results if r["kind"] == "tasks"]
   for group in _groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
     buckets = sorted({b for r in group for b in r["buckets"]}, key=_bucket_order)
-    rows = [[label(r)] + [_accuracy_cell(r["buckets"][b]) if b in r["buckets"] else "-"
-                          for b in buckets] for r in group]
+    rows = [
+      [label(r)] + [_accuracy_cell(r["buckets"][b]) if b in r["buckets"] else "-" for b in buckets]
+      for r in group
+    ]
     low, high = group[0]["train_sizes"]
-    examples = "; ".join(f"{b}: {_span(r['buckets'].get(b, {}).get('examples') for r in group)}"
-                         for b in buckets)
-    skips = [f"- {label(r)} sizes {b}: skipped: {r['buckets'][b]['skipped']}"
-             for r in group for b in buckets if r["buckets"].get(b, {}).get("skipped")]
-    out.append("\n".join([f"Task {group[0]['task']}: exact match by task size, 95% CI; trained "
-                          f"on sizes {low}-{high}. Examples per bucket: {examples}.", "",
-                          markdown_table(["run/variant"] + buckets, rows)]
-                         + ([""] + skips if skips else [])))
+    examples = "; ".join(
+      f"{b}: {_span(r['buckets'].get(b, {}).get('examples') for r in group)}" for b in buckets
+    )
+    skips = [
+      f"- {label(r)} sizes {b}: skipped: {r['buckets'][b]['skipped']}"
+      for r in group
+      for b in buckets
+      if r["buckets"].get(b, {}).get("skipped")
+    ]
+    out.append(
+      "\n".join(
+        [
+          f"Task {group[0]['task']}: exact match by task size, 95% CI; trained "
+          f"on sizes {low}-{high}. Examples per bucket: {examples}.",
+          "",
+          markdown_table(["run/variant"] + buckets, rows),
+        ]
+        + ([""] + skips if skips else [])
+      )
+    )
     for r in group:
       if r.get("depths"):
         depths = sorted(r["depths"], key=float)
-        rows = [[f"depth {d}"] + [_accuracy_cell(r["depths"][d].get(b, {})) for b in buckets]
-                for d in depths]
-        out.append(f"{label(r)}: {r['task']} exact match by needle depth and size\n\n"
-                   + markdown_table(["depth"] + buckets, rows))
+        rows = [
+          [f"depth {d}"] + [_accuracy_cell(r["depths"][d].get(b, {})) for b in buckets]
+          for d in depths
+        ]
+        out.append(
+          f"{label(r)}: {r['task']} exact match by needle depth and size\n\n"
+          + markdown_table(["depth"] + buckets, rows)
+        )
   return "\n\n".join(out)
 
 
@@ -365,15 +465,18 @@ def system(r: dict) -> str:
   """What a task result ranks as: its run name without the task (`copy-alibi-s1` -> `alibi`)
   and seed suffix, joined with its variant unless `none` (sweeps name runs TASK-LABEL-sSEED)."""
   name = re.sub(r"-s\d+$", "", r["run"])
-  name = name[len(r["task"]) + 1:] if name.startswith(r["task"] + "-") else name
+  name = name[len(r["task"]) + 1 :] if name.startswith(r["task"] + "-") else name
   return name if r.get("variant", "none") == "none" else f"{name}/{r['variant']}"
 
 
 def extrapolation_accuracy(r: dict) -> float | None:
   """Mean exact match over the size buckets past the training sizes (None: none scored)."""
   high = r["train_sizes"][1]
-  scores = [b["accuracy"] for name, b in r["buckets"].items()
-            if b.get("accuracy") is not None and _bucket_order(name)[0] > high]
+  scores = [
+    b["accuracy"]
+    for name, b in r["buckets"].items()
+    if b.get("accuracy") is not None and _bucket_order(name)[0] > high
+  ]
   return sum(scores) / len(scores) if scores else None
 
 
@@ -384,8 +487,7 @@ def rank_tables(results: Sequence[dict]) -> str:
   scores = {}  # task -> system -> [accuracy per seed]
   for r in results:
     if r["kind"] == "tasks" and extrapolation_accuracy(r) is not None:
-      scores.setdefault(r["task"], {}).setdefault(system(r), []).append(
-          extrapolation_accuracy(r))
+      scores.setdefault(r["task"], {}).setdefault(system(r), []).append(extrapolation_accuracy(r))
   tasks = sorted(t for t, by in scores.items() if len(by) >= 2)
   systems = sorted({s for t in tasks for s in scores[t]})
   if len(tasks) < 2 or len(systems) < 2:
@@ -399,11 +501,15 @@ def rank_tables(results: Sequence[dict]) -> str:
         reciprocal.setdefault(s, []).append(1 / (1 + sum(v > mean[t, s] for v in values)))
   mrr = {s: sum(v) / len(tasks) for s, v in reciprocal.items()}  # a missing task counts 0
   order = sorted(systems, key=lambda s: (-mrr.get(s, 0.0), s))
-  rows = [[s, f"{mrr.get(s, 0.0):.3f}"] + [_f3(mean[t, s]) if (t, s) in mean else "-"
-                                            for t in tasks] for s in order]
-  return ("Mean reciprocal rank across tasks of each system's exact match on sizes past "
-          "training (mean over seeds and over those size buckets), and that exact match per "
-          "task.\n\n" + markdown_table(["system", "MRR"] + tasks, rows))
+  rows = [
+    [s, f"{mrr.get(s, 0.0):.3f}"] + [_f3(mean[t, s]) if (t, s) in mean else "-" for t in tasks]
+    for s in order
+  ]
+  return (
+    "Mean reciprocal rank across tasks of each system's exact match on sizes past "
+    "training (mean over seeds and over those size buckets), and that exact match per "
+    "task.\n\n" + markdown_table(["system", "MRR"] + tasks, rows)
+  )
 
 
 def passkey_tables(results: Sequence[dict]) -> str:
@@ -413,26 +519,31 @@ def passkey_tables(results: Sequence[dict]) -> str:
     depths = sorted({float(d) for d in r["depths"]})
     lengths = sorted({int(n) for n in r["lengths"]})
     cells = {(int(c["length"]), float(c["depth"])): c for c in r["cells"]}
-    rows = [[_times(n, r["train_len"])] + [_f3(cells[n, d]["accuracy"]) if (n, d) in cells
-                                           else "-" for d in depths] for n in lengths]
+    rows = [
+      [_times(n, r["train_len"])]
+      + [_f3(cells[n, d]["accuracy"]) if (n, d) in cells else "-" for d in depths]
+      for n in lengths
+    ]
     examples = _span(c.get("examples") for c in r["cells"])
-    out.append(f"{label(r)}: passkey retrieval accuracy by length and needle depth; train "
-               f"length {r['train_len']}; {examples} examples per cell.\n\n"
-               + markdown_table(["length"] + [f"depth {d:g}" for d in depths], rows))
+    out.append(
+      f"{label(r)}: passkey retrieval accuracy by length and needle depth; train "
+      f"length {r['train_len']}; {examples} examples per cell.\n\n"
+      + markdown_table(["length"] + [f"depth {d:g}" for d in depths], rows)
+    )
   return "\n\n".join(out)
 
 
 def sections(results: Sequence[dict]) -> list[tuple[str, str, str | None]]:
   """(heading, markdown, plot key) for every table that has data, in report order."""
   candidates = [
-      ("Perplexity by evaluation length", length_tables(results), "perplexity"),
-      ("Bits per byte by evaluation length", length_tables(results, "bits_per_byte"), None),
-      ("Perplexity across seeds", seed_tables(results), None),
-      ("Variants by evaluation length, per run", variant_tables(results), "variants"),
-      ("Loss by position", position_tables(results), "loss_by_position"),
-      ("Task exact match by size", task_tables(results), "tasks"),
-      ("Ranking across tasks", rank_tables(results), None),
-      ("Passkey retrieval", passkey_tables(results), "passkey"),
+    ("Perplexity by evaluation length", length_tables(results), "perplexity"),
+    ("Bits per byte by evaluation length", length_tables(results, "bits_per_byte"), None),
+    ("Perplexity across seeds", seed_tables(results), None),
+    ("Variants by evaluation length, per run", variant_tables(results), "variants"),
+    ("Loss by position", position_tables(results), "loss_by_position"),
+    ("Task exact match by size", task_tables(results), "tasks"),
+    ("Ranking across tasks", rank_tables(results), None),
+    ("Passkey retrieval", passkey_tables(results), "passkey"),
   ]
   return [(h, body, plot) for h, body, plot in candidates if body]
 
@@ -447,27 +558,53 @@ def _short_protocol(r: dict) -> str:
   if r["kind"] != "lengths":
     return f"task {r['task']}" if r["kind"] == "tasks" else "passkey"
   p = r.get("protocol") or {}
-  extra = (f" stride {p.get('stride')}" if p.get("protocol") == "sliding" else
-           f" last {p.get('last_k')}" if p.get("protocol") == "last_k" else "")
+  extra = (
+    f" stride {p.get('stride')}"
+    if p.get("protocol") == "sliding"
+    else f" last {p.get('last_k')}"
+    if p.get("protocol") == "last_k"
+    else ""
+  )
   return f"{p.get('protocol', '?')}/{p.get('documents', '?')}{extra}"
 
 
 def _index_table(results: Sequence[dict]) -> str:
-  rows = [[r["run"], str(r["variant"]), r["kind"], str(r["step"]), str(r.get("scheme", "-")),
-           str(r.get("remap", "-")), str(r["train_len"]), _short_protocol(r)] for r in results]
-  return markdown_table(["run", "variant", "kind", "step", "scheme", "remap", "train length",
-                         "protocol"], rows, align="lllrllrl")
+  rows = [
+    [
+      r["run"],
+      str(r["variant"]),
+      r["kind"],
+      str(r["step"]),
+      str(r.get("scheme", "-")),
+      str(r.get("remap", "-")),
+      str(r["train_len"]),
+      _short_protocol(r),
+    ]
+    for r in results
+  ]
+  return markdown_table(
+    ["run", "variant", "kind", "step", "scheme", "remap", "train length", "protocol"],
+    rows,
+    align="lllrllrl",
+  )
 
 
 # --- CSV. ---
+
 
 def csv_rows(results: Sequence[dict]) -> list[dict]:
   """Tidy long format: one row per result x measurement (length, position bucket, size bucket,
   depth, passkey cell) x metric; unused columns empty."""
   out = []
   for r in results:
-    base = {"run": r["run"], "variant": r["variant"], "step": r["step"], "kind": r["kind"],
-            "scheme": r.get("scheme", ""), "train_len": r["train_len"]}
+    base = {
+      "run": r["run"],
+      "variant": r["variant"],
+      "step": r["step"],
+      "kind": r["kind"],
+      "scheme": r.get("scheme", ""),
+      "train_len": r["train_len"],
+    }
     if r["kind"] == "lengths":
       p = r.get("protocol") or {}
       base.update(protocol=p.get("protocol", ""), documents=p.get("documents", ""))
@@ -476,18 +613,31 @@ def csv_rows(results: Sequence[dict]) -> list[dict]:
         counts = {"tokens": e.get("tokens"), "num_documents": e.get("documents")}
         for metric in ("loss", "perplexity", "bits_per_byte"):
           if e.get(metric) is not None:
-            out.append(_row(base, length=n, metric=metric, value=e[metric],
-                            ci=e.get(f"{metric}_ci"), **counts))
+            out.append(
+              _row(
+                base, length=n, metric=metric, value=e[metric], ci=e.get(f"{metric}_ci"), **counts
+              )
+            )
         for b in e.get("loss_by_position", []):
-          out.append(_row(base, length=n, position_start=b["start"], position_end=b["end"],
-                          metric="loss_by_position", value=b["loss"], ci=b.get("loss_ci"),
-                          tokens=b.get("tokens")))
+          out.append(
+            _row(
+              base,
+              length=n,
+              position_start=b["start"],
+              position_end=b["end"],
+              metric="loss_by_position",
+              value=b["loss"],
+              ci=b.get("loss_ci"),
+              tokens=b.get("tokens"),
+            )
+          )
       for n, why in sorted(r.get("skipped", {}).items(), key=lambda kv: int(kv[0])):
         out.append(_row(base, length=n, metric="skipped", note=why))
     elif r["kind"] == "tasks":
       base["task"] = r["task"]
-      cuts = [("", r["buckets"])] + [(d, r["depths"][d]) for d in sorted(r.get("depths") or {},
-                                                                         key=float)]
+      cuts = [("", r["buckets"])] + [
+        (d, r["depths"][d]) for d in sorted(r.get("depths") or {}, key=float)
+      ]
       for depth, buckets in cuts:
         for name in sorted(buckets, key=_bucket_order):
           b = buckets[name]
@@ -495,14 +645,23 @@ def csv_rows(results: Sequence[dict]) -> list[dict]:
           if b.get("skipped"):
             out.append(_row(base, metric="skipped", note=b["skipped"], **where))
             continue
-          out.append(_row(base, metric="accuracy", value=b.get("accuracy"),
-                          ci=b.get("accuracy_ci"), **where))
+          out.append(
+            _row(base, metric="accuracy", value=b.get("accuracy"), ci=b.get("accuracy_ci"), **where)
+          )
           if b.get("token_accuracy") is not None:
             out.append(_row(base, metric="token_accuracy", value=b["token_accuracy"], **where))
     else:
       for c in sorted(r["cells"], key=lambda c: (int(c["length"]), float(c["depth"]))):
-        out.append(_row(base, length=c["length"], depth=c["depth"], metric="accuracy",
-                        value=c["accuracy"], examples=c.get("examples")))
+        out.append(
+          _row(
+            base,
+            length=c["length"],
+            depth=c["depth"],
+            metric="accuracy",
+            value=c["accuracy"],
+            examples=c.get("examples"),
+          )
+        )
   return out
 
 
@@ -525,11 +684,13 @@ def format_csv(results: Sequence[dict]) -> str:
 
 # --- Plots. ---
 
+
 def _pyplot():
   import matplotlib  # only the plots need it; tables and CSV do not
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   return plt
 
 
@@ -540,8 +701,9 @@ def _subplots(n: int, width: float = 6.0, height: float = 4.0, cols: int = 2):
   plt = _pyplot()
   cols = min(n, cols)
   rows = -(-n // cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), dpi=110,
-                           squeeze=False)
+  fig, axes = plt.subplots(
+    rows, cols, figsize=(width * cols, height * rows), dpi=110, squeeze=False
+  )
   for ax in axes.flat[n:]:
     ax.set_visible(False)
   return fig, list(axes.flat[:n])
@@ -556,8 +718,9 @@ def _save(fig, path: str) -> str:
 
 def _mark_train_lengths(ax, train_lens) -> None:
   for i, n in enumerate(sorted(set(train_lens))):
-    ax.axvline(n, color="gray", linestyle="--", linewidth=1,
-               label=f"train length {n}" if i < 3 else None)
+    ax.axvline(
+      n, color="gray", linestyle="--", linewidth=1, label=f"train length {n}" if i < 3 else None
+    )
 
 
 def _length_axes(ax, lengths, ylabel: str, values) -> None:
@@ -597,18 +760,29 @@ def _plot_metric_lines(ax, results, metric: str, row_label) -> None:
   for i, r in enumerate(results):
     ns = sorted(int(n) for n in r["lengths"] if r["lengths"][n].get(metric) is not None)
     ys = [r["lengths"][str(n)][metric] for n in ns]
-    (line,) = ax.plot(ns, ys, marker="o", markersize=3, label=row_label(r),
-                      **_line_style(i, len(results)))
+    (line,) = ax.plot(
+      ns, ys, marker="o", markersize=3, label=row_label(r), **_line_style(i, len(results))
+    )
     cis = [r["lengths"][str(n)].get(f"{metric}_ci") for n in ns]
     if ns and all(ci and ci[0] is not None for ci in cis):
-      ax.fill_between(ns, [c[0] for c in cis], [c[1] for c in cis], color=line.get_color(),
-                      alpha=band, linewidth=0)
+      ax.fill_between(
+        ns,
+        [c[0] for c in cis],
+        [c[1] for c in cis],
+        color=line.get_color(),
+        alpha=band,
+        linewidth=0,
+      )
       values += [c[0] for c in cis] + [c[1] for c in cis]
     lengths.update(ns)
     values += ys
   _mark_train_lengths(ax, [r["train_len"] for r in results if r.get("train_len")])
-  _length_axes(ax, sorted(lengths), metric.replace("_", " ") + " per token"
-               if metric == "perplexity" else metric.replace("_", " "), values)
+  _length_axes(
+    ax,
+    sorted(lengths),
+    metric.replace("_", " ") + " per token" if metric == "perplexity" else metric.replace("_", " "),
+    values,
+  )
 
 
 def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str | None:
@@ -619,20 +793,21 @@ def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str 
     return None
   many = max(map(len, groups)) > MANY_LINES
   height = max(4.0, 0.18 * (max(map(len, groups)) + 1))  # room for an outside legend
-  fig, axes = _subplots(len(groups), width=8.0 if many else 6.0, height=height,
-                        cols=1 if many else 2)
+  fig, axes = _subplots(
+    len(groups), width=8.0 if many else 6.0, height=height, cols=1 if many else 2
+  )
   for ax, group in zip(axes, groups):
     _plot_metric_lines(ax, group, "perplexity", label)
-    ax.set_title(title or f"perplexity by length, {_short_protocol(group[0])} (95% CI)",
-                 fontsize=9)
+    ax.set_title(title or f"perplexity by length, {_short_protocol(group[0])} (95% CI)", fontsize=9)
   return _save(fig, path)
 
 
 def plot_length_sweep(results_by_name: dict[str, dict], path: str, title: str = "") -> str:
   """{name: lengths result} as one perplexity plot (the quickstart's two runs); older results
   without run/variant/CI fields plot too."""
-  results = [{"kind": "lengths", **r, "run": name, "variant": ""}
-             for name, r in results_by_name.items()]
+  results = [
+    {"kind": "lengths", **r, "run": name, "variant": ""} for name, r in results_by_name.items()
+  ]
   fig, (ax,) = _subplots(1)
   _plot_metric_lines(ax, results, "perplexity", label)
   ax.set_title(title or "perplexity by evaluation length", fontsize=9)
@@ -641,8 +816,11 @@ def plot_length_sweep(results_by_name: dict[str, dict], path: str, title: str = 
 
 def plot_variants(results: Sequence[dict], path: str) -> str | None:
   """Per run with several variants: perplexity against length, one line per variant."""
-  runs = [g for g in _groups(_lengths_results(results), lambda r: (r["run"], _protocol_key(r)))
-          if len({r["variant"] for r in g}) > 1]
+  runs = [
+    g
+    for g in _groups(_lengths_results(results), lambda r: (r["run"], _protocol_key(r)))
+    if len({r["variant"] for r in g}) > 1
+  ]
   if not runs:
     return None
   fig, axes = _subplots(len(runs))
@@ -655,15 +833,19 @@ def plot_variants(results: Sequence[dict], path: str) -> str | None:
 def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   """Loss per position bucket at each result's longest length, a step line per result (log2
   x: bucket [0, L) drawn from 1), CI band, training length dashed; one panel per protocol."""
-  chosen = [r for r in _lengths_results(results)  # a single bucket (last_k) is no curve
-            if r["lengths"] and len(r["lengths"][_longest(r)].get("loss_by_position") or []) > 1]
+  chosen = [
+    r
+    for r in _lengths_results(results)  # a single bucket (last_k) is no curve
+    if r["lengths"] and len(r["lengths"][_longest(r)].get("loss_by_position") or []) > 1
+  ]
   groups = _groups(chosen, _length_group_key)
   if not groups:
     return None
   many = max(map(len, groups)) > MANY_LINES
   height = max(4.0, 0.18 * (max(map(len, groups)) + 1))
-  fig, axes = _subplots(len(groups), width=8.0 if many else 6.0, height=height,
-                        cols=1 if many else 2)
+  fig, axes = _subplots(
+    len(groups), width=8.0 if many else 6.0, height=height, cols=1 if many else 2
+  )
   for ax, group in zip(axes, groups):
     edges_all, values = set(), []
     band = 0.2 if len(group) <= MANY_LINES else 0.06
@@ -671,29 +853,40 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
       buckets = sorted(r["lengths"][_longest(r)]["loss_by_position"], key=lambda b: b["start"])
       edges = [max(1, buckets[0]["start"])] + [b["end"] for b in buckets]
       ys = [b["loss"] for b in buckets]
-      (line,) = ax.step(edges, ys + ys[-1:], where="post", label=f"{label(r)} @{_longest(r)}",
-                        **_line_style(i, len(group)))
+      (line,) = ax.step(
+        edges,
+        ys + ys[-1:],
+        where="post",
+        label=f"{label(r)} @{_longest(r)}",
+        **_line_style(i, len(group)),
+      )
       if all(b.get("loss_ci") for b in buckets):
-        ax.fill_between(edges, [b["loss_ci"][0] for b in buckets] + [buckets[-1]["loss_ci"][0]],
-                        [b["loss_ci"][1] for b in buckets] + [buckets[-1]["loss_ci"][1]],
-                        step="post", color=line.get_color(), alpha=band, linewidth=0)
+        ax.fill_between(
+          edges,
+          [b["loss_ci"][0] for b in buckets] + [buckets[-1]["loss_ci"][0]],
+          [b["loss_ci"][1] for b in buckets] + [buckets[-1]["loss_ci"][1]],
+          step="post",
+          color=line.get_color(),
+          alpha=band,
+          linewidth=0,
+        )
       edges_all.update(edges)
       values += ys
     _mark_train_lengths(ax, [r["train_len"] for r in group])
     top = max(edges_all)  # ticks at powers of two: every bucket edge would overprint
-    ticks = [2 ** k for k in range(top.bit_length()) if 2 ** k >= min(edges_all)] + [top]
+    ticks = [2**k for k in range(top.bit_length()) if 2**k >= min(edges_all)] + [top]
     _length_axes(ax, sorted(set(ticks)), "loss (nats/token)", values)
     ax.set_xlabel("position (tokens of context before the target)")
-    ax.set_title(f"loss by position at the longest length, {_short_protocol(group[0])}",
-                 fontsize=9)
+    ax.set_title(f"loss by position at the longest length, {_short_protocol(group[0])}", fontsize=9)
   return _save(fig, path)
 
 
 def plot_tasks(results: Sequence[dict], path: str) -> str | None:
   """Exact match against task-size bucket, a line with 95% CI bars per result, the last
   trained bucket dashed; one panel per task."""
-  groups = _groups([r for r in results if r["kind"] == "tasks"],
-                   lambda r: (r["task"], tuple(r["train_sizes"])))
+  groups = _groups(
+    [r for r in results if r["kind"] == "tasks"], lambda r: (r["task"], tuple(r["train_sizes"]))
+  )
   if not groups:
     return None
   fig, axes = _subplots(len(groups))
@@ -711,11 +904,13 @@ def plot_tasks(results: Sequence[dict], path: str) -> str | None:
         lo.append(b["accuracy"] - ci[0])
         hi.append(ci[1] - b["accuracy"])
       ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=3, label=label(r))
-    trained = [i for i, name in enumerate(buckets)
-               if _bucket_order(name)[1] <= group[0]["train_sizes"][1]]
+    trained = [
+      i for i, name in enumerate(buckets) if _bucket_order(name)[1] <= group[0]["train_sizes"][1]
+    ]
     if trained:
-      ax.axvline(trained[-1] + 0.5, color="gray", linestyle="--", linewidth=1,
-                 label="trained sizes end")
+      ax.axvline(
+        trained[-1] + 0.5, color="gray", linestyle="--", linewidth=1, label="trained sizes end"
+      )
     for i, name in enumerate(buckets):
       if any(r["buckets"].get(name, {}).get("skipped") for r in group):
         ax.text(i, 0.02, "skipped", ha="center", fontsize=7, color="gray")
@@ -745,8 +940,15 @@ def plot_passkey(results: Sequence[dict], path: str) -> str | None:
     for i, row in enumerate(grid):
       for j, v in enumerate(row):
         if v == v:
-          ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                  color="white" if v < 0.6 else "black")
+          ax.text(
+            j,
+            i,
+            f"{v:.2f}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="white" if v < 0.6 else "black",
+          )
     ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths])
     ax.set_yticks(range(len(lengths)), [_times(n, r["train_len"]) for n in lengths])
     ax.set_xlabel("needle depth")
@@ -756,17 +958,26 @@ def plot_passkey(results: Sequence[dict], path: str) -> str | None:
   return _save(fig, path)
 
 
-PLOTTERS = {"perplexity": plot_perplexity, "loss_by_position": plot_loss_by_position,
-            "variants": plot_variants, "tasks": plot_tasks, "passkey": plot_passkey}
+PLOTTERS = {
+  "perplexity": plot_perplexity,
+  "loss_by_position": plot_loss_by_position,
+  "variants": plot_variants,
+  "tasks": plot_tasks,
+  "passkey": plot_passkey,
+}
 
 
 # --- Writing. ---
 
+
 def format_report(results: Sequence[dict], title: str, plots: dict[str, str]) -> str:
   """report.md: title, the tables with links to their plots, and what each result is."""
-  parts = [f"# {title}", "",
-           f"{len(results)} results (schema `{SCHEMA}`), rendered by `python -m lcx.report`. "
-           "Cells: value [95% CI]."]
+  parts = [
+    f"# {title}",
+    "",
+    f"{len(results)} results (schema `{SCHEMA}`), rendered by `python -m lcx.report`. "
+    "Cells: value [95% CI].",
+  ]
   for heading, body, plot in sections(results):
     parts += ["", f"## {heading}", "", body]
     if plot in plots:
@@ -803,6 +1014,7 @@ def _write_text(path: str, text: str) -> None:
 
 
 # --- Command line. ---
+
 
 def main(argv):
   from absl import flags

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from lcx import errors
 from lcx.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -33,21 +34,37 @@ class Sign(NamedTuple):
 # pod slice reached by `gcloud compute tpus tpu-vm ssh --worker=all` sets none of TPU_ENV_VARS:
 # JAX's own TPU VM check is what recognises it; it also holds on a single-host TPU VM outside
 # GCE's TPU API, where JAX finds no cluster.
-TPU_ENV_VARS = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_WORKER_ID",
-                "TPU_ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+TPU_ENV_VARS = (
+  "TPU_WORKER_HOSTNAMES",
+  "TPU_PROCESS_ADDRESSES",
+  "TPU_WORKER_ID",
+  "TPU_ACCELERATOR_TYPE",
+  "CLOUD_TPU_TASK_ID",
+  "MEGASCALE_COORDINATOR_ADDRESS",
+)
+
+
+def _slurm(env) -> bool:
+  return "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1
+
+
+def _tpu_env(env) -> bool:
+  return any(env.get(name) for name in TPU_ENV_VARS)
+
+
+def _cloud_tpu_vm(env) -> bool:
+  del env  # JAX's own check reads the machine, not the environment
+  return _jax_detects_cloud_tpu_vm()
+
+
 CLUSTER_SIGNS = {
-    "slurm": Sign(lambda env: "SLURM_JOB_ID" in env and int(env.get("SLURM_NTASKS", "1")) > 1,
-                  must_join=True),
-    "tpu_env": Sign(lambda env: any(env.get(name) for name in TPU_ENV_VARS), must_join=True),
-    "cloud_tpu_vm": Sign(lambda env: _jax_detects_cloud_tpu_vm(), must_join=False),
+  "slurm": Sign(_slurm, must_join=True),
+  "tpu_env": Sign(_tpu_env, must_join=True),
+  "cloud_tpu_vm": Sign(_cloud_tpu_vm, must_join=False),
 }
-# --distributed: whether to call jax.distributed.initialize() without arguments, given the
-# detected cluster (None: none).
-DISTRIBUTED_MODES = {
-    "auto": lambda cluster: cluster is not None,
-    "on": lambda cluster: True,
-    "off": lambda cluster: False,
-}
+# --distributed: call jax.distributed.initialize() without arguments when a cluster is detected
+# (auto), always (on) or never (off).
+DISTRIBUTED_MODES = ("auto", "on", "off")
 
 
 def _jax_detects_cloud_tpu_vm() -> bool:
@@ -67,38 +84,48 @@ def detect_cluster(env: Mapping[str, str]) -> str | None:
   return next((name for name, sign in CLUSTER_SIGNS.items() if sign.test(env)), None)
 
 
-def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
-                           num_processes: int = 0, process_id: int = -1,
-                           env: Mapping[str, str] | None = None) -> None:
+def initialize_distributed(
+  mode: str = "auto",
+  coordinator_address: str = "",
+  num_processes: int = 0,
+  process_id: int = -1,
+  env: Mapping[str, str] | None = None,
+) -> None:
   """Joins a multi-process JAX run when there is one (see DISTRIBUTED_MODES); else a no-op.
 
   Explicit arguments (from flags) win over `mode`, which decides whether to call
   jax.distributed.initialize() and let JAX read the cluster from the environment.
   """
   if mode not in DISTRIBUTED_MODES:
-    raise ValueError(f"--distributed={mode!r}; allowed: {sorted(DISTRIBUTED_MODES)}")
+    raise errors.not_allowed("--distributed", mode, DISTRIBUTED_MODES)
   cluster = detect_cluster(os.environ if env is None else env)
   if coordinator_address:
     if mode == "off":
       raise ValueError("--distributed=off contradicts --coordinator_address; drop one")
     # CPU processes need gloo for cross-process collectives; the setting is inert on GPU/TPU.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
-  elif DISTRIBUTED_MODES[mode](cluster):
+    jax.distributed.initialize(
+      coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+    )
+  elif mode == "on" or (mode == "auto" and cluster is not None):
     try:
       jax.distributed.initialize()
     except ValueError as e:  # JAX found no cluster it knows in the environment
       if mode == "auto" and not CLUSTER_SIGNS[cluster].must_join:
         say(f"--distributed=auto: {cluster} seen, but JAX finds no cluster ({e}); one process")
         return
-      raise ValueError(f"--distributed={mode}: jax.distributed.initialize() could not read a "
-                       f"cluster from the environment ({e}); pass --coordinator_address, "
-                       "--num_processes and --process_id, or --distributed=off") from e
+      raise ValueError(
+        f"--distributed={mode}: jax.distributed.initialize() could not read a "
+        f"cluster from the environment ({e}); pass --coordinator_address, "
+        "--num_processes and --process_id, or --distributed=off"
+      ) from e
   else:
     return
-  say(f"process {jax.process_index()} of {jax.process_count()}, {jax.local_device_count()} "
-      f"local / {jax.device_count()} global devices", every_process=True)
+  say(
+    f"process {jax.process_index()} of {jax.process_count()}, {jax.local_device_count()} "
+    f"local / {jax.device_count()} global devices",
+    every_process=True,
+  )
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
@@ -106,25 +133,35 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
   sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
   free = [i for i, s in enumerate(sizes) if s == -1]
   if len(free) > 1 or any(s == 0 or s < -1 for s in sizes):
-    raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))}: sizes must be positive, "
-                     "with at most one -1 (fill the remaining devices)")
+    raise errors.not_allowed(
+      "mesh",
+      dict(zip(MESH_AXES, sizes)),
+      "positive sizes, with at most one -1 (fill the remaining devices)",
+    )
   known = math.prod(s for s in sizes if s != -1)
   if free:
     if num_devices % known:
-      raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))}: the {num_devices} devices do not "
-                       f"divide by the other axes' product {known}, so mesh."
-                       f"{MESH_AXES[free[0]]}=-1 cannot fill them")
+      raise ValueError(
+        f"mesh={dict(zip(MESH_AXES, sizes))}: the {num_devices} devices do not "
+        f"divide by the other axes' product {known}, so mesh."
+        f"{MESH_AXES[free[0]]}=-1 cannot fill them"
+      )
     sizes[free[0]] = num_devices // known
   if math.prod(sizes) != num_devices:
-    raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} "
-                     f"devices, but {num_devices} are available")
+    raise ValueError(
+      f"mesh={dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} "
+      f"devices, but {num_devices} are available"
+    )
   return tuple(sizes)
 
 
 def make_mesh(mesh_cfg) -> jax.sharding.Mesh:
   # Auto axes: with the default Explicit axes an embedding lookup raises ShardingTypeError.
-  return jax.make_mesh(mesh_shape(mesh_cfg, jax.device_count()), MESH_AXES,
-                       axis_types=(AxisType.Auto,) * len(MESH_AXES))
+  return jax.make_mesh(
+    mesh_shape(mesh_cfg, jax.device_count()),
+    MESH_AXES,
+    axis_types=(AxisType.Auto,) * len(MESH_AXES),
+  )
 
 
 def rules_from_config(sharding_cfg) -> dict[str, tuple[str, ...] | None]:
@@ -134,8 +171,9 @@ def rules_from_config(sharding_cfg) -> dict[str, tuple[str, ...] | None]:
     names = tuple(a for a in str(axes).split(",") if a)
     unknown = [a for a in names if a not in MESH_AXES]
     if unknown:
-      raise ValueError(f"sharding.{logical}={axes!r}: mesh axis {unknown[0]!r} is not one of "
-                       f"{MESH_AXES}")
+      raise errors.not_allowed(
+        f"sharding.{logical}", axes, f"comma lists of the mesh axes {', '.join(MESH_AXES)}"
+      )
     rules[logical] = names or None
   return rules
 
@@ -145,8 +183,9 @@ def logical_to_spec(logical_axes, rules) -> P:
     return P()
   missing = [a for a in logical_axes if a is not None and a not in rules]
   if missing:
-    raise ValueError(f"logical axis {missing[0]!r} has no rule in config.sharding; "
-                     f"rules exist for {sorted(rules)}")
+    raise ValueError(
+      f"logical axis {missing[0]!r} has no rule in config.sharding; rules exist for {sorted(rules)}"
+    )
   return P(*[rules[a] if a is not None else None for a in logical_axes])
 
 
@@ -161,9 +200,11 @@ def check_divisible(named_dims, mesh_sizes: dict[str, int], rules) -> None:
     shards = math.prod(mesh_sizes[a] for a in axes)
     if size % shards:
       mesh = "*".join(f"mesh.{a}" for a in axes)
-      raise ValueError(f"{field}={size} is not divisible by {mesh}={shards} (sharding.{logical}="
-                       f"{','.join(axes)!r}); set --config.sharding.{logical}='' to replicate "
-                       f"it, or make {field} a multiple of {shards}")
+      raise ValueError(
+        f"{field}={size} is not divisible by {mesh}={shards} (sharding.{logical}="
+        f"{','.join(axes)!r}); set --config.sharding.{logical}='' to replicate "
+        f"it, or make {field} a multiple of {shards}"
+      )
 
 
 def batch_sharding(mesh, rules) -> NamedSharding:

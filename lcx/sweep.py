@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 
-from lcx import cli, report
+from lcx import cli, errors, report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # config paths are relative to it
 MODES = ("train", "eval", "train_and_eval", "longrope")
@@ -50,6 +50,7 @@ class Run:
     or the LongRoPE search; config "" then means that run's own config.json. Its results are
     collected with that run's.
   """
+
   config: str
   overrides: dict = dataclasses.field(default_factory=dict)
   needs: tuple[str, ...] = ()
@@ -60,6 +61,7 @@ class Run:
 @dataclasses.dataclass(frozen=True)
 class Sweep:
   """A loaded sweep: its runs in dependency order and where everything goes."""
+
   name: str
   arg: str
   runs: dict[str, Run]  # dependency order
@@ -77,11 +79,18 @@ class Sweep:
   def command(self, run: str) -> list[str]:
     """The argument list (after `python`) that runs `run`."""
     spec = self.runs[run]
-    head = (["-m", "lcx.longrope"] if spec.mode == "longrope" else
-            ["-m", "lcx.main", f"--mode={spec.mode}"])
+    head = (
+      ["-m", "lcx.longrope"]
+      if spec.mode == "longrope"
+      else ["-m", "lcx.main", f"--mode={spec.mode}"]
+    )
     config = [f"--config={spec.config}"] if spec.config else []
-    return head + config + [f"--workdir={_shown(self.target(run))}"] + [
-        f"--config.{field}={self._value(value)}" for field, value in spec.overrides.items()]
+    return (
+      head
+      + config
+      + [f"--workdir={_shown(self.target(run))}"]
+      + [f"--config.{field}={self._value(value)}" for field, value in spec.overrides.items()]
+    )
 
   def _value(self, value) -> str:
     if isinstance(value, bool):
@@ -101,33 +110,40 @@ def _shown(path: str) -> str:
 
 def _check_runs(runs, where: str) -> None:
   if not isinstance(runs, dict) or not runs:
-    raise ValueError(f"{where}: get_runs must return a non-empty dict {{name: Run}}, got "
-                     f"{type(runs).__name__}")
+    raise ValueError(
+      f"{where}: get_runs must return a non-empty dict {{name: Run}}, got {type(runs).__name__}"
+    )
   for name, run in runs.items():
     if not isinstance(name, str) or not NAME.match(name):
-      raise ValueError(f"{where}: run name {name!r} must match {NAME.pattern} (it is a "
-                       "directory name)")
+      raise ValueError(
+        f"{where}: run name {name!r} must match {NAME.pattern} (it is a directory name)"
+      )
     if not isinstance(run, Run):
       raise ValueError(f"{where}: run {name!r} is a {type(run).__name__}; use lcx.sweep.Run")
     if run.mode not in MODES:
-      raise ValueError(f"{where}: run {name!r}: mode={run.mode!r}; allowed: {', '.join(MODES)}")
+      raise errors.not_allowed(f"{where}: run {name!r}: mode", run.mode, MODES)
     if not isinstance(run.overrides, dict) or not all(isinstance(k, str) for k in run.overrides):
       raise ValueError(f"{where}: run {name!r}: overrides must be a dict of dotted field names")
     if isinstance(run.needs, str) or not all(isinstance(n, str) for n in run.needs):
       raise ValueError(f"{where}: run {name!r}: needs must be a tuple of run names")
     unknown = [n for n in run.needs if n not in runs]
     if unknown:
-      raise ValueError(f"{where}: run {name!r} needs unknown run(s) {', '.join(unknown)}; "
-                       f"runs: {', '.join(runs)}")
+      raise ValueError(
+        f"{where}: run {name!r} needs unknown run(s) {', '.join(unknown)}; runs: {', '.join(runs)}"
+      )
     if run.on and run.on not in run.needs:
       raise ValueError(f"{where}: run {name!r}: on={run.on!r} must be one of its needs")
     if not run.on and (run.mode == "longrope" or not run.config):
-      raise ValueError(f"{where}: run {name!r}: mode={run.mode!r} without a config needs "
-                       "on=<the run whose checkpoint it uses>")
+      raise ValueError(
+        f"{where}: run {name!r}: mode={run.mode!r} without a config needs "
+        "on=<the run whose checkpoint it uses>"
+      )
     config_file = run.config.split(":", 1)[0]
     if run.config and not (ROOT / config_file).is_file():
-      raise ValueError(f"{where}: run {name!r}: config file {config_file} not found (config "
-                       f"paths are relative to the repo root {ROOT})")
+      raise ValueError(
+        f"{where}: run {name!r}: config file {config_file} not found (config "
+        f"paths are relative to the repo root {ROOT})"
+      )
 
 
 def dependency_order(runs: dict[str, Run]) -> list[str]:
@@ -174,7 +190,7 @@ def shards(runs: dict[str, Run], count: int) -> list[list[str]]:
 def parse_shard(text: str) -> tuple[int, int]:
   match = re.fullmatch(r"(\d+)/(\d+)", text)
   if not match or not int(match.group(1)) < int(match.group(2)):
-    raise ValueError(f"--shard={text}: expected i/n with 0 <= i < n, e.g. 0/2")
+    raise errors.not_allowed("--shard", text, "i/n with 0 <= i < n, e.g. 0/2")
   return int(match.group(1)), int(match.group(2))
 
 
@@ -204,9 +220,13 @@ def load(target: str, runs_dir: str = "runs") -> Sweep:
   _check_runs(runs, path)
   order = dependency_order(runs)
   suffix = f"_{arg}" if arg else ""
-  return Sweep(name, arg, {r: runs[r] for r in order},
-               os.path.join(runs_dir, name + suffix),
-               os.path.join(directory, arg) if arg else directory)
+  return Sweep(
+    name,
+    arg,
+    {r: runs[r] for r in order},
+    os.path.join(runs_dir, name + suffix),
+    os.path.join(directory, arg) if arg else directory,
+  )
 
 
 def done(sweep: Sweep, run: str) -> bool:
@@ -223,15 +243,17 @@ def select(sweep: Sweep, only: list[str], shard: tuple[int, int]) -> list[str]:
   A selected run's needs must be selected too or already done."""
   unknown = [name for name in only if name not in sweep.runs]
   if unknown:
-    raise ValueError(f"--only={','.join(only)}: unknown run(s) {', '.join(unknown)}; runs: "
-                     f"{', '.join(sweep.runs)}")
+    raise ValueError(
+      f"--only={','.join(only)}: unknown run(s) {', '.join(unknown)}; runs: {', '.join(sweep.runs)}"
+    )
   chosen = shards(sweep.runs, shard[1])[shard[0]]
   chosen = [name for name in chosen if not only or name in only]
   for name in chosen:
     for need in sweep.runs[name].needs:
       if need not in chosen and not done(sweep, need):
-        raise ValueError(f"run {name} needs {need}, which is neither selected nor done; add "
-                         f"it to --only")
+        raise ValueError(
+          f"run {name} needs {need}, which is neither selected nor done; add it to --only"
+        )
   return chosen
 
 
@@ -272,20 +294,28 @@ def to_run(sweep: Sweep, run: str, force_eval: bool) -> list[str] | None:
 def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> int:
   marker = os.path.join(sweep.workdir(run), MARKER)
   if os.path.exists(marker) and not done(sweep, run):
-    print(f"[sweep] {sweep.name}/{run}: its command changed since it finished: running again",
-          flush=True)
+    print(
+      f"[sweep] {sweep.name}/{run}: its command changed since it finished: running again",
+      flush=True,
+    )
     os.remove(marker)
   print("$ python " + shlex.join(command), flush=True)
-  signals.child = subprocess.Popen([sys.executable, *command], cwd=ROOT,
-                                   env=dict(os.environ, PYTHONUNBUFFERED="1"))
+  signals.child = subprocess.Popen(
+    [sys.executable, *command], cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1")
+  )
   status = signals.child.wait()
   signals.child = None
   if status == 0 and signals.received != signal.SIGTERM:  # after SIGTERM, 0 means "saved"
     os.makedirs(sweep.workdir(run), exist_ok=True)
     with open(marker + ".tmp", "w") as f:
-      json.dump({"command": sweep.command(run),
-                 "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                     timespec="seconds")}, f, indent=2)
+      json.dump(
+        {
+          "command": sweep.command(run),
+          "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+        f,
+        indent=2,
+      )
     os.replace(marker + ".tmp", marker)
   return status
 
@@ -306,8 +336,9 @@ def write_report(sweep: Sweep) -> dict[str, str]:
   results_dir = os.path.join(sweep.out_dir, "results")
   results = report.load([results_dir], allow_empty=True) if os.path.isdir(results_dir) else []
   if not results:
-    print(f"[sweep] no lcx result JSON (schema {report.SCHEMA}) under {results_dir} yet",
-          flush=True)
+    print(
+      f"[sweep] no lcx result JSON (schema {report.SCHEMA}) under {results_dir} yet", flush=True
+    )
   else:
     print(report.format_tables(results), flush=True)
   title = f"{sweep.name}{':' + sweep.arg if sweep.arg else ''}"
@@ -319,8 +350,10 @@ def main(argv):
 
   FLAGS = flags.FLAGS
   if len(argv) != 2:
-    cli.fail("give one experiment: python -m lcx.sweep experiments/NAME[:ARG] [flags]; got "
-             f"{len(argv) - 1} arguments")
+    cli.fail(
+      "give one experiment: python -m lcx.sweep experiments/NAME[:ARG] [flags]; got "
+      f"{len(argv) - 1} arguments"
+    )
   try:
     shard = parse_shard(FLAGS.shard)
     sweep = load(argv[1], FLAGS.runs_dir)
@@ -333,8 +366,10 @@ def main(argv):
       head = f"[sweep {sweep.name}/{run} {i}/{total}]"
       command = to_run(sweep, run, FLAGS.force_eval)
       if command is None:
-        print(f"{head} done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): "
-              "skipped", flush=True)
+        print(
+          f"{head} done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped",
+          flush=True,
+        )
         continue
       if FLAGS.dry_run:
         print(f"{head}\n$ python {shlex.join(command)}", flush=True)
@@ -343,17 +378,26 @@ def main(argv):
       status = run_one(sweep, run, command, signals)
       if signals.received is not None:
         name = signal.Signals(signals.received).name
-        print(f"[sweep] {name} during {sweep.name}/{run}: stopped; it is not marked done, run "
-              "the same command to resume", file=sys.stderr, flush=True)
+        print(
+          f"[sweep] {name} during {sweep.name}/{run}: stopped; it is not marked done, run "
+          "the same command to resume",
+          file=sys.stderr,
+          flush=True,
+        )
         sys.exit(128 + signals.received)
       if status != 0:
-        cli.fail(f"run {sweep.name}/{run} failed with exit status {status}; the sweep stopped "
-                 f"(its output is above; {i - 1} of {total} runs done in this call)", status=1)
+        cli.fail(
+          f"run {sweep.name}/{run} failed with exit status {status}; the sweep stopped "
+          f"(its output is above; {i - 1} of {total} runs done in this call)",
+          status=1,
+        )
   if FLAGS.dry_run:
     return
   copied = collect(sweep)
-  print(f"[sweep] copied {len(copied)} result files to "
-        f"{os.path.join(sweep.out_dir, 'results')}", flush=True)
+  print(
+    f"[sweep] copied {len(copied)} result files to {os.path.join(sweep.out_dir, 'results')}",
+    flush=True,
+  )
   written = write_report(sweep)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
 
@@ -365,9 +409,17 @@ if __name__ == "__main__":
 
   flags.DEFINE_bool("dry_run", False, "Print each run's command; run and write nothing.")
   flags.DEFINE_list("only", [], "Run only these runs (comma list); their needs must be done.")
-  flags.DEFINE_string("shard", "0/1", "i/n: this invocation's share of the runs, 0 <= i < n; "
-                      "runs connected by `needs` stay on one shard.")
+  flags.DEFINE_string(
+    "shard",
+    "0/1",
+    "i/n: this invocation's share of the runs, 0 <= i < n; "
+    "runs connected by `needs` stay on one shard.",
+  )
   flags.DEFINE_string("runs_dir", "runs", "Runs go to RUNS_DIR/NAME/RUN.")
-  flags.DEFINE_bool("force_eval", False, "Evaluate again (lcx.main --mode=eval --force) runs "
-                    "that are done; pass --force to the others' evaluation.")
+  flags.DEFINE_bool(
+    "force_eval",
+    False,
+    "Evaluate again (lcx.main --mode=eval --force) runs "
+    "that are done; pass --force to the others' evaluation.",
+  )
   app.run(sweep.main, flags_parser=cli.parse_flags)

@@ -19,9 +19,9 @@ from flax import nnx
 
 from lcx import checkpoint, config as config_lib, data, positions, prepare as prepare_lib, sharding
 from lcx.evaluate import during_train
-from lcx.prepare import abstract_sharded
 from lcx.metrics import MetricWriter, say
 from lcx.model import Decoder
+from lcx.prepare import abstract_sharded
 
 
 class NonFiniteLossError(RuntimeError):
@@ -44,18 +44,26 @@ def learning_rate(train_cfg) -> optax.Schedule:
   warmup = optax.linear_schedule(0.0, c.lr, max(c.warmup_steps, 1))
   decay_steps = max(c.steps - c.warmup_steps, 1)
   decays = {
-      "cosine": optax.cosine_decay_schedule(c.lr, decay_steps, alpha=c.min_lr / c.lr),
-      "linear": optax.linear_schedule(c.lr, c.min_lr, decay_steps),
-      "constant": optax.constant_schedule(c.lr),
+    "cosine": optax.cosine_decay_schedule(c.lr, decay_steps, alpha=c.min_lr / c.lr),
+    "linear": optax.linear_schedule(c.lr, c.min_lr, decay_steps),
+    "constant": optax.constant_schedule(c.lr),
   }
   return optax.join_schedules([warmup, decays[c.decay]], [c.warmup_steps])
 
 
 def optimizer(train_cfg) -> optax.GradientTransformation:
   """AdamW with weight decay on matrices only (not norms, not biases), after clipping."""
-  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
-  tx = optax.adamw(learning_rate(train_cfg), b1=train_cfg.b1, b2=train_cfg.b2,
-                   weight_decay=train_cfg.weight_decay, mask=decay_mask)
+
+  def decay_mask(params):
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+  tx = optax.adamw(
+    learning_rate(train_cfg),
+    b1=train_cfg.b1,
+    b2=train_cfg.b2,
+    weight_decay=train_cfg.weight_decay,
+    mask=decay_mask,
+  )
   if train_cfg.clip_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(train_cfg.clip_norm), tx)
   return tx
@@ -73,20 +81,30 @@ def make_step(graphdef, tx, config):
   """The pure train step: (params, opt_state, batch, step) -> (params, opt_state, metrics)."""
   schedule = learning_rate(config.train)
   key = jax.random.key(config.seed)
-  random_max = config.train.random_positions
+  random_max, pose_target = config.train.random_positions, config.train.pose_target
 
   def step_fn(params, opt_state, batch, step):
     pos_BxL = batch["positions"]
     if random_max:
-      pos_BxL = positions.randomized_positions(jax.random.fold_in(key, step), pos_BxL,
-                                               random_max, batch["segment_ids"])
-    loss, grads = jax.value_and_grad(
-        lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(params)
+      pos_BxL = positions.randomized_positions(
+        jax.random.fold_in(key, step), pos_BxL, random_max, batch["segment_ids"]
+      )
+    if pose_target:  # config.validate: never with random_max
+      pos_BxL = positions.pose_positions(
+        jax.random.fold_in(key, step), pos_BxL, pose_target, batch["segment_ids"]
+      )
+    loss, grads = jax.value_and_grad(lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(
+      params
+    )
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     # loss and grad_norm describe the input parameters; param_norm guards the ones saved.
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
-               "param_norm": optax.tree.norm(params), "lr": schedule(step)}
+    metrics = {
+      "loss": loss,
+      "grad_norm": optax.tree.norm(grads),
+      "param_norm": optax.tree.norm(params),
+      "lr": schedule(step),
+    }
     return params, opt_state, metrics
 
   return step_fn
@@ -113,17 +131,24 @@ class Trainer:
     self.tx = optimizer(config.train)
     self.graphdef = prepared.graphdef
     abstract_opt = jax.eval_shape(self.tx.init, prepared.abstract_params)
-    self.abstract_state = {"params": prepared.abstract_params,
-                           "opt_state": abstract_sharded(abstract_opt, mesh, self.rules)}
+    self.abstract_state = {
+      "params": prepared.abstract_params,
+      "opt_state": abstract_sharded(abstract_opt, mesh, self.rules),
+    }
     self.shardings = jax.tree.map(lambda a: a.sharding, self.abstract_state)
-    self._make_model = lambda: Decoder(config.model, rngs=nnx.Rngs(config.seed))
     replicated = jax.sharding.NamedSharding(mesh, jax.P())
-    self.step = jax.jit(make_step(self.graphdef, self.tx, config),
-                        in_shardings=(self.shardings["params"], self.shardings["opt_state"],
-                                      sharding.batch_sharding(mesh, self.rules), replicated),
-                        out_shardings=(self.shardings["params"], self.shardings["opt_state"],
-                                       replicated),
-                        donate_argnums=(0, 1), compiler_options=compiler_options())
+    self.step = jax.jit(
+      make_step(self.graphdef, self.tx, config),
+      in_shardings=(
+        self.shardings["params"],
+        self.shardings["opt_state"],
+        sharding.batch_sharding(mesh, self.rules),
+        replicated,
+      ),
+      out_shardings=(self.shardings["params"], self.shardings["opt_state"], replicated),
+      donate_argnums=(0, 1),
+      compiler_options=compiler_options(),
+    )
 
   def init_state(self, params=None) -> dict:
     """Fresh parameters from config.seed, or `params` (fine-tuning), with a fresh optimizer."""
@@ -132,7 +157,8 @@ class Trainer:
       return {"params": params, "opt_state": opt_state}
 
     def init():
-      params = nnx.state(self._make_model(), nnx.Param)
+      model = Decoder(self.config.model, rngs=nnx.Rngs(self.config.seed))
+      params = nnx.state(model, nnx.Param)
       return {"params": params, "opt_state": self.tx.init(params)}
 
     return jax.jit(init, out_shardings=self.shardings)()
@@ -157,8 +183,10 @@ def _install_sigterm_flag() -> dict:
 def _check_finite(step: int, metrics: dict) -> None:
   bad = {name: value for name, value in metrics.items() if not np.isfinite(value)}
   if bad:
-    raise NonFiniteLossError(f"non-finite {bad} at step {step}; stopping. The last good "
-                             "checkpoint is intact; lower train.lr or check the data.")
+    raise NonFiniteLossError(
+      f"non-finite {bad} at step {step}; stopping. The last good "
+      "checkpoint is intact; lower train.lr or check the data."
+    )
 
 
 def train(config, workdir: str, prepared=None) -> Outcome:
@@ -183,10 +211,15 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
   if jax.process_index() == 0:
     config_lib.save(config, workdir)
   trainer = Trainer(prepared)
-  iterator = data.make_train_iterator(config.data, process_index=jax.process_index(),
-                                      process_count=jax.process_count())
-  ckpt = checkpoint.Checkpointer(workdir, every=config.train.checkpoint_every,
-                                 keep=config.train.keep_checkpoints)
+  iterator = data.make_train_iterator(
+    config.data,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+    tokenizer=tokenizer,
+  )
+  ckpt = checkpoint.Checkpointer(
+    workdir, every=config.train.checkpoint_every, keep=config.train.keep_checkpoints
+  )
   meta = {"tokenizer": tokenizer.metadata(), "config": config.to_dict(), "init_from": None}
   if config.train.init_from:  # the source run (resolved "ABS_DIR@STEP" by prepare)
     source_dir, source_step = prepare_lib.parse_init_from(config.train.init_from)
@@ -202,24 +235,30 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     ckpt.close()
     say(f"SIGTERM during setup: exiting before step {start + 1}; nothing new to save")
     return Outcome({}, interrupted=True)
-  say(f"model: {trainer.num_params() / 1e6:.2f}M parameters; mesh {dict(mesh.shape)}; "
-      f"training steps {start}..{config.train.steps} -> {workdir}")
+  say(
+    f"model: {trainer.num_params() / 1e6:.2f}M parameters; mesh {dict(mesh.shape)}; "
+    f"training steps {start}..{config.train.steps} -> {workdir}"
+  )
 
   # --- Loop. ---
-  writer = MetricWriter(workdir, total=config.train.steps, initial=start,
-                        tokens_per_step=config.data.batch_size * config.data.seq_len)
+  writer = MetricWriter(
+    workdir,
+    total=config.train.steps,
+    initial=start,
+    tokens_per_step=config.data.batch_size * config.data.seq_len,
+  )
   pending, last, interrupted = None, {}, False
   try:
     for step in range(start, config.train.steps):
       batch = sharding.global_batch(next(iterator), mesh, trainer.rules)
-      params, opt_state, metrics = trainer.step(state["params"], state["opt_state"], batch,
-                                                jnp.asarray(step, jnp.int32))
+      params, opt_state, metrics = trainer.step(
+        state["params"], state["opt_state"], batch, jnp.asarray(step, jnp.int32)
+      )
       state = {"params": params, "opt_state": opt_state}
       if pending is not None:  # fetch the previous step's metrics after dispatching this one
         last = _fetch(writer, *pending) or last
       done = step + 1
-      interrupted = ((stop["stop"] or ckpt.reached_preemption(done))
-                     and done < config.train.steps)
+      interrupted = (stop["stop"] or ckpt.reached_preemption(done)) and done < config.train.steps
       stop_now = interrupted or done == config.train.stop_after
       if ckpt.should_save(done) or done == config.train.steps or stop_now:
         _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
@@ -255,9 +294,13 @@ def _source_params(prepared, workdir: str):
   source = prepared.init_from
   if source is None:
     if prepared.config.train.init_from:
-      raise ValueError(f"train.init_from={prepared.config.train.init_from!r} was not resolved "
-                       f"for {workdir}: build the run with lcx.prepare.prepare(config, workdir)")
+      raise ValueError(
+        f"train.init_from={prepared.config.train.init_from!r} was not resolved "
+        f"for {workdir}: build the run with lcx.prepare.prepare(config, workdir)"
+      )
     return None
-  say(f"starting from {source.workdir} step {source.step} (train.init_from; parameters only: "
-      "fresh optimizer and schedule)")
+  say(
+    f"starting from {source.workdir} step {source.step} (train.init_from; parameters only: "
+    "fresh optimizer and schedule)"
+  )
   return prepare_lib.restore_params(prepared, source.workdir, source.step)

@@ -21,8 +21,8 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 @pytest.fixture(scope="session", autouse=True)
 def default_dataset():
   """Builds the default dataset once, whichever worker gets the lock first."""
-  from lcx import data
   from configs import base
+  from lcx import data
 
   os.makedirs(DATA_DIR, exist_ok=True)
   cfg = base.get_config("size=tiny").data
@@ -32,4 +32,3 @@ def default_dataset():
     data.validation_tokens(cfg, 1024)
     fcntl.flock(lock, fcntl.LOCK_UN)
   return DATA_DIR
-

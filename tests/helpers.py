@@ -27,6 +27,7 @@ def schemes_with(*hooks: str) -> list[str]:
 def tiny_config(pos: str = "rope", **train):
   """2 layers, d=64, L=32, batch 8: compiles in seconds, trains at ~100 steps/s on CPU."""
   from configs import base
+
   config = base.get_config(f"pos={pos},size=tiny")
   config.data.data_dir = DATA_DIR
   config.data.seq_len = 32
@@ -42,20 +43,43 @@ def tiny_config(pos: str = "rope", **train):
   return config
 
 
-TINY_FLAGS = ["--config=configs/base.py:size=tiny", f"--config.data.data_dir={DATA_DIR}",
-              "--config.data.seq_len=32", "--config.data.batch_size=8",
-              "--config.train.warmup_steps=5", "--config.train.log_every=1",
-              "--config.eval.num_tokens=2048", "--config.eval.batch_tokens=1024"]
+def set_fields(config, fields: dict) -> None:
+  """Sets dotted fields ("model.attention.sink": "learned") of a ConfigDict in place."""
+  for dotted, value in fields.items():
+    *parents, leaf = dotted.split(".")
+    node = config
+    for key in parents:
+      node = node[key]
+    node[leaf] = value
+
+
+TINY_FLAGS = [
+  "--config=configs/base.py:size=tiny",
+  f"--config.data.data_dir={DATA_DIR}",
+  "--config.data.seq_len=32",
+  "--config.data.batch_size=8",
+  "--config.train.warmup_steps=5",
+  "--config.train.log_every=1",
+  "--config.eval.num_tokens=2048",
+  "--config.eval.batch_tokens=1024",
+]
 
 
 def run_lcx(args, *, env=None, check=True, timeout=300, module="lcx.main"):
   """Runs `python -m lcx.main ARGS` from the repo root; returns the CompletedProcess."""
   full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-  proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=full_env,
-                        capture_output=True, text=True, timeout=timeout)
+  proc = subprocess.run(
+    [sys.executable, "-m", module, *args],
+    cwd=ROOT,
+    env=full_env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
   if check and proc.returncode != 0:
-    raise AssertionError(f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\n"
-                         f"STDERR:\n{proc.stderr[-5000:]}")
+    raise AssertionError(
+      f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
+    )
   return proc
 
 

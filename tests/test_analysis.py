@@ -39,8 +39,17 @@ def _hand_maps(probs_NxBxHxQxT, train_len=4):
   allowed = np.broadcast_to(np.tril(np.ones((t, t), bool)), (b, t, t))
   idx = np.broadcast_to(np.arange(t), (b, t))
   logits = np.where(allowed[None, :, None], np.log(np.maximum(probs_NxBxHxQxT, 1e-30)), np.nan)
-  return analysis.Maps(probs_NxBxHxQxT, logits, allowed, np.arange(t), idx,
-                       np.ones((b, t), np.int32), idx, tuple(range(n)), train_len)
+  return analysis.Maps(
+    probs_NxBxHxQxT,
+    logits,
+    allowed,
+    np.arange(t),
+    idx,
+    np.ones((b, t), np.int32),
+    idx,
+    tuple(range(n)),
+    train_len,
+  )
 
 
 def _pattern(kind, t):
@@ -52,7 +61,7 @@ def _pattern(kind, t):
     elif kind == "first":
       p[i, 0] = 1
     elif kind == "uniform":
-      p[i, :i + 1] = 1 / (i + 1)
+      p[i, : i + 1] = 1 / (i + 1)
     elif kind == "self":
       p[i, i] = 1
     elif kind == "three_back":
@@ -84,12 +93,12 @@ def test_hand_built_pattern_stats_and_labels():
   np.testing.assert_allclose(first[0, 2], 1 / np.arange(1, t + 1))
   starts, bucketed = analysis.by_position(maps, stats["first_token"], edges=[0, 2, 8, 100])
   np.testing.assert_array_equal(starts, [0, 2, 8])
-  np.testing.assert_allclose(bucketed[0, 2], [np.mean(1 / np.arange(1, 3)),
-                                             np.mean(1 / np.arange(3, 9)),
-                                             np.mean(1 / np.arange(9, t + 1))])
+  np.testing.assert_allclose(
+    bucketed[0, 2],
+    [np.mean(1 / np.arange(1, 3)), np.mean(1 / np.arange(3, 9)), np.mean(1 / np.arange(9, t + 1))],
+  )
   heads = analysis.classify_heads(maps)
-  assert list(heads.labels[0]) == ["previous-token", "sink", "content", "positional",
-                                   "positional"]
+  assert list(heads.labels[0]) == ["previous-token", "sink", "content", "positional", "positional"]
   assert heads.offset[0, 3] == 0 and heads.offset[0, 4] == 3
   np.testing.assert_allclose(heads.previous_token[0, 0], 1.0)
   table = analysis.head_table(heads)
@@ -114,8 +123,17 @@ def test_logit_stats_split_at_the_training_length():
   maps = _hand_maps(np.stack([_pattern("uniform", t)])[None, None], train_len=length)
   dist = np.arange(t)[:, None] - np.arange(t)[None]
   logits = np.where(dist < length, 1.0, 3.0)
-  maps = analysis.Maps(maps.probs, np.where(maps.allowed[None, :, None], logits, np.nan),
-                       maps.allowed, maps.rows, maps.pos, maps.seg, maps.doc, maps.layers, length)
+  maps = analysis.Maps(
+    maps.probs,
+    np.where(maps.allowed[None, :, None], logits, np.nan),
+    maps.allowed,
+    maps.rows,
+    maps.pos,
+    maps.seg,
+    maps.doc,
+    maps.layers,
+    length,
+  )
   stats = analysis.logit_stats(maps)
   assert stats["within_mean"][0, 0] == 1.0 and stats["past_mean"][0, 0] == 3.0
   assert stats["within_std"][0, 0] == 0.0 and stats["past_max"][0, 0] == 3.0
@@ -151,12 +169,12 @@ def test_previous_token_model_is_classified_previous_token(rows):
 
 def test_pair_norms_square_sum_to_the_full_norm():
   x = np.random.default_rng(0).normal(size=(3, 5, 12))
-  full = np.sum(x ** 2, -1)
+  full = np.sum(x**2, -1)
   for pairing in ("rotate_half", "interleaved"):
     for rotary_dim in (None, 8, 2):
       pairs, rest = analysis.pair_norms(x, pairing, rotary_dim)
       assert pairs.shape == (3, 5, (rotary_dim or 12) // 2)
-      np.testing.assert_allclose(np.sum(pairs ** 2, -1) + rest ** 2, full, rtol=1e-12)
+      np.testing.assert_allclose(np.sum(pairs**2, -1) + rest**2, full, rtol=1e-12)
   v = np.array([3.0, 4.0, 0.0, 0.0])
   np.testing.assert_allclose(analysis.pair_norms(v, "interleaved")[0], [5, 0])
   np.testing.assert_allclose(analysis.pair_norms(v, "rotate_half")[0], [3, 4])
@@ -172,26 +190,33 @@ def test_frequency_bands_of_a_model(position):
   bands = analysis.frequency_bands(model, tokens, qk_values=values)
   r = (position.get("rotary_dim") or 16) // 2
   assert bands.q.shape == (2, 4, r) and bands.k.shape == (2, 4, r)
-  mean_sq = lambda x: np.mean(np.sum(x.astype(np.float64) ** 2, -1), axis=(1, 2))
-  np.testing.assert_allclose((bands.q ** 2).sum(-1) + bands.q_rest ** 2, mean_sq(values.q),
-                             rtol=1e-5)
-  np.testing.assert_allclose((bands.k ** 2).sum(-1) + bands.k_rest ** 2, mean_sq(values.k),
-                             rtol=1e-5)
+
+  def mean_sq(x):
+    return np.mean(np.sum(x.astype(np.float64) ** 2, -1), axis=(1, 2))
+
+  np.testing.assert_allclose((bands.q**2).sum(-1) + bands.q_rest**2, mean_sq(values.q), rtol=1e-5)
+  np.testing.assert_allclose((bands.k**2).sum(-1) + bands.k_rest**2, mean_sq(values.k), rtol=1e-5)
   np.testing.assert_allclose(bands.wavelength, 2 * np.pi / bands.inv_freq)
   q_fast, _ = bands.fraction_below(10**9)
-  np.testing.assert_allclose(q_fast, (bands.q ** 2).sum(-1) / ((bands.q ** 2).sum(-1)
-                                                               + bands.q_rest ** 2), rtol=1e-12)
+  np.testing.assert_allclose(
+    q_fast, (bands.q**2).sum(-1) / ((bands.q**2).sum(-1) + bands.q_rest**2), rtol=1e-12
+  )
 
 
-@pytest.mark.parametrize("pos,position", [
-    ("rope", {}), ("p_rope", {"p": 0.5}), ("xpos", {}),
-    ("rope", {"scaling": {"rope_type": "yarn", "factor": 4.0}})])
+@pytest.mark.parametrize(
+  "pos,position",
+  [
+    ("rope", {}),
+    ("p_rope", {"p": 0.5}),
+    ("xpos", {}),
+    ("rope", {"scaling": {"rope_type": "yarn", "factor": 4.0}}),
+  ],
+)
 def test_rotary_frequencies_are_the_ones_the_scheme_rotates_by(pos, position):
   model = _model(pos, **position)
   scheme = model.decoder.position
   angle, _ = scheme.angles(jnp.ones((1, 1), jnp.int32), 16)
-  np.testing.assert_allclose(analysis.rotary_frequencies(model), np.asarray(angle)[0, 0],
-                             rtol=1e-6)
+  np.testing.assert_allclose(analysis.rotary_frequencies(model), np.asarray(angle)[0, 0], rtol=1e-6)
   if pos == "p_rope":
     assert np.isinf(analysis.wavelengths(analysis.rotary_frequencies(model))[4:]).all()
   assert analysis.rotary_frequencies(_model("alibi")) is None
@@ -202,8 +227,11 @@ def test_qk_records_the_models_own_forward_in_both_kernels():
   tokens = _tokens()
   dense, logits = analysis.qk(model, tokens, with_logits=True)
   t = tokens.shape[1]
-  expected = model.decoder(jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(t), tokens.shape),
-                           jnp.ones(tokens.shape, jnp.int32))
+  expected = model.decoder(
+    jnp.asarray(tokens),
+    jnp.broadcast_to(jnp.arange(t), tokens.shape),
+    jnp.ones(tokens.shape, jnp.int32),
+  )
   np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
   model.config.eval.chunked_from = 16  # the chunked kernel from 16 tokens on
   chunked = analysis.qk(model, tokens)
@@ -271,8 +299,10 @@ def test_long_sequences_use_chosen_rows_in_blocks(monkeypatch):
 def test_with_params_checks_shapes_and_accepts_string_indices():
   model = _model("rope", layers=2)
   state = nnx.to_pure_dict(nnx.state(model.decoder, nnx.Param))
-  as_strings = lambda d: {str(k): as_strings(v) for k, v in d.items()} if isinstance(d, dict) \
-      else np.asarray(d)
+
+  def as_strings(d):
+    return {str(k): as_strings(v) for k, v in d.items()} if isinstance(d, dict) else np.asarray(d)
+
   decoder = analysis.with_params(model.config, as_strings(state))
   tokens = jnp.asarray(_tokens())
   args = (tokens, jnp.broadcast_to(jnp.arange(40), tokens.shape), jnp.ones(tokens.shape, int))
@@ -288,12 +318,14 @@ def test_with_params_checks_shapes_and_accepts_string_indices():
 
 def test_load_restores_a_run_with_its_variant(tmp_path):
   from tests.helpers import tiny_config
+
   train.train(tiny_config("rope", steps=1), str(tmp_path))
   model = analysis.load(str(tmp_path))
   assert model.step == 1 and model.train_len == 32
   params, _ = checkpoint.restore_params(str(tmp_path))
-  np.testing.assert_array_equal(model.decoder.blocks[1].attn.wq[...],
-                                params["blocks"]["1"]["attn"]["wq"])
+  np.testing.assert_array_equal(
+    model.decoder.blocks[1].attn.wq[...], params["blocks"]["1"]["attn"]["wq"]
+  )
   yarn = analysis.load(str(tmp_path), variant="yarn@4")
   assert yarn.decoder.position.scaling.rope_type == "yarn"
   np.testing.assert_array_equal(yarn.decoder.embed[...], model.decoder.embed[...])
@@ -301,3 +333,18 @@ def test_load_restores_a_run_with_its_variant(tmp_path):
   assert slowest == pytest.approx(1 / 4)
   with pytest.raises(ValueError, match="only eval-time fields"):
     analysis.load(str(tmp_path), variant={"model.num_heads": 2})
+
+
+def test_maps_follow_the_layer_schedule_and_the_sink():
+  """Block 0 (positioned) sees the last 4 keys only, block 1 (NoPE) all; the sink (0 at init)
+  takes some of every row's mass."""
+  model = _model("rope", layers=2)
+  model.config.model.nope_every, model.config.model.position_window = 2, 4
+  model.config.model.attention.sink = "learned"
+  model = analysis.Model(model.config, Decoder(model.config.model, rngs=nnx.Rngs(0)))
+  maps = analysis.attention_maps(model, _tokens(t=12))
+  far_QxT = np.subtract.outer(np.arange(12), np.arange(12)) >= 4
+  assert (maps.probs[0][..., far_QxT] == 0).all()
+  assert (maps.probs[1][..., far_QxT & maps.allowed[0]] > 0).all()
+  sums = maps.probs.sum(-1)
+  assert (sums < 1 - 1e-3).all() and (sums > 0).all()

@@ -1,13 +1,12 @@
 """Dense and chunked kernels agree; masks keep documents apart; remap branches merge."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, positions
-from lcx.positions import patterns, remaps
+from lcx import attention, patterns, positions
+from lcx.positions import remaps
 from tests.helpers import schemes_with
 
 
@@ -20,8 +19,9 @@ def _inputs(b=2, t=40, h=4, g=2, k=8, seed=0):
 
 
 def _scheme(name, head_dim=8, heads=4):
-  return positions.build(positions.default_config(name), positions.Dims(32, heads, head_dim, 16),
-                         rngs=nnx.Rngs(0))
+  return positions.build(
+    positions.default_config(name), positions.Dims(32, heads, head_dim, 16), rngs=nnx.Rngs(0)
+  )
 
 
 NO_REMAP = remaps.build(remaps.default_config("none"), positions.Dims(32, 4, 8, 16))
@@ -46,8 +46,11 @@ def test_chunked_equals_dense(name, remap):
   """T=40 is not a multiple of the chunk: padding must not change dynamic scaling either."""
   q, k, v, pos, seg = _inputs()
   scheme = _dynamic_rope() if name == "dynamic" else _scheme(name)
-  remap = {"none": NO_REMAP, "rerope": _remap("rerope", window=6),
-           "self_extend": _remap("self_extend", window=8, group=4)}[remap]
+  remap = {
+    "none": NO_REMAP,
+    "rerope": _remap("rerope", window=6),
+    "self_extend": _remap("self_extend", window=8, group=4),
+  }[remap]
   dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=remap)
   chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=remap, chunk_size=16)
   np.testing.assert_allclose(chunked, dense, atol=3e-5, rtol=3e-5)
@@ -62,11 +65,14 @@ def test_chunked_equals_dense_with_pattern_and_two_branches():
       far = remaps.Branch(jnp.full_like(q_pos, 4), jnp.zeros_like(k_pos), None)
       return [near, far]
 
-  window = lambda qi, ki: qi - ki < 9
+  def window(qi, ki):
+    return qi - ki < 9
+
   scheme = _scheme("rope")
   dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window)
-  chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window,
-                              chunk_size=8)
+  chunked = attention.chunked(
+    q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window, chunk_size=8
+  )
   np.testing.assert_allclose(chunked, dense, atol=2e-5, rtol=2e-5)
   plain = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, pattern=window)
   assert not np.allclose(plain, dense, atol=1e-3)  # the far branch really changed something
@@ -87,25 +93,32 @@ def test_causal_future_does_not_leak():
   q, k, v, pos, seg = _inputs(b=1, t=16)
   scheme = _scheme("nope")
   out = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
-  out2 = attention.dense(q, k.at[:, 10:].set(5.0), v.at[:, 10:].set(-3.0), pos, seg,
-                         scheme=scheme, remap=NO_REMAP)
+  out2 = attention.dense(
+    q, k.at[:, 10:].set(5.0), v.at[:, 10:].set(-3.0), pos, seg, scheme=scheme, remap=NO_REMAP
+  )
   np.testing.assert_allclose(out[:, :10], out2[:, :10], atol=1e-6)
 
 
 def test_unknown_kernel_names_the_field():
-  with pytest.raises(ValueError, match=r"attention kernel 'flash' is unknown; allowed: \['chunked', 'dense'\]"):
+  with pytest.raises(ValueError, match=r"^kernel='flash' is not allowed; allowed: chunked, dense$"):
     attention.get_kernel("flash", 64)
 
 
 def test_document_index_restarts_at_each_segment():
   seg = jnp.asarray([[1, 1, 1, 2, 2, 3, 0, 0], [5, 5, 5, 5, 5, 5, 5, 5]])
-  np.testing.assert_array_equal(attention.document_index(seg),
-                                [[0, 1, 2, 0, 1, 0, 0, 1], list(range(8))])
+  np.testing.assert_array_equal(
+    attention.document_index(seg), [[0, 1, 2, 0, 1, 0, 0, 1], list(range(8))]
+  )
 
 
-@pytest.mark.parametrize("name, fields", [("block_global", {"block": 4}),
-                                          ("sliding_window", {"window": 3}),
-                                          ("strided", {"window": 2, "stride": 3})])
+@pytest.mark.parametrize(
+  "name, fields",
+  [
+    ("block_global", {"block": 4}),
+    ("sliding_window", {"window": 3}),
+    ("strided", {"window": 2, "stride": 3}),
+  ],
+)
 @pytest.mark.parametrize("kernel", ["dense", "chunked"])
 def test_pattern_sees_a_packed_document_as_if_alone(name, fields, kernel):
   """A document starting mid-row keeps its own first block (block_global's global block)."""
@@ -116,10 +129,14 @@ def test_pattern_sees_a_packed_document_as_if_alone(name, fields, kernel):
   pos = jnp.asarray([list(range(5)) + list(range(16))])
   seg = jnp.asarray([[1] * 5 + [2] * 16])
   scheme = _scheme("rope")
-  run = lambda *a: (attention.dense(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern)
-                    if kernel == "dense" else
-                    attention.chunked(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern,
-                                      chunk_size=8))
+
+  def run(*a):
+    return (
+      attention.dense(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern)
+      if kernel == "dense"
+      else attention.chunked(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern, chunk_size=8)
+    )
+
   packed = run(q, k, v, pos, seg)
   alone = run(q[:, 5:], k[:, 5:], v[:, 5:], pos[:, 5:], seg[:, 5:])
   np.testing.assert_allclose(packed[:, 5:], alone, atol=1e-5, rtol=1e-5)
@@ -143,8 +160,9 @@ def test_document_length_is_each_packed_documents_own_length():
   # row 1: one document cut by packing, positions from 0, then a document of 1.
   seg = jnp.asarray([[1, 1, 1, 2, 2, 0, 0], [1, 1, 1, 1, 1, 1, 2]])
   pos = jnp.asarray([[0, 1, 2, 0, 1, 5, 6], [0, 1, 2, 3, 4, 5, 0]])
-  np.testing.assert_array_equal(attention.document_length(pos, seg),
-                                [[3, 3, 3, 2, 2, 7, 7], [6, 6, 6, 6, 6, 6, 1]])
+  np.testing.assert_array_equal(
+    attention.document_length(pos, seg), [[3, 3, 3, 2, 2, 7, 7], [6, 6, 6, 6, 6, 6, 1]]
+  )
 
 
 def _length_scheme(rope_type):
@@ -190,6 +208,62 @@ def test_packed_documents_each_get_their_own_length_scaling(rope_type, kernel):
   seg = jnp.asarray([[1] * 24 + [2] * 10 + [0] * 6])
   packed = run(q, k, v, pos, seg)
   for start, end in ((0, 24), (24, 34)):
-    alone = run(q[:, start:end], k[:, start:end], v[:, start:end], pos[:, start:end],
-                seg[:, start:end])
+    alone = run(
+      q[:, start:end], k[:, start:end], v[:, start:end], pos[:, start:end], seg[:, start:end]
+    )
     np.testing.assert_allclose(packed[:, start:end], alone, atol=1e-5, rtol=1e-5)
+
+
+def _run_kernel(kernel, *args, **kwargs):
+  if kernel == "dense":
+    return attention.dense(*args, **kwargs)
+  return attention.chunked(*args, **kwargs, chunk_size=16)
+
+
+@pytest.mark.parametrize("kernel", ["dense", "chunked"])
+def test_a_very_negative_sink_is_no_sink(kernel):
+  q, k, v, pos, seg = _inputs()
+  kw = dict(scheme=_scheme("rope"), remap=NO_REMAP)
+  plain = _run_kernel(kernel, q, k, v, pos, seg, **kw)
+  sunk = _run_kernel(kernel, q, k, v, pos, seg, sink_H=jnp.full((4,), -1e4), **kw)
+  np.testing.assert_allclose(sunk, plain, atol=1e-6)
+  assert (
+    np.abs(_run_kernel(kernel, q, k, v, pos, seg, sink_H=jnp.zeros(4), **kw) - plain).max() > 1e-2
+  )
+
+
+@pytest.mark.parametrize("kernel", ["dense", "chunked"])
+def test_sink_weights_are_the_closed_form_and_sum_below_one(kernel):
+  """v = one-hot of the key index, so the outputs are the weights: exp(l_s) / (sum_j exp(l_j)
+  + exp(sink_h)) over the causal keys j, with l = q.k / sqrt(E) (NoPE)."""
+  t, e = 6, 8
+  q, k, _, pos, seg = _inputs(b=1, t=t, h=2, g=1, k=e)
+  v = jnp.broadcast_to(jnp.eye(t, e)[None, :, None, :], (1, t, 1, e))
+  sink_H = jnp.asarray([0.5, -1.0])
+  got = np.asarray(
+    _run_kernel(
+      kernel, q, k, v, pos, seg, scheme=_scheme("nope", heads=2), remap=NO_REMAP, sink_H=sink_H
+    )
+  )[0]  # T x H x E
+  logits = np.einsum("qhe,se->hqs", np.asarray(q[0]), np.asarray(k[0, :, 0])) / np.sqrt(e)
+  causal = np.tril(np.ones((t, t), bool))
+  num = np.where(causal, np.exp(logits), 0.0)
+  want = num / (num.sum(-1, keepdims=True) + np.exp(np.asarray(sink_H))[:, None, None])
+  np.testing.assert_allclose(np.moveaxis(got[:, :, :t], 1, 0), want, atol=1e-5)
+  assert (got.sum(-1) < 1 - 1e-3).all()
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_sink_chunked_equals_dense(name):
+  q, k, v, pos, seg = _inputs()
+  kw = dict(
+    scheme=_scheme(name),
+    remap=_remap("rerope", window=6),
+    sink_H=jnp.asarray([0.3, -0.2, 1.5, 0.0]),
+  )
+  np.testing.assert_allclose(
+    attention.chunked(q, k, v, pos, seg, chunk_size=16, **kw),
+    attention.dense(q, k, v, pos, seg, **kw),
+    atol=3e-5,
+    rtol=3e-5,
+  )

@@ -1,15 +1,14 @@
 """Exact resume across processes, SIGKILL and SIGTERM (no evaluation after it), partial
 checkpoints, notebook restore."""
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
-import numpy as np
 import jax
+import numpy as np
 import pytest
 
 from lcx import checkpoint
@@ -50,8 +49,13 @@ def _wait_for(predicate, proc, timeout=120):
 
 
 def _start(workdir, *extra):
-  return subprocess.Popen([sys.executable, "-m", "lcx.main", *_flags(workdir, *extra)],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen(
+    [sys.executable, "-m", "lcx.main", *_flags(workdir, *extra)],
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def _steps_logged(workdir):
@@ -97,8 +101,12 @@ def test_sigterm_saves_current_step_and_exits_zero(tmp_path):
 
 @pytest.mark.slow
 def test_train_and_eval_skips_evaluation_after_sigterm(tmp_path):
-  proc = _start(tmp_path, "--mode=train_and_eval", "--config.train.steps=100000",
-                "--config.train.checkpoint_every=5000")
+  proc = _start(
+    tmp_path,
+    "--mode=train_and_eval",
+    "--config.train.steps=100000",
+    "--config.train.checkpoint_every=5000",
+  )
   _wait_for(lambda: _steps_logged(tmp_path) >= 3, proc)
   proc.send_signal(signal.SIGTERM)
   _, stderr = proc.communicate(timeout=120)
@@ -110,9 +118,10 @@ def test_train_and_eval_skips_evaluation_after_sigterm(tmp_path):
 
 @pytest.mark.slow
 def test_restore_params_on_another_device_layout(tmp_path):
-  run_lcx(_flags(tmp_path, "--config.train.steps=4", "--config.train.checkpoint_every=2"),
-          env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-               "JAX_PLATFORMS": "cpu"}, )
+  run_lcx(
+    _flags(tmp_path, "--config.train.steps=4", "--config.train.checkpoint_every=2"),
+    env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"},
+  )
   params, meta = checkpoint.restore_params(str(tmp_path))
   assert meta["step"] == 4 and meta["tokenizer"]["vocab_size"] == 259
   leaves = jax.tree.leaves(params)

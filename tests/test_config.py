@@ -2,18 +2,29 @@
 
 import pytest
 
-from lcx import defaults, config as config_lib
+from lcx import config as config_lib, defaults
 from lcx.positions import remaps
-from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import TINY_FLAGS, run_lcx, set_fields, tiny_config
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("train.lr", -1e-3, r"train.lr=-0.001 is not allowed; must be > 0"),
-    ("train.decay", "cosin", r"train.decay='cosin' is not allowed; must be one of \('cosine', "),
-    ("model.mlp", "relu", r"model.mlp='relu' is not allowed; must be one of \('gelu', 'swiglu'\)"),
-    ("model.dtype", "float16", r"model.dtype='float16' is not allowed; must be one of"),
-    ("train.b2", 1.0, r"train.b2=1.0 is not allowed; must be in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("train.lr", -1e-3, r"^train.lr=-0.001 is not allowed; allowed: > 0$"),
+    (
+      "train.decay",
+      "cosin",
+      r"^train.decay='cosin' is not allowed; allowed: cosine, linear, constant$",
+    ),
+    ("model.mlp", "relu", r"^model.mlp='relu' is not allowed; allowed: gelu, swiglu$"),
+    (
+      "model.dtype",
+      "float16",
+      r"^model.dtype='float16' is not allowed; allowed: float32, bfloat16",
+    ),
+    ("train.b2", 1.0, r"^train.b2=1.0 is not allowed; allowed: in \[0, 1\)$"),
+  ],
+)
 def test_out_of_range_values(field, value, message):
   config = tiny_config()
   section, key = field.split(".")
@@ -25,7 +36,9 @@ def test_out_of_range_values(field, value, message):
 def test_eval_length_below_one():
   config = tiny_config()
   config.eval.lengths = (64, 0)
-  with pytest.raises(ValueError, match=r"eval.lengths=\(64, 0\) is not allowed; must be lengths >= 1"):
+  with pytest.raises(
+    ValueError, match=r"^eval.lengths=\(64, 0\) is not allowed; allowed: >= 1 each$"
+  ):
     config_lib.validate(config)
 
 
@@ -39,9 +52,12 @@ def test_kv_heads_must_divide_heads():
 def test_odd_head_dim_with_rotary_scheme():
   config = tiny_config("rope")
   config.model.head_dim = 15
-  with pytest.raises(ValueError, match=r"^model\.head_dim=15 must be even for the rotary scheme "
-                     r"'rope' \(it rotates pairs of features\); set an even model\.head_dim, or "
-                     r"model\.position\.rotary_dim to an even number below 15$"):
+  with pytest.raises(
+    ValueError,
+    match=r"^model\.head_dim=15 must be even for the rotary scheme "
+    r"'rope' \(it rotates pairs of features\); set an even model\.head_dim, or "
+    r"model\.position\.rotary_dim to an even number below 15$",
+  ):
     config_lib.validate(config)
   config.model.position.rotary_dim = 14  # rotating part of an odd head is fine
   config_lib.validate(config)
@@ -53,26 +69,44 @@ def test_odd_head_dim_with_rotary_scheme():
 def test_scheme_name_changed_without_its_fields():
   config = tiny_config("rope")
   config.model.position.name = "alibi"
-  with pytest.raises(ValueError, match=r"^model\.position\.name='alibi', but model\.position holds "
-                     r"another scheme's fields \['base', 'pairing', 'rotary_dim', 'scaling'\]: .* "
-                     r"--config=configs/base\.py:pos=alibi instead$"):
+  with pytest.raises(
+    ValueError,
+    match=r"^model\.position\.name='alibi', but model\.position holds "
+    r"another scheme's fields \['base', 'pairing', 'rotary_dim', 'scaling'\]: .* "
+    r"--config=configs/base\.py:pos=alibi instead$",
+  ):
     config_lib.validate(config)
 
 
-@pytest.mark.parametrize("mesh, changes, message", [
-    ({"data": 2, "tensor": 2}, {},
-     r"model\.vocab_size=259 is not divisible by mesh\.tensor=2 \(sharding\.vocab='tensor'\); "
-     r"set --config\.sharding\.vocab='' to replicate it, or make model\.vocab_size a "
-     r"multiple of 2$"),
-    ({"data": 2, "tensor": 2}, {"sharding.vocab": "", "model.num_kv_heads": 1},
-     r"model\.num_kv_heads=1 is not divisible by mesh\.tensor=2 \(sharding\.kv_heads='tensor'\)"),
-    ({"data": 4}, {"data.batch_size": 6},
-     r"data\.batch_size=6 is not divisible by mesh\.data\*mesh\.fsdp=4 "
-     r"\(sharding\.batch='data,fsdp'\)"),
-    ({"fsdp": 4, "data": 1}, {"model.d_model": 66, "model.head_dim": 16},
-     r"model\.d_model=66 is not divisible by mesh\.fsdp=4 \(sharding\.embed='fsdp'\)"),
+@pytest.mark.parametrize(
+  "mesh, changes, message",
+  [
+    (
+      {"data": 2, "tensor": 2},
+      {},
+      r"model\.vocab_size=259 is not divisible by mesh\.tensor=2 \(sharding\.vocab='tensor'\); "
+      r"set --config\.sharding\.vocab='' to replicate it, or make model\.vocab_size a "
+      r"multiple of 2$",
+    ),
+    (
+      {"data": 2, "tensor": 2},
+      {"sharding.vocab": "", "model.num_kv_heads": 1},
+      r"model\.num_kv_heads=1 is not divisible by mesh\.tensor=2 \(sharding\.kv_heads='tensor'\)",
+    ),
+    (
+      {"data": 4},
+      {"data.batch_size": 6},
+      r"data\.batch_size=6 is not divisible by mesh\.data\*mesh\.fsdp=4 "
+      r"\(sharding\.batch='data,fsdp'\)",
+    ),
+    (
+      {"fsdp": 4, "data": 1},
+      {"model.d_model": 66, "model.head_dim": 16},
+      r"model\.d_model=66 is not divisible by mesh\.fsdp=4 \(sharding\.embed='fsdp'\)",
+    ),
     ({"data": 2, "tensor": 2}, {"sharding.vocab": ""}, None),  # every other dimension divides
-])
+  ],
+)
 def test_mesh_must_divide_every_sharded_dimension(mesh, changes, message):
   config = tiny_config()
   config.model.vocab_size = 259
@@ -91,50 +125,83 @@ def test_mesh_must_divide_every_sharded_dimension(mesh, changes, message):
 def test_mesh_must_fit_the_devices():
   config = tiny_config()
   config.mesh.tensor = 2  # data=-1 fills the one device of this process: it cannot
-  with pytest.raises(ValueError, match=r"^mesh=\{'data': -1, 'fsdp': 1, 'tensor': 2\}: the 1 "
-                     r"devices do not divide by the other axes' product 2, so mesh\.data=-1"):
+  with pytest.raises(
+    ValueError,
+    match=r"^mesh=\{'data': -1, 'fsdp': 1, 'tensor': 2\}: the 1 "
+    r"devices do not divide by the other axes' product 2, so mesh\.data=-1",
+  ):
     config_lib.validate(config)
 
 
 def test_unknown_scheme_name():
   from configs import base
-  with pytest.raises(ValueError, match=r"model.position.name='ropee' is not a known scheme; allowed: \["):
+
+  with pytest.raises(
+    ValueError, match=r"^model.position.name='ropee' is not allowed; allowed: alibi, "
+  ):
     base.get_config("pos=ropee")
 
 
 def test_unknown_config_argument():
   from configs import base
-  with pytest.raises(ValueError, match=r"config argument 'scheme' is unknown; allowed: \['pos', 'size'\]"):
+
+  with pytest.raises(
+    ValueError, match=r"^config argument scheme is not a known field; allowed: pos, size$"
+  ):
     base.get_config("scheme=rope")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flag, message", [
-    ("--config.train.lrr=0.1", "train.lrr is not a known field; allowed: "
-     f"{sorted(defaults.get_config().train.keys())}"),
-    ("--config.model.position.scaling.facter=4", "model.position.scaling.facter is not a known "
-     "field; allowed: ["),
-    ("--config.train.steps=ten",
-     "flag --config.train.steps=ten: invalid literal for int() with base 10: 'ten'"),
-    ("--config.train.lr=-1", "train.lr=-1.0 is not allowed; must be > 0"),
-    ("--config.model.position.name=spiral",
-     "model.position.name='spiral' is not a known scheme; allowed: ["),
-    ("--config.model.position.name=alibi", "model.position.name='alibi', but model.position "
-     "holds another scheme's fields"),
+@pytest.mark.parametrize(
+  "flag, message",
+  [
+    (
+      "--config.train.lrr=0.1",
+      "train.lrr is not a known field; allowed: "
+      f"{', '.join(sorted(defaults.get_config().train.keys()))}",
+    ),
+    (
+      "--config.model.position.scaling.facter=4",
+      "model.position.scaling.facter is not a known field; allowed: attention_factor, beta_fast, ",
+    ),
+    (
+      "--config.train.steps=ten",
+      "flag --config.train.steps=ten: invalid literal for int() with base 10: 'ten'",
+    ),
+    ("--config.train.lr=-1", "train.lr=-1.0 is not allowed; allowed: > 0"),
+    (
+      "--config.model.position.name=spiral",
+      "model.position.name='spiral' is not allowed; allowed: alibi, ",
+    ),
+    (
+      "--config.model.position.name=alibi",
+      "model.position.name='alibi', but model.position holds another scheme's fields",
+    ),
     ("--config.model.head_dim=15", "model.head_dim=15 must be even for the rotary scheme 'rope'"),
-    ("--config.model.position.base=-10", "model.position.base=-10.0 must be > 1"),
-    ("--config.data.name=text_files --config.data.text_files=/nonexistent/dir",
-     "data.text_files='/nonexistent/dir' matches no .txt or .jsonl file"),
-    ("--config.eval.protocol=rolling", "eval.protocol='rolling' is not allowed; must be one of "
-     "('windows', 'sliding', 'last_k')"),
-    ("--mode=train_and_eval --config.eval.variants=yarn@x", "eval.variants: 'yarn@x' needs a number after '@'"),
-    ("--config=configs/base.py:size=tiny,scheme=rope", "--config=configs/base.py:size=tiny,"
-     "scheme=rope: config argument 'scheme' is unknown; allowed: ['pos', 'size']"),
-])
+    ("--config.model.position.base=-10", "model.position.base=-10.0 is not allowed; allowed: > 1"),
+    (
+      "--config.data.name=text_files --config.data.text_files=/nonexistent/dir",
+      "data.text_files='/nonexistent/dir' matches no .txt or .jsonl file",
+    ),
+    (
+      "--config.eval.protocol=rolling",
+      "eval.protocol='rolling' is not allowed; allowed: windows, "
+      "sliding, last_k, or several comma-separated",
+    ),
+    (
+      "--mode=train_and_eval --config.eval.variants=yarn@x",
+      "eval.variants: 'yarn@x' needs a number after '@'",
+    ),
+    (
+      "--config=configs/base.py:size=tiny,scheme=rope",
+      "--config=configs/base.py:size=tiny,"
+      "scheme=rope: config argument scheme is not a known field; allowed: pos, size",
+    ),
+  ],
+)
 def test_command_line_errors_fail_before_compiling(tmp_path, flag, message):
   workdir = tmp_path / "run"
-  proc = run_lcx([*TINY_FLAGS, f"--workdir={workdir}", *flag.split()], check=False,
-                 timeout=120)
+  proc = run_lcx([*TINY_FLAGS, f"--workdir={workdir}", *flag.split()], check=False, timeout=120)
   assert proc.returncode == 2, proc.stderr[-3000:]
   lines = proc.stderr.strip().splitlines()
   assert lines[-1].startswith("error: " + message), lines[-1]
@@ -145,8 +212,11 @@ def test_command_line_errors_fail_before_compiling(tmp_path, flag, message):
 def test_learned_table_must_cover_training_and_randomized_positions():
   config = tiny_config("learned")
   config.model.position.num_positions = config.data.seq_len - 1
-  with pytest.raises(ValueError, match=rf"the learned table has {config.data.seq_len - 1} "
-                     rf"positions .* but {config.data.seq_len} are needed"):
+  with pytest.raises(
+    ValueError,
+    match=rf"the learned table has {config.data.seq_len - 1} "
+    rf"positions .* but {config.data.seq_len} are needed",
+  ):
     config_lib.validate(config)
   config.model.position.num_positions = config.data.seq_len
   config_lib.validate(config)
@@ -158,8 +228,11 @@ def test_learned_table_must_cover_training_and_randomized_positions():
 def test_relative_remap_with_absolute_scheme_fails_in_validation():
   config = tiny_config("sinusoidal")
   config.model.remap = remaps.default_config("self_extend")
-  with pytest.raises(ValueError, match=r"model.remap.name='self_extend' remaps relative "
-                     r"distances, but model.position.name='sinusoidal' embeds absolute positions"):
+  with pytest.raises(
+    ValueError,
+    match=r"model.remap.name='self_extend' remaps relative "
+    r"distances, but model.position.name='sinusoidal' embeds absolute positions",
+  ):
     config_lib.validate(config)
 
 
@@ -170,3 +243,95 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
   for name in ("task", "stdlib"):
     config.data.name = name
     config_lib.validate_eval(config)  # 8x seq_len exceeds the learned table
+
+
+@pytest.mark.parametrize(
+  "fields, message",
+  [
+    (
+      {"train.pose_target": 16},
+      r"train.pose_target=16 is not allowed; allowed: 0 \(off\) or >= data.seq_len=32",
+    ),
+    (
+      {"train.pose_target": 128, "train.random_positions": 256},
+      r"train.pose_target=128 is not allowed with train.random_positions=256; allowed: one of",
+    ),
+    ({"eval.random_positions": -1}, r"eval.random_positions=-1 is not allowed; allowed: 0 \(off\)"),
+  ],
+)
+def test_sampled_positions_are_checked_naming_the_fields(fields, message):
+  config = tiny_config()
+  for field, value in fields.items():
+    section, key = field.split(".")
+    config[section][key] = value
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)
+
+
+def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths():
+  config = tiny_config("learned", pose_target=128)
+  with pytest.raises(ValueError, match=r"the learned table has 32 positions .* but 128 are"):
+    config_lib.validate(config)
+  config.model.position.num_positions = 128
+  config_lib.validate(config)
+  config = tiny_config()
+  config.eval.random_positions = 128  # eval lengths 32..256 by default multipliers (1, 2, 4, 8)
+  config_lib.validate(config)
+  with pytest.raises(
+    ValueError,
+    match=r"eval.random_positions=128 is not allowed; allowed: 0 "
+    r"\(off\) or >= the longest eval length 256",
+  ):
+    config_lib.validate_eval(config)
+  config.eval.random_positions = 256
+  config_lib.validate_eval(config)
+
+
+@pytest.mark.parametrize(
+  "pos, field, value, message",
+  [
+    (
+      "rope",
+      "model.nope_every",
+      -1,
+      r"model.nope_every=-1 is not allowed; allowed: an int >= 0 \(0: every block has positions\)",
+    ),
+    (
+      "rope",
+      "model.position_window",
+      -3,
+      r"model.position_window=-3 is not allowed; allowed: an int >= 0 \(0: no window\)",
+    ),
+    (
+      "sinusoidal",
+      "model.nope_every",
+      2,
+      r"model.nope_every=2 is not allowed with model.position.name='sinusoidal', which embeds "
+      r"positions once at the input \(no block's hooks carry them\); allowed: 0",
+    ),
+    (
+      "rope",
+      "model.attention.temperature",
+      "log",
+      r"model.attention.temperature='log' is not allowed; allowed: one of \('none', 'log_n', "
+      r"'ssmax'\)",
+    ),
+    (
+      "rope",
+      "model.attention.beta_c",
+      -0.5,
+      r"model.attention.beta_c=-0.5 is not allowed; allowed: a number >= 0 \(0: off\)",
+    ),
+    (
+      "rope",
+      "model.attention.sink",
+      "attention",
+      r"model.attention.sink='attention' is not allowed; allowed: one of \('none', 'learned'\)",
+    ),
+  ],
+)
+def test_attention_options_name_the_field(pos, field, value, message):
+  config = tiny_config(pos)
+  set_fields(config, {field: value})
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)

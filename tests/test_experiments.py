@@ -43,8 +43,9 @@ def test_sweep_loads_with_runs_in_dependency_order(experiment, arg):
     seen.add(name)
 
 
-@pytest.mark.parametrize("experiment", [p for p in EXPERIMENTS if (p / "results").is_dir()],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+  "experiment", [p for p in EXPERIMENTS if (p / "results").is_dir()], ids=lambda p: p.name
+)
 def test_readme_tables_are_the_report_of_the_committed_results(experiment: pathlib.Path):
   readme = (experiment / "README.md").read_text()
   printed = report.format_tables(report.load([str(experiment / "results")]))

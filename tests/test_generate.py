@@ -2,39 +2,56 @@
 and sparse pattern past the training length; sampling is seeded; greedy decoding reproduces a
 trained copy task; the command line prints the continuation, and bad input is one error line."""
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import generate, positions, prepare, train
+from lcx import generate, patterns, positions, prepare, train
 from lcx.data import tasks
 from lcx.evaluate import runner as runner_lib, tasks as task_eval
 from lcx.model import Decoder
 from lcx.positions import remaps
-from tests.helpers import run_lcx, tiny_config
+from tests.helpers import run_lcx, set_fields, tiny_config
 
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
-REMAPS = {"none": {}, "self_extend": {"window": 4, "group": 3}, "rerope": {"window": 6},
-          "compress": {"alpha": 0.5}}
-SCALINGS = {
-    "default": {},
-    "linear": {"factor": 2.0}, "ntk": {"factor": 2.0}, "dynamic": {"factor": 2.0},
-    "yarn": {"factor": 3.0}, "llama3": {"factor": 3.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 2.0},
-    "longrope": {"factor": 3.0, "short_factor": (1.0, 1.1, 1.2, 1.3, 1.0, 1.0, 1.5, 2.0),
-                 "long_factor": (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0), "n_hat": 2},
+REMAPS = {
+  "none": {},
+  "self_extend": {"window": 4, "group": 3},
+  "rerope": {"window": 6},
+  "compress": {"alpha": 0.5},
+  "streaming": {"sink": 2, "window": 6},
 }
-PATTERNS = {"dense": {}, "sliding_window": {"window": 8}, "block_global": {"block": 8},
-            "strided": {"window": 4, "stride": 5}}
+SCALINGS = {
+  "default": {},
+  "linear": {"factor": 2.0},
+  "ntk": {"factor": 2.0},
+  "dynamic": {"factor": 2.0},
+  "yarn": {"factor": 3.0},
+  "llama3": {"factor": 3.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0},
+  "longrope": {
+    "factor": 3.0,
+    "short_factor": (1.0, 1.1, 1.2, 1.3, 1.0, 1.0, 1.5, 2.0),
+    "long_factor": (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
+    "n_hat": 2,
+  },
+}
+PATTERNS = {
+  "dense": {},
+  "sliding_window": {"window": 8},
+  "block_global": {"block": 8},
+  "strided": {"window": 4, "stride": 5},
+  "streaming": {"sink": 2, "window": 6},
+}
 
 
-def _model(scheme, remap="none", rope_type="default", pattern="dense"):
-  cfg = tiny_config(scheme).model
+def _model(scheme, remap="none", rope_type="default", pattern="dense", options=None):
+  """`options`: dotted fields under model (e.g. {"nope_every": 2}) set before building."""
+  config = tiny_config(scheme)
+  set_fields(config.model, options or {})
+  cfg = config.model
   cfg.vocab_size, cfg.max_len = 259, L
   if scheme == "learned":
     cfg.position.max_len_policy = "clamp"  # positions past the table reuse its last row
@@ -42,7 +59,7 @@ def _model(scheme, remap="none", rope_type="default", pattern="dense"):
     cfg.position.scaling.update(rope_type=rope_type, **SCALINGS[rope_type])
   cfg.remap = remaps.default_config(remap)
   cfg.remap.update(REMAPS[remap])
-  cfg.attention.pattern = positions.patterns.default_config(pattern)
+  cfg.attention.pattern = patterns.default_config(pattern)
   cfg.attention.pattern.update(PATTERNS[pattern])
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   if scheme == "t5":  # zero at init: give the buckets values, so the bias matters
@@ -82,7 +99,7 @@ def _cases():
     for remap in remaps.REMAPS:
       if remaps.REMAPS[remap].relative_only and positions.base.adds_embedding(scheme):
         continue
-      for rope_type in (SCALINGS if scheme in ROTARY else ("default",)):
+      for rope_type in SCALINGS if scheme in ROTARY else ("default",):
         out.append((scheme, remap, rope_type, "dense"))
     for pattern in PATTERNS:
       if pattern != "dense":
@@ -92,18 +109,24 @@ def _cases():
 
 # Run by default: every scheme, remap, scaling and pattern at least once, and crossings of each
 # kind of hook (embedding, rotation, bias) with the remaps; the rest of the matrix is slow.
-QUICK = {(s, "none", "default", "dense") for s in positions.SCHEMES} | {
-    ("rope", r, "default", "dense") for r in REMAPS} | {
-    ("rope", "none", t, "dense") for t in SCALINGS} | {
-    ("rope", "none", "default", p) for p in PATTERNS} | {
-    ("sinusoidal", "compress", "default", "dense"), ("learned", "compress", "default", "dense"),
-    ("alibi", "self_extend", "default", "dense"), ("t5", "rerope", "default", "dense"),
-    ("xpos", "self_extend", "longrope", "dense"), ("p_rope", "rerope", "dynamic", "dense")}
+QUICK = (
+  {(s, "none", "default", "dense") for s in positions.SCHEMES}
+  | {("rope", r, "default", "dense") for r in REMAPS}
+  | {("rope", "none", t, "dense") for t in SCALINGS}
+  | {("rope", "none", "default", p) for p in PATTERNS}
+  | {
+    ("sinusoidal", "compress", "default", "dense"),
+    ("learned", "compress", "default", "dense"),
+    ("alibi", "self_extend", "default", "dense"),
+    ("t5", "rerope", "default", "dense"),
+    ("xpos", "self_extend", "longrope", "dense"),
+    ("p_rope", "rerope", "dynamic", "dense"),
+  }
+)
 
 
 def _marked(case):
-  return pytest.param(*case, id="-".join(case),
-                      marks=() if case in QUICK else pytest.mark.slow)
+  return pytest.param(*case, id="-".join(case), marks=() if case in QUICK else pytest.mark.slow)
 
 
 @pytest.mark.parametrize("scheme,remap,rope_type,pattern", [_marked(c) for c in _cases()])
@@ -117,13 +140,38 @@ def test_cached_logits_equal_the_full_forward_pass(scheme, remap, rope_type, pat
   np.testing.assert_allclose(logits_BxNxV, reference, atol=1e-4, rtol=1e-4)
 
 
+# The attention options beside the scheme: each with a remap and a pattern too.
+OPTIONS = {
+  "schedule_log_n_qk_norm": {
+    "nope_every": 2,
+    "position_window": 5,
+    "attention.temperature": "log_n",
+    "qk_norm": True,
+  },
+  "ssmax_beta_sink": {
+    "attention.temperature": "ssmax",
+    "attention.beta_c": 0.5,
+    "attention.sink": "learned",
+  },
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_cached_logits_equal_the_full_forward_pass_with_attention_options(name):
+  model = _model("rope", "rerope", "default", "strided", OPTIONS[name])
+  tokens_BxN, logits_BxNxV = _generate(model, _prompt())
+  reference = _prefix_logits(model, np.concatenate([_prompt(), tokens_BxN], axis=1))
+  assert np.isfinite(logits_BxNxV).all()
+  np.testing.assert_allclose(logits_BxNxV, reference, atol=1e-4, rtol=1e-4)
+
+
 def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   cases = _cases()
   assert {c[0] for c in cases} == set(positions.SCHEMES)
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
-  assert {c[3] for c in cases} == set(positions.patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 4 * 7 + 4 * 4 + 2 * 2 + 9 * 3
+  assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
+  assert len(cases) == 3 * 5 * 7 + 7 * 5 + 2 * 2 + 12 * 4
   assert QUICK <= set(cases)
 
 
@@ -151,8 +199,8 @@ def test_a_cache_alone_would_not_do_for_a_length_dependent_scaling(monkeypatch):
   generate._generate.clear_cache()
   reference = _prefix_logits(model, np.concatenate([_prompt(), tokens_BxN], axis=1))
   gap_N = np.abs(logits_BxNxV - reference).max(axis=(0, 2))
-  assert gap_N[:L - P].max() < 1e-4  # up to L the frequencies do not change
-  assert gap_N[L - P + 1:].min() > 1e-3
+  assert gap_N[: L - P].max() < 1e-4  # up to L the frequencies do not change
+  assert gap_N[L - P + 1 :].min() > 1e-3
 
 
 def test_the_cache_takes_its_own_size_only():
@@ -166,8 +214,7 @@ def test_chunked_prefill_equals_dense():
   model = _model("alibi", "self_extend")
   graphdef, params = nnx.split(model, nnx.Param)
   dense = generate.generate(graphdef, params, _prompt(), 6, with_logits=True)
-  chunked = generate.generate(graphdef, params, _prompt(), 6, kernel="chunked",
-                              with_logits=True)
+  chunked = generate.generate(graphdef, params, _prompt(), 6, kernel="chunked", with_logits=True)
   np.testing.assert_array_equal(dense[0], chunked[0])
   np.testing.assert_allclose(dense[1], chunked[1], atol=1e-4, rtol=1e-4)
 
@@ -175,7 +222,10 @@ def test_chunked_prefill_equals_dense():
 def test_sampling_is_seeded_and_top_k_restricts_the_draw():
   model = _model("rope")
   graphdef, params = nnx.split(model, nnx.Param)
-  draw = lambda **kw: generate.generate(graphdef, params, _prompt(), 12, **kw)
+
+  def draw(**kw):
+    return generate.generate(graphdef, params, _prompt(), 12, **kw)
+
   first = draw(temperature=1.0, top_k=5, seed=3)
   np.testing.assert_array_equal(first, draw(temperature=1.0, top_k=5, seed=3))
   assert not np.array_equal(first, draw(temperature=1.0, top_k=5, seed=4))
@@ -186,18 +236,22 @@ def test_sampling_is_seeded_and_top_k_restricts_the_draw():
   assert all(set(drawn[b]) <= set(top3[b]) for b in range(4))
   assert len(set(drawn[0])) == 3  # all three, at temperature 2
   for temperature, top_k in ((0.0, 0), (1.0, 1)):  # greedy, and a draw from one token
-    np.testing.assert_array_equal(generate.sample(logits, jax.random.key(0), temperature, top_k),
-                                  np.argmax(np.asarray(logits), -1))
+    np.testing.assert_array_equal(
+      generate.sample(logits, jax.random.key(0), temperature, top_k),
+      np.argmax(np.asarray(logits), -1),
+    )
 
 
 # --- A tiny copy-task model: greedy generation and the command line. ---
+
 
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
   """rope trained on copy (sizes 1-4) until it copies: ~97% exact match at size 4."""
   workdir = str(tmp_path_factory.mktemp("copy"))
-  config = tiny_config("rope", steps=300, warmup_steps=20, lr=3e-3, checkpoint_every=10000,
-                       log_every=100)
+  config = tiny_config(
+    "rope", steps=300, warmup_steps=20, lr=3e-3, checkpoint_every=10000, log_every=100
+  )
   config.data.update(name="task", task="copy", task_min_len=1, task_max_len=4, batch_size=16)
   train.train(config, workdir)
   return config, workdir
@@ -228,32 +282,45 @@ def test_command_line_prints_the_continuation(copy_run):
   params = prepare.restore_params(prepared, workdir, prepare.checkpoint_meta(workdir)[0])
 
   def expected(text, new, **kw):
-    ids = list(generate.generate(prepared.graphdef, params, [[256, *text.encode()]], new,
-                                 **kw)[0])
-    return text + prepared.tokenizer.decode(ids[:ids.index(257)] if 257 in ids else ids)
+    ids = list(generate.generate(prepared.graphdef, params, [[256, *text.encode()]], new, **kw)[0])
+    return text + prepared.tokenizer.decode(ids[: ids.index(257)] if 257 in ids else ids)
 
-  proc = run_lcx([f"--workdir={workdir}", "--prompt=dbca=", "--max_new_tokens=8"],
-                 module="lcx.generate")
+  proc = run_lcx(
+    [f"--workdir={workdir}", "--prompt=dbca=", "--max_new_tokens=8"], module="lcx.generate"
+  )
   assert proc.stdout == expected("dbca=", 8) + "\n"
   assert proc.stdout.startswith("dbca=dbca")
   assert "8 tokens after a 6-token prompt" in proc.stderr and "tokens/s" in proc.stderr
   sampled = dict(temperature=1.5, top_k=50, seed=7)
-  proc = run_lcx([f"--workdir={workdir}", "--prompt=ab=", "--max_new_tokens=6",
-                  *(f"--{k}={v}" for k, v in sampled.items())], module="lcx.generate")
+  proc = run_lcx(
+    [
+      f"--workdir={workdir}",
+      "--prompt=ab=",
+      "--max_new_tokens=6",
+      *(f"--{k}={v}" for k, v in sampled.items()),
+    ],
+    module="lcx.generate",
+  )
   assert proc.stdout == expected("ab=", 6, **sampled) + "\n"
-  proc = run_lcx([f"--workdir={workdir}", "--prompt=ab=", "--config.model.d_model=32"],
-                 module="lcx.generate", check=False)
+  proc = run_lcx(
+    [f"--workdir={workdir}", "--prompt=ab=", "--config.model.d_model=32"],
+    module="lcx.generate",
+    check=False,
+  )
   assert proc.returncode == 2 and proc.stdout == ""
   assert proc.stderr.strip().splitlines()[-1].startswith("error: model.d_model=32 differs")
 
 
-@pytest.mark.parametrize("args,message", [
+@pytest.mark.parametrize(
+  "args,message",
+  [
     (["--prompt=x"], "error: flag --workdir=None"),
     (["--workdir={tmp}", "--prompt=x"], "holds no run (config.json)"),
     (["--workdir={tmp}", "--prompt=x", "--max_new_tokens=0"], "--max_new_tokens=0"),
     (["--workdir={tmp}", "--prompt=x", "--temperature=-1"], "--temperature=-1"),
     (["--workdir={tmp}", "--prompt=x", "--top_k=abc"], "--top_k=abc"),
-])
+  ],
+)
 def test_bad_flags_are_one_error_line(args, message, tmp_path):
   proc = run_lcx([a.format(tmp=tmp_path) for a in args], module="lcx.generate", check=False)
   assert proc.returncode == 2 and proc.stdout == ""

@@ -28,12 +28,20 @@ def checkout(tmp_path):
 
 def _start(checkout, *args, extras=None):
   """extras=None leaves LCX_EXTRAS unset, as on a fresh machine (launch.sh runs under set -u)."""
-  env = {"PATH": "/usr/bin:/bin", "PYTHON": str(checkout / "stub_python"),
-         "STUB_LOG": str(checkout / "calls.log")}
+  env = {
+    "PATH": "/usr/bin:/bin",
+    "PYTHON": str(checkout / "stub_python"),
+    "STUB_LOG": str(checkout / "calls.log"),
+  }
   if extras is not None:
     env["LCX_EXTRAS"] = extras
-  return subprocess.Popen(["bash", str(checkout / "launch.sh"), *args], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen(
+    ["bash", str(checkout / "launch.sh"), *args],
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def _calls(checkout):
@@ -86,7 +94,8 @@ def test_each_command_installs_its_extras_once(checkout):
   assert _launch(checkout, "sweep", "experiments/x")[1] == ["-m lcx.sweep experiments/x"]
   assert _launch(checkout, "longrope", "--workdir=w")[1] == ["-m lcx.longrope --workdir=w"]
   assert _launch(checkout, "generate", "--workdir=w", "--prompt=a b")[1] == [
-      "-m lcx.generate --workdir=w --prompt=a b"]  # the base install
+    "-m lcx.generate --workdir=w --prompt=a b"
+  ]  # the base install
   assert pip("train", extras="gpu") == [".[test,bench,gpu]"]
   with open(checkout / "pyproject.toml", "a") as f:
     f.write("\n# changed\n")

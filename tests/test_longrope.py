@@ -14,14 +14,25 @@ from lcx import config as config_lib, evaluate, longrope, prepare, train
 from lcx.positions import scaling
 from tests.helpers import run_lcx, tiny_config
 
-SPACE = longrope.Space(num_pairs=8, max_factor=5.0, step=0.01, n_hats=(0, 1, 2, 4, 8, 16, 32),
-                       mutation_rate=0.3, crossover_rate=0.5)
+SPACE = longrope.Space(
+  num_pairs=8,
+  max_factor=5.0,
+  step=0.01,
+  n_hats=(0, 1, 2, 4, 8, 16, 32),
+  mutation_rate=0.3,
+  crossover_rate=0.5,
+)
 
 
 def _valid(c, space=SPACE):
   lam = np.asarray(c.long_factor)
-  return (len(lam) == space.num_pairs and np.all(np.diff(lam) >= 0) and lam.min() >= 1
-          and lam.max() <= space.max_factor and c.n_hat in space.n_hats)
+  return (
+    len(lam) == space.num_pairs
+    and np.all(np.diff(lam) >= 0)
+    and lam.min() >= 1
+    and lam.max() <= space.max_factor
+    and c.n_hat in space.n_hats
+  )
 
 
 def test_seeds_are_pi_ntk_and_yarn_as_per_pair_factors():
@@ -31,8 +42,9 @@ def test_seeds_are_pi_ntk_and_yarn_as_per_pair_factors():
   np.testing.assert_allclose(seeds["ntk"], [s ** (2 * i / (d - 2)) for i in range(8)], rtol=1e-12)
   sc = scaling.resolve({"rope_type": "yarn", "factor": s}, d, default_length=length)
   yarn_inv_freq, _ = scaling.frequencies(d, base, sc, None)
-  np.testing.assert_allclose(np.asarray(seeds["yarn"]) * yarn_inv_freq,
-                             scaling.theta(d, base), rtol=1e-12)
+  np.testing.assert_allclose(
+    np.asarray(seeds["yarn"]) * yarn_inv_freq, scaling.theta(d, base), rtol=1e-12
+  )
   assert seeds["yarn"][0] == pytest.approx(1.0) and seeds["yarn"][-1] == pytest.approx(s)
   for name, lam in seeds.items():
     assert _valid(longrope.Candidate(lam, 0, name)), name
@@ -46,8 +58,10 @@ def test_n_hat_choices_are_zero_and_powers_of_two_up_to_l():
 
 def test_mutation_and_crossover_stay_non_decreasing_in_range_and_new():
   rng = np.random.default_rng(0)
-  seeds = [longrope.Candidate(lam, 0, name)
-           for name, lam in longrope.seed_factors(16, 10000.0, 4.0, 32).items()]
+  seeds = [
+    longrope.Candidate(lam, 0, name)
+    for name, lam in longrope.seed_factors(16, 10000.0, 4.0, 32).items()
+  ]
   seen = {c.key for c in seeds}
   population = longrope.first_generation(rng, seeds, 40, SPACE, set())
   assert [c.origin for c in population[:3]] == ["pi", "ntk", "yarn"]
@@ -56,12 +70,14 @@ def test_mutation_and_crossover_stay_non_decreasing_in_range_and_new():
     kids = longrope.children(rng, population[:10], 20, 20, SPACE, seen)
     assert all(_valid(c) for c in kids)
     assert len({c.key for c in kids}) == len(kids) and not {c.key for c in seeds} & {
-        c.key for c in kids}
+      c.key for c in kids
+    }
     assert {c.origin for c in kids} == {"mutation", "crossover"}
     population = kids
   assert len({c.n_hat for c in population}) > 1  # n_hat is searched too
-  off_grid = [x for c in population for x in c.long_factor
-              if abs(x / 0.01 - round(x / 0.01)) > 1e-6]
+  off_grid = [
+    x for c in population for x in c.long_factor if abs(x / 0.01 - round(x / 0.01)) > 1e-6
+  ]
   seed_values = {x for c in seeds for x in c.long_factor}
   assert set(off_grid) <= seed_values  # mutations draw from the grid
 
@@ -72,15 +88,26 @@ def test_crossover_of_identical_parents_finds_nothing_new():
   assert longrope.crossover(np.random.default_rng(0), c, c, space, {c.key}) is None
 
 
-@pytest.mark.parametrize("field, value, message", [
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
     ("target_len", 0, r"eval.longrope.target_len=0 must be above the training length L=32"),
     ("target_len", 32, r"eval.longrope.target_len=32 must be above the training length L=32"),
     ("parents", 70, r"eval.longrope.parents=70 must be <= eval.longrope.population=64"),
-    ("max_factor", 2.0, r"eval.longrope.max_factor=2.0 must be 0 \(1.25 x the scale\) or >= "
-     r"the scale target_len / L = 4"),
-    ("population", 2, r"eval.longrope.population=2 is not allowed; must be >= 3"),
-    ("crossover_rate", 1.0, r"eval.longrope.crossover_rate=1.0 is not allowed; must be in"),
-])
+    (
+      "max_factor",
+      2.0,
+      r"eval.longrope.max_factor=2.0 must be 0 \(1.25 x the scale\) or >= "
+      r"the scale target_len / L = 4",
+    ),
+    ("population", 2, r"eval.longrope.population=2 is not allowed; allowed: >= 3"),
+    (
+      "crossover_rate",
+      1.0,
+      r"eval.longrope.crossover_rate=1.0 is not allowed; allowed: in \(0, 1\)",
+    ),
+  ],
+)
 def test_bad_search_settings_name_the_field(field, value, message):
   config = tiny_config()
   config.eval.longrope.target_len = 128
@@ -98,8 +125,16 @@ def test_the_search_needs_a_rotary_scheme():
 
 # --- On a tiny trained run ---
 
-SMALL = {"target_len": 128, "documents": 4, "population": 8, "parents": 4, "mutations": 3,
-         "crossovers": 3, "generations": 3, "seed": 3}
+SMALL = {
+  "target_len": 128,
+  "documents": 4,
+  "population": 8,
+  "parents": 4,
+  "mutations": 3,
+  "crossovers": 3,
+  "generations": 3,
+  "seed": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +180,14 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
 
   # factors.json is a longrope variant scoring the recorded fitness on the same documents.
   factors = json.load(open(os.path.join(out_dir, "factors.json")))
-  assert factors == {"rope_type": "longrope", "factor": 4.0,
-                     "original_max_position_embeddings": 32, "short_factor": [1.0] * 8,
-                     "long_factor": state["best"]["long_factor"],
-                     "n_hat": state["best"]["n_hat"]}
+  assert factors == {
+    "rope_type": "longrope",
+    "factor": 4.0,
+    "original_max_position_embeddings": 32,
+    "short_factor": [1.0] * 8,
+    "long_factor": state["best"]["long_factor"],
+    "n_hat": state["best"]["n_hat"],
+  }
   config = prepare.run_config(workdir)
   spec = f"longrope@{out_dir}/factors.json"
   config.eval.variants = f"none,{spec}"
@@ -169,12 +208,17 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
   assert first["generation"] == 1
   resumed = longrope.search(_search_config(workdir), workdir)
   assert _comparable(resumed) == _comparable(state)
-  assert open(os.path.join(out_dir, "factors.json")).read() == open(
-      os.path.join(out_dir + "_full", "factors.json")).read()
+  assert (
+    open(os.path.join(out_dir, "factors.json")).read()
+    == open(os.path.join(out_dir + "_full", "factors.json")).read()
+  )
 
   # Other settings than the saved search's are refused, naming the field.
-  with pytest.raises(ValueError, match=r"state.json holds a search with eval.longrope.seed=3, "
-                     r"now 4: set it back"):
+  with pytest.raises(
+    ValueError,
+    match=r"state.json holds a search with eval.longrope.seed=3, "
+    r"now 4: set it back",
+  ):
     longrope.search(_search_config(workdir, seed=4), workdir)
 
 
@@ -185,11 +229,19 @@ def test_one_compiled_program_scores_every_candidate(rope_run):
   config = _search_config(rope_run)
   prepared = prepare.prepare(config)
   _, params, _ = evaluate.restore(prepared, rope_run)
-  sequences = longrope._long_documents(prepared.config, 128)
+  sequences = longrope._long_documents(prepared.config, 128, prepared.tokenizer)
   windows = longrope.samples.cut(sequences, 128, "windows")
-  variant = longrope.variants.apply(prepared.config, {longrope.variants.SCALING: {
-      "rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 8,
-      "long_factor": [4.0] * 8}})
+  variant = longrope.variants.apply(
+    prepared.config,
+    {
+      longrope.variants.SCALING: {
+        "rope_type": "longrope",
+        "factor": 4.0,
+        "short_factor": [1.0] * 8,
+        "long_factor": [4.0] * 8,
+      }
+    },
+  )
   runner = longrope.Runner(prepare.for_variant(prepared, variant), params)
   scorer = longrope.Scorer(runner, windows)
   a = longrope.Candidate((1.0,) * 4 + (4.0,) * 4, 8, "mutation")
@@ -209,12 +261,16 @@ def test_command_line_search_and_its_errors(rope_run, tmp_path):
   assert "longrope generation 1/1: best perplexity" in proc.stderr
   assert "| searched" in proc.stdout and os.path.exists(f"{workdir}/longrope/factors.json")
   for args, message in [
-      ([f"--workdir={workdir}"], "eval.longrope.target_len=0 must be above the training length"),
-      ([f"--workdir={workdir}", *flags, "--config.model.d_model=32"],
-       "model.d_model=32 differs from the checkpoint's 64: it is a trained field"),
-      ([f"--workdir={tmp_path}/none"], f"--workdir={tmp_path}/none holds no run"),
-      ([f"--workdir={workdir}", "--config.eval.longrope.populaton=3"],
-       "eval.longrope.populaton is not a known field; allowed: ['crossover_rate', "),
+    ([f"--workdir={workdir}"], "eval.longrope.target_len=0 must be above the training length"),
+    (
+      [f"--workdir={workdir}", *flags, "--config.model.d_model=32"],
+      "model.d_model=32 differs from the checkpoint's 64: it is a trained field",
+    ),
+    ([f"--workdir={tmp_path}/none"], f"--workdir={tmp_path}/none holds no run"),
+    (
+      [f"--workdir={workdir}", "--config.eval.longrope.populaton=3"],
+      "eval.longrope.populaton is not a known field; allowed: crossover_rate, ",
+    ),
   ]:
     proc = run_lcx(args, module="lcx.longrope", check=False, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]

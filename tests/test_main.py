@@ -1,29 +1,78 @@
 """The command line: every bad input is one `error: ...` line with exit status 2, before any
 file is written; config-specific messages are in test_config.py."""
 
+import collections
+
 import pytest
 
-from tests.helpers import TINY_FLAGS, run_lcx
+from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, message", [
-    (["--config=configs/base.py:size=tiny"], "flag --workdir=None: Flag --workdir must have a "
-     "value other than None."),
-    (["--config=configs/nonexistent.py"], "Configuration is not available because of an earlier "
-     "failure to load: Failed loading config file"),
+@pytest.mark.parametrize(
+  "args, message",
+  [
+    (
+      ["--config=configs/base.py:size=tiny"],
+      "flag --workdir=None: Flag --workdir must have a value other than None.",
+    ),
+    (
+      ["--config=configs/nonexistent.py"],
+      "Configuration is not available because of an earlier "
+      "failure to load: Failed loading config file",
+    ),
     ([*TINY_FLAGS, "--mode=serve"], "flag --mode=serve: value should be one of "),
-    ([*TINY_FLAGS, "--distributed=on"], "--distributed=on: jax.distributed.initialize() could "
-     "not read a cluster from the environment"),
-    ([*TINY_FLAGS, "--distributed=off", "--coordinator_address=127.0.0.1:1"],
-     "--distributed=off contradicts --coordinator_address; drop one"),
-])
+    (
+      [*TINY_FLAGS, "--distributed=on"],
+      "--distributed=on: jax.distributed.initialize() could "
+      "not read a cluster from the environment",
+    ),
+    (
+      [*TINY_FLAGS, "--distributed=off", "--coordinator_address=127.0.0.1:1"],
+      "--distributed=off contradicts --coordinator_address; drop one",
+    ),
+  ],
+)
 def test_bad_command_lines_are_one_line_errors(tmp_path, args, message):
   workdir = tmp_path / "run"
-  proc = run_lcx([*args, f"--workdir={workdir}"] if "workdir" not in message else args,
-                 env={"JAX_PLATFORMS": "cpu"}, check=False, timeout=120)
+  proc = run_lcx(
+    [*args, f"--workdir={workdir}"] if "workdir" not in message else args,
+    env={"JAX_PLATFORMS": "cpu"},
+    check=False,
+    timeout=120,
+  )
   assert proc.returncode == 2, proc.stderr[-3000:]
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: " + message), last
   assert "Traceback" not in proc.stderr
   assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_model_once(
+  tmp_path, monkeypatch
+):
+  """prepare checks the fields, loads the tokenizer and traces the abstract model; the mesh
+  check, training, the evaluation plan and the `none` variant reuse what it built."""
+  from lcx import config as config_lib, main, model
+  from lcx.data import pipeline
+
+  calls = collections.Counter()
+
+  def counted(name, original):
+    def wrapper(*args, **kwargs):
+      calls[name] += 1
+      return original(*args, **kwargs)
+
+    return wrapper
+
+  for name in ("check_fields", "validate", "validate_eval"):
+    monkeypatch.setattr(config_lib, name, counted(name, getattr(config_lib, name)))
+  monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
+  for kind, load in list(pipeline.TOKENIZERS.items()):  # every load, whoever asks for it
+    monkeypatch.setitem(pipeline.TOKENIZERS, kind, counted(f"tokenizer {kind}", load))
+  config = tiny_config(steps=2, checkpoint_every=2)
+  workdir = tmp_path / "run"
+  main.run(config, str(workdir), "train_and_eval")
+  assert (workdir / "eval" / "none.json").exists()  # it trained and evaluated
+  assert calls == {"check_fields": 1, "abstract": 1, "tokenizer byte": 1}, calls

@@ -22,4 +22,3 @@ def test_logged_values_are_window_means_and_skip_compile_time(tmp_path, monkeypa
   assert logged["tokens_per_sec"] == pytest.approx(100.0)
   line = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
   assert line["step"] == 4 and line["loss"] == pytest.approx(2.5)
-

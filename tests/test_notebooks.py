@@ -28,10 +28,14 @@ def test_launch_notebook_starts_jupyterlab_with_the_notebooks_extra(checkout):  
 def notebook_env(tmp_path_factory):
   """Environment of the notebooks' kernel: a fresh runs dir, 2 training steps, small evals,
   the test dataset, and this checkout's lcx first on the path."""
-  env = {"LCX_NOTEBOOK_RUNS": str(tmp_path_factory.mktemp("runs")), "LCX_NOTEBOOK_STEPS": "2",
-         "LCX_NOTEBOOK_EVAL_TOKENS": "2048", "LCX_NOTEBOOK_SCHEMES": "nope,rope,alibi",
-         "LCX_DATA_DIR": DATA_DIR,
-         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+  env = {
+    "LCX_NOTEBOOK_RUNS": str(tmp_path_factory.mktemp("runs")),
+    "LCX_NOTEBOOK_STEPS": "2",
+    "LCX_NOTEBOOK_EVAL_TOKENS": "2048",
+    "LCX_NOTEBOOK_SCHEMES": "nope,rope,alibi",
+    "LCX_DATA_DIR": DATA_DIR,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+  }
   saved = {k: os.environ.get(k) for k in env}
   os.environ.update(env)  # the kernel starts with this process's environment
   yield env
@@ -49,8 +53,9 @@ def test_notebook_runs_top_to_bottom(name, notebook_env):
   import nbformat
 
   notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-  client = nbclient.NotebookClient(notebook, timeout=1200, kernel_name="python3",
-                                   resources={"metadata": {"path": str(NOTEBOOKS)}})
+  client = nbclient.NotebookClient(
+    notebook, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+  )
   client.execute()  # raises CellExecutionError naming the cell on any error
   outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
   assert not [o for o in outputs if o.output_type == "error"]

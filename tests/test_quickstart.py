@@ -9,9 +9,12 @@ from tests.helpers import DATA_DIR, run_lcx
 
 @pytest.mark.slow
 def test_reduced_quickstart_trains_evaluates_and_reports(tmp_path):
-  out = run_lcx([f"--workdir={tmp_path}", "--schemes=nope,alibi", "--steps=4",
-                 "--eval_tokens=1024"], module="lcx.quickstart",
-                env={"LCX_DATA_DIR": DATA_DIR}, timeout=600)
+  out = run_lcx(
+    [f"--workdir={tmp_path}", "--schemes=nope,alibi", "--steps=4", "--eval_tokens=1024"],
+    module="lcx.quickstart",
+    env={"LCX_DATA_DIR": DATA_DIR},
+    timeout=600,
+  )
   assert "== [2/2] alibi: training 4 steps at length 64" in out.stdout
   assert "| quickstart/alibi " in out.stdout or "alibi" in out.stdout
   assert "512 (8x)" in out.stdout  # the table with every length
@@ -19,7 +22,10 @@ def test_reduced_quickstart_trains_evaluates_and_reports(tmp_path):
     assert os.path.exists(tmp_path / scheme / "eval" / "none.json")
   for name in ("report.md", "results.csv", "perplexity.png"):
     assert (tmp_path / name).stat().st_size > 0, name
-  again = run_lcx([f"--workdir={tmp_path}", "--schemes=nope,alibi", "--steps=4",
-                   "--eval_tokens=1024"], module="lcx.quickstart",
-                  env={"LCX_DATA_DIR": DATA_DIR}, timeout=600)
+  again = run_lcx(
+    [f"--workdir={tmp_path}", "--schemes=nope,alibi", "--steps=4", "--eval_tokens=1024"],
+    module="lcx.quickstart",
+    env={"LCX_DATA_DIR": DATA_DIR},
+    timeout=600,
+  )
   assert "reusing" in again.stderr  # finished runs are not trained or evaluated again

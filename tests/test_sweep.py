@@ -15,8 +15,11 @@ from lcx import sweep
 from tests.helpers import ROOT, TINY_FLAGS
 
 # TINY_FLAGS as Run overrides ({"data.seq_len": "32", ...}); the config spec comes from Run.
-TINY = {flag.split("=", 1)[0][len("--config."):]: flag.split("=", 1)[1]
-        for flag in TINY_FLAGS if flag.startswith("--config.")}
+TINY = {
+  flag.split("=", 1)[0][len("--config.") :]: flag.split("=", 1)[1]
+  for flag in TINY_FLAGS
+  if flag.startswith("--config.")
+}
 CONFIG = TINY_FLAGS[0].split("=", 1)[1]  # configs/base.py:size=tiny
 
 
@@ -24,7 +27,8 @@ def _experiment(tmp_path, runs: str, name="toy"):
   """experiments/NAME/sweep.py under tmp_path whose get_runs returns the dict `runs` (source)."""
   directory = tmp_path / "experiments" / name
   directory.mkdir(parents=True)
-  (directory / "sweep.py").write_text(textwrap.dedent(f"""\
+  (directory / "sweep.py").write_text(
+    textwrap.dedent(f"""\
       from lcx.sweep import Run
 
       TINY = {TINY!r}
@@ -32,14 +36,17 @@ def _experiment(tmp_path, runs: str, name="toy"):
 
       def get_runs(arg):
         return {runs}
-      """))
+      """)
+  )
   return directory
 
 
-TWO_RUNS = ("{'b': Run(CONFIG + ',pos=alibi', dict(TINY, seed=2, **{'train.steps': STEPS_B, "
-            "'eval.multipliers': (1, 2), 'train.checkpoint_every': 100}), needs=('a',)), "
-            "'a': Run(CONFIG, dict(TINY, seed=1, **{'train.steps': 10, "
-            "'eval.multipliers': (1, 2)}))}")
+TWO_RUNS = (
+  "{'b': Run(CONFIG + ',pos=alibi', dict(TINY, seed=2, **{'train.steps': STEPS_B, "
+  "'eval.multipliers': (1, 2), 'train.checkpoint_every': 100}), needs=('a',)), "
+  "'a': Run(CONFIG, dict(TINY, seed=1, **{'train.steps': 10, "
+  "'eval.multipliers': (1, 2)}))}"
+)
 
 
 def _two_runs(tmp_path, steps_b=10):
@@ -50,33 +57,45 @@ def _sweep(*args, popen=False):
   command = [sys.executable, "-m", "lcx.sweep", *map(str, args)]
   env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
   if popen:  # its own process group, so a test can kill the sweep and its run together
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+      command,
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      start_new_session=True,
+    )
   return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_dry_run_prints_commands_in_dependency_order_and_writes_nothing(tmp_path):
-  experiment = _experiment(tmp_path, "{'ft': Run(CONFIG, {'train.init_from': '{runs}/base', "
-                                     "'eval.multipliers': (1, 2)}, needs=('base',)), "
-                                     "'base': Run(CONFIG, {'seed': 3, 'model.x': True})}")
+  experiment = _experiment(
+    tmp_path,
+    "{'ft': Run(CONFIG, {'train.init_from': '{runs}/base', "
+    "'eval.multipliers': (1, 2)}, needs=('base',)), "
+    "'base': Run(CONFIG, {'seed': 3, 'model.x': True})}",
+  )
   runs = tmp_path / "runs"
   proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}")
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == [
-      "[sweep toy/base 1/2]",
-      f"$ python -m lcx.main --mode=train_and_eval --config={CONFIG} "
-      f"--workdir={runs}/toy/base --config.seed=3 --config.model.x=true",
-      "[sweep toy/ft 2/2]",
-      f"$ python -m lcx.main --mode=train_and_eval --config={CONFIG} "
-      f"--workdir={runs}/toy/ft --config.train.init_from={runs}/toy/base "
-      "'--config.eval.multipliers=(1,2)'"]
+    "[sweep toy/base 1/2]",
+    f"$ python -m lcx.main --mode=train_and_eval --config={CONFIG} "
+    f"--workdir={runs}/toy/base --config.seed=3 --config.model.x=true",
+    "[sweep toy/ft 2/2]",
+    f"$ python -m lcx.main --mode=train_and_eval --config={CONFIG} "
+    f"--workdir={runs}/toy/ft --config.train.init_from={runs}/toy/base "
+    "'--config.eval.multipliers=(1,2)'",
+  ]
   assert not runs.exists()
   assert sorted(os.listdir(experiment)) == ["sweep.py"]
 
 
 def test_full_argument_gets_its_own_runs_and_results(tmp_path):
-  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, {'train.steps': 1000 if arg == 'full' "
-                                     "else 10})}")
+  experiment = _experiment(
+    tmp_path, "{'a': Run(CONFIG, {'train.steps': 1000 if arg == 'full' else 10})}"
+  )
   loaded = sweep.load(f"{experiment}:full", str(tmp_path / "runs"))
   assert loaded.arg == "full" and loaded.runs_dir == str(tmp_path / "runs" / "toy_full")
   assert loaded.out_dir == str(experiment / "full")
@@ -106,8 +125,13 @@ def test_done_runs_are_skipped_until_their_command_changes(tmp_path):
 
 def test_shards_keep_runs_with_what_they_need():
   run = sweep.Run("configs/base.py")
-  runs = {"a": run, "c": run, "b": sweep.Run("configs/base.py", needs=("a",)),
-          "d": sweep.Run("configs/base.py", needs=("c",)), "e": run}
+  runs = {
+    "a": run,
+    "c": run,
+    "b": sweep.Run("configs/base.py", needs=("a",)),
+    "d": sweep.Run("configs/base.py", needs=("c",)),
+    "e": run,
+  }
   assert sweep.shards(runs, 2) == [["a", "b", "e"], ["c", "d"]]
   assert sweep.shards(runs, 1) == [["a", "c", "b", "d", "e"]]
   assert sweep.shards(runs, 4) == [["a", "b"], ["c", "d"], ["e"], []]
@@ -119,39 +143,60 @@ def test_only_and_shard_select_runs(tmp_path):
   runs = tmp_path / "runs"
   proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}", "--shard=1/2")
   assert [line for line in proc.stdout.splitlines() if line.startswith("[")] == [
-      "[sweep toy/b 1/1]"]
+    "[sweep toy/b 1/1]"
+  ]
   proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}", "--only=c,a")
   assert [line for line in proc.stdout.splitlines() if line.startswith("[")] == [
-      "[sweep toy/a 1/2]", "[sweep toy/c 2/2]"]
+    "[sweep toy/a 1/2]",
+    "[sweep toy/c 2/2]",
+  ]
 
 
-@pytest.mark.parametrize("runs, args, message", [
+@pytest.mark.parametrize(
+  "runs, args, message",
+  [
     (None, ["{exp}/../missing"], "no experiment directory"),
     ("{'a': Run(CONFIG)}", ["{exp}/.."], "sweep.py (it defines get_runs(arg)"),
     ("{'a': Run(CONFIG)}", ["{exp}", "--only=a,zz"], "--only=a,zz: unknown run(s) zz; runs: a"),
-    ("{'a': Run(CONFIG)}", ["{exp}", "--shard=1/1"], "--shard=1/1: expected i/n with 0 <= i < n"),
-    ("{'a': Run(CONFIG)}", ["{exp}", "--shard=one"], "--shard=one: expected i/n"),
+    (
+      "{'a': Run(CONFIG)}",
+      ["{exp}", "--shard=1/1"],
+      "--shard='1/1' is not allowed; allowed: i/n with 0 <= i < n",
+    ),
+    ("{'a': Run(CONFIG)}", ["{exp}", "--shard=one"], "--shard='one' is not allowed; allowed: i/n"),
     ("{'a': Run(CONFIG, needs=('x',))}", ["{exp}"], "run 'a' needs unknown run(s) x; runs: a"),
-    ("{'a': Run(CONFIG, needs=('b',)), 'b': Run(CONFIG, needs=('a',))}", ["{exp}"],
-     "runs need each other in a cycle: a -> b -> a"),
-    ("{'a': Run('configs/missing.py')}", ["{exp}"], "run 'a': config file configs/missing.py "
-     "not found"),
-    ("{'a': Run(CONFIG, mode='serve')}", ["{exp}"], "mode='serve'; allowed: train, eval, "
-     "train_and_eval"),
+    (
+      "{'a': Run(CONFIG, needs=('b',)), 'b': Run(CONFIG, needs=('a',))}",
+      ["{exp}"],
+      "runs need each other in a cycle: a -> b -> a",
+    ),
+    (
+      "{'a': Run('configs/missing.py')}",
+      ["{exp}"],
+      "run 'a': config file configs/missing.py not found",
+    ),
+    (
+      "{'a': Run(CONFIG, mode='serve')}",
+      ["{exp}"],
+      "run 'a': mode='serve' is not allowed; allowed: train, eval, train_and_eval",
+    ),
     ("{'a/b': Run(CONFIG)}", ["{exp}"], "run name 'a/b' must match"),
-    ("{'a': Run(CONFIG), 'b': Run(CONFIG, needs=('a',))}", ["{exp}", "--only=b"],
-     "run b needs a, which is neither selected nor done"),
+    (
+      "{'a': Run(CONFIG), 'b': Run(CONFIG, needs=('a',))}",
+      ["{exp}", "--only=b"],
+      "run b needs a, which is neither selected nor done",
+    ),
     ("{'a': {'config': CONFIG}}", ["{exp}"], "run 'a' is a dict; use lcx.sweep.Run"),
     ("[]", ["{exp}"], "get_runs must return a non-empty dict"),
     ("{}", ["{exp}:full:x"], "no experiment directory"),
     ("{}", [], "give one experiment"),
-])
+  ],
+)
 def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, runs, args, message):
   experiment = _experiment(tmp_path, runs) if runs else tmp_path / "experiments" / "toy"
   proc = _sweep(*[a.format(exp=experiment) for a in args], f"--runs_dir={tmp_path / 'runs'}")
   assert proc.returncode == 2, proc.stdout + proc.stderr
-  assert proc.stderr.splitlines()[-1].startswith("error: ") and message in proc.stderr, \
-      proc.stderr
+  assert proc.stderr.splitlines()[-1].startswith("error: ") and message in proc.stderr, proc.stderr
   assert "Traceback" not in proc.stderr and proc.stdout == ""
   assert not (tmp_path / "runs").exists()
 
@@ -161,19 +206,23 @@ def test_missing_get_runs_is_an_error(tmp_path):
   (tmp_path / "exp" / "sweep.py").write_text("RUNS = {}\n")
   proc = _sweep(tmp_path / "exp", "--dry_run")
   assert proc.returncode == 2
-  assert proc.stderr.strip() == f"error: {tmp_path}/exp/sweep.py defines no get_runs(arg) -> " \
-                                "{name: Run}"
+  assert (
+    proc.stderr.strip() == f"error: {tmp_path}/exp/sweep.py defines no get_runs(arg) -> "
+    "{name: Run}"
+  )
 
 
 @pytest.mark.slow
 def test_a_failing_run_stops_the_sweep_naming_it(tmp_path):
-  experiment = _experiment(tmp_path, "{'bad': Run(CONFIG, {'train.steps': -1}), "
-                                     "'never': Run(CONFIG)}")
+  experiment = _experiment(
+    tmp_path, "{'bad': Run(CONFIG, {'train.steps': -1}), 'never': Run(CONFIG)}"
+  )
   runs = tmp_path / "runs"
   proc = _sweep(experiment, f"--runs_dir={runs}")
   assert proc.returncode == 1, proc.stdout + proc.stderr
   assert proc.stderr.splitlines()[-1].startswith(
-      "error: run toy/bad failed with exit status 2; the sweep stopped")
+    "error: run toy/bad failed with exit status 2; the sweep stopped"
+  )
   assert "[sweep toy/never" not in proc.stdout
   assert not (runs / "toy" / "bad" / "sweep_done.json").exists()
   assert not (experiment / "report.md").exists()
@@ -181,17 +230,23 @@ def test_a_failing_run_stops_the_sweep_naming_it(tmp_path):
 
 def _copied(experiment, runs, run):
   """The run's eval/*.json and the sweep's copies, as {name: text} each."""
-  source = {p: open(runs / "toy" / run / "eval" / p).read()
-            for p in os.listdir(runs / "toy" / run / "eval") if p.endswith(".json")}
-  copies = {p: open(experiment / "results" / run / p).read()
-            for p in os.listdir(experiment / "results" / run)}
+  source = {
+    p: open(runs / "toy" / run / "eval" / p).read()
+    for p in os.listdir(runs / "toy" / run / "eval")
+    if p.endswith(".json")
+  }
+  copies = {
+    p: open(experiment / "results" / run / p).read()
+    for p in os.listdir(experiment / "results" / run)
+  }
   return source, copies
 
 
 def _committed_checkpoint(workdir) -> bool:
   directory = workdir / "checkpoints"
-  return directory.is_dir() and any((directory / d / "commit_success.txt").exists()
-                                    for d in os.listdir(directory) if d.isdigit())
+  return directory.is_dir() and any(
+    (directory / d / "commit_success.txt").exists() for d in os.listdir(directory) if d.isdigit()
+  )
 
 
 @pytest.mark.slow
@@ -237,11 +292,14 @@ def test_sweep_runs_in_order_resumes_after_a_kill_reports_then_skips(tmp_path):
 
 
 def test_runs_on_another_runs_checkpoint_use_its_workdir(tmp_path):
-  experiment = _experiment(tmp_path, "{'rope': Run(CONFIG, {}), "
-                                     "'search': Run('', {'eval.longrope.target_len': 128}, "
-                                     "needs=('rope',), mode='longrope', on='rope'), "
-                                     "'variants': Run('', {'eval.variants': 'none,yarn@4'}, "
-                                     "needs=('rope', 'search'), mode='eval', on='rope')}")
+  experiment = _experiment(
+    tmp_path,
+    "{'rope': Run(CONFIG, {}), "
+    "'search': Run('', {'eval.longrope.target_len': 128}, "
+    "needs=('rope',), mode='longrope', on='rope'), "
+    "'variants': Run('', {'eval.variants': 'none,yarn@4'}, "
+    "needs=('rope', 'search'), mode='eval', on='rope')}",
+  )
   loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
   rope = loaded.workdir("rope")
   assert loaded.command("search")[:2] == ["-m", "lcx.longrope"]

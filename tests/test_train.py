@@ -13,7 +13,7 @@ from flax import nnx
 
 from lcx import checkpoint, config as config_lib, prepare, sharding, train
 from lcx.model import Decoder
-from tests.helpers import read_metrics, tiny_config
+from tests.helpers import read_metrics, set_fields, tiny_config
 
 # The tiny RoPE model from seed 0 on the fixed batch below: loss and grad norm of the first
 # step, and the loss of the second (after one AdamW update). A change here means the model,
@@ -23,10 +23,13 @@ GOLDEN = {"loss": 6.1531758, "grad_norm": 1.0552787, "loss_after_update": 5.8805
 
 def _fixed_batch(b=8, t=32):
   tokens = (np.arange(b * (t + 1)).reshape(b, t + 1) * 7919 % 256).astype(np.int32)
-  return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-          "segment_ids": np.ones((b, t), np.int32),
-          "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
-          "loss_mask": np.ones((b, t), np.float32)}
+  return {
+    "inputs": tokens[:, :-1],
+    "targets": tokens[:, 1:],
+    "segment_ids": np.ones((b, t), np.int32),
+    "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+    "loss_mask": np.ones((b, t), np.float32),
+  }
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,7 @@ def rope_trainer():
 def test_golden_one_step(rope_trainer):
   trainer, batch = rope_trainer
   state = trainer.init_state()
-  params, opt_state, first = trainer.step(state["params"], state["opt_state"], batch,
-                                          jnp.int32(0))
+  params, opt_state, first = trainer.step(state["params"], state["opt_state"], batch, jnp.int32(0))
   _, _, second = trainer.step(params, opt_state, batch, jnp.int32(1))
   first, second = jax.device_get(first), jax.device_get(second)
   assert float(first["lr"]) == pytest.approx(1e-3)
@@ -73,8 +75,9 @@ def test_weight_decay_spares_vectors():
 
 @pytest.mark.slow
 def test_loss_goes_down_on_real_data(tmp_path):
-  config = tiny_config("rope", steps=300, warmup_steps=20, log_every=10,
-                       checkpoint_every=1000, lr=3e-3)
+  config = tiny_config(
+    "rope", steps=300, warmup_steps=20, log_every=10, checkpoint_every=1000, lr=3e-3
+  )
   train.train(config, str(tmp_path))
   metrics = read_metrics(tmp_path)
   first, last = metrics[10]["loss"], metrics[300]["loss"]
@@ -92,8 +95,7 @@ def _saved_steps(workdir):
 @pytest.mark.slow
 def test_nan_loss_stops_run_and_keeps_last_good_checkpoint(tmp_path):
   # lr=1e10: step 1's parameters are huge but finite and saved; step 2's loss is NaN.
-  config = tiny_config("nope", steps=50, lr=1e10, warmup_steps=0, checkpoint_every=1,
-                       clip_norm=0.0)
+  config = tiny_config("nope", steps=50, lr=1e10, warmup_steps=0, checkpoint_every=1, clip_norm=0.0)
   with pytest.raises(train.NonFiniteLossError, match=r"non-finite .* at step (\d+)") as err:
     train.train(config, str(tmp_path))
   bad_step = int(err.value.args[0].split("at step ")[1].split(";")[0])
@@ -108,10 +110,11 @@ def test_nan_loss_stops_run_and_keeps_last_good_checkpoint(tmp_path):
 def test_non_finite_updated_params_are_never_saved(tmp_path):
   # lr=1e30: step 1's loss and gradients (of the initial parameters) are finite, but the
   # parameters it produces have an infinite norm; they must not become a checkpoint.
-  config = tiny_config("nope", steps=5, lr=1e30, warmup_steps=0, checkpoint_every=1,
-                       clip_norm=0.0)
-  with pytest.raises(train.NonFiniteLossError,
-                     match=r"^non-finite \{'param_norm': array\(inf.*\} at step 1; stopping"):
+  config = tiny_config("nope", steps=5, lr=1e30, warmup_steps=0, checkpoint_every=1, clip_norm=0.0)
+  with pytest.raises(
+    train.NonFiniteLossError,
+    match=r"^non-finite \{'param_norm': array\(inf.*\} at step 1; stopping",
+  ):
     train.train(config, str(tmp_path))
   assert _saved_steps(tmp_path) == []
 
@@ -146,8 +149,9 @@ def test_sigterm_during_setup_exits_cleanly(tmp_path, monkeypatch):
 def _position_params(config) -> list[np.ndarray]:
   """The position scheme's initial parameters (the train loop's init: Rngs(config.seed))."""
   model = Decoder(config_lib.resolve(config, 259).model, rngs=nnx.Rngs(config.seed))
-  return [np.asarray(x)
-          for x in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model.position, nnx.Param)))]
+  return [
+    np.asarray(x) for x in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model.position, nnx.Param)))
+  ]
 
 
 @pytest.mark.slow
@@ -155,8 +159,7 @@ def _position_params(config) -> list[np.ndarray]:
 def test_every_scheme_trains_without_nan_and_learns(name, tmp_path):
   """The loss falls, and a scheme's own parameters (a table, a bias MLP), if it has any, get
   gradients and move."""
-  config = tiny_config(name, steps=40, warmup_steps=5, log_every=5, checkpoint_every=1000,
-                       lr=3e-3)
+  config = tiny_config(name, steps=40, warmup_steps=5, log_every=5, checkpoint_every=1000, lr=3e-3)
   train.train(config, str(tmp_path))  # raises on any NaN/Inf
   metrics = read_metrics(tmp_path)
   assert metrics[40]["loss"] < metrics[5]["loss"] - 0.5
@@ -166,3 +169,28 @@ def test_every_scheme_trains_without_nan_and_learns(name, tmp_path):
   assert [x.shape for x in trained] == [x.shape for x in initial]
   for before, after in zip(initial, trained):
     assert np.abs(after - before).max() > 1e-4
+
+
+@pytest.mark.parametrize(
+  "options",
+  [
+    {"model.nope_every": 2, "model.position_window": 8},
+    {"model.attention.temperature": "log_n"},
+    {"model.attention.temperature": "ssmax"},
+    {"model.qk_norm": True},
+    {"model.attention.sink": "learned"},
+  ],
+)
+def test_attention_options_train_without_nan(options):
+  """A few steps on the fixed batch: every loss finite and falling."""
+  config = tiny_config("rope", warmup_steps=0, lr=3e-3)
+  config.model.vocab_size = 259
+  set_fields(config, options)
+  trainer = train.Trainer(prepare.prepare(config))
+  batch = sharding.global_batch(_fixed_batch(), trainer.mesh, trainer.rules)
+  state = trainer.init_state()
+  params, opt_state, losses = state["params"], state["opt_state"], []
+  for step in range(6):
+    params, opt_state, metrics = trainer.step(params, opt_state, batch, jnp.int32(step))
+    losses.append(float(jax.device_get(metrics["loss"])))
+  assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.3, losses

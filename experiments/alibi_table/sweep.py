@@ -12,20 +12,20 @@ from lcx.sweep import Run
 
 # scheme label -> (config pos, overrides)
 SCHEMES = {
-    "sinusoidal": ("sinusoidal", {}),
-    "learned": ("learned", {"model.position.max_len_policy": "clamp"}),
-    "rope": ("rope", {}),
-    "rope500k": ("rope", {"model.position.base": 500000.0}),
-    "p_rope075": ("p_rope", {"model.position.p": 0.75}),
-    "xpos": ("xpos", {}),
-    # The paper's T5 buckets: max distance below the training length, so every bucket trains
-    # (the pilot found buckets past L never move from their initial value).
-    "t5": ("t5", {"model.position.max_distance": 64}),
-    "alibi": ("alibi", {}),
-    "fire": ("fire", {}),
-    "nope": ("nope", {}),
-    # Randomized positions (Ruoss 2023): positions sampled from [0, 4096), past the longest eval.
-    "rope_randomized": ("rope", {"train.random_positions": 4096}),
+  "sinusoidal": ("sinusoidal", {}),
+  "learned": ("learned", {"model.position.max_len_policy": "clamp"}),
+  "rope": ("rope", {}),
+  "rope500k": ("rope", {"model.position.base": 500000.0}),
+  "p_rope075": ("p_rope", {"model.position.p": 0.75}),
+  "xpos": ("xpos", {}),
+  # The paper's T5 buckets: max distance below the training length, so every bucket trains
+  # (the pilot found buckets past L never move from their initial value).
+  "t5": ("t5", {"model.position.max_distance": 64}),
+  "alibi": ("alibi", {}),
+  "fire": ("fire", {}),
+  "nope": ("nope", {}),
+  # Randomized positions (Ruoss 2023): positions sampled from [0, 4096), past the longest eval.
+  "rope_randomized": ("rope", {"train.random_positions": 4096}),
 }
 SEEDED = ("sinusoidal", "rope", "t5", "alibi", "nope")  # the claims' schemes: 3 seeds
 PAPER_FIVE = ("sinusoidal", "rope", "t5", "alibi", "nope")
@@ -47,15 +47,34 @@ def get_runs(arg=""):
         continue
       seeds = (0, 1, 2) if data == "books" and label in SEEDED else (0,)
       for seed in seeds:
-        config = f"configs/extrapolation.py:pos={pos},data={data},steps={steps}," \
-                 f"seq_len={seq_len},size={size}"
+        config = (
+          f"configs/extrapolation.py:pos={pos},data={data},steps={steps},"
+          f"seq_len={seq_len},size={size}"
+        )
         name = f"{data}-{label}-s{seed}"
         runs[name] = Run(config, {"seed": seed, **extra, "eval.variants": "none"})
-        runs[f"{name}-sliding"] = Run("", {"eval.variants": "none", "eval.protocol": "sliding",
-                                           "eval.multipliers": sliding_multipliers},
-                                      needs=(name,), mode="eval", on=name)
+        runs[f"{name}-sliding"] = Run(
+          "",
+          {
+            "eval.variants": "none",
+            "eval.protocol": "sliding",
+            "eval.multipliers": sliding_multipliers,
+          },
+          needs=(name,),
+          mode="eval",
+          on=name,
+        )
         if data == "books" and seed == 0:  # the NoPE paper's last-k shape (experiments/nope_tasks)
-          runs[f"{name}-last_k"] = Run("", {
-              "eval.variants": "none", "eval.protocol": "last_k", "eval.last_k": seq_len,
-              "eval.documents": "long"}, needs=(name,), mode="eval", on=name)
+          runs[f"{name}-last_k"] = Run(
+            "",
+            {
+              "eval.variants": "none",
+              "eval.protocol": "last_k",
+              "eval.last_k": seq_len,
+              "eval.documents": "long",
+            },
+            needs=(name,),
+            mode="eval",
+            on=name,
+          )
   return runs

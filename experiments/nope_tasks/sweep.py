@@ -10,14 +10,14 @@ from lcx.data import tasks
 from lcx.sweep import Run
 
 SCHEMES = {
-    "nope": ("nope", {}),
-    "t5": ("t5", {"model.position.max_distance": 32}),
-    "alibi": ("alibi", {}),
-    "rope": ("rope", {}),
-    "sinusoidal": ("sinusoidal", {}),  # APE
-    "learned": ("learned", {"model.position.max_len_policy": "clamp"}),  # APE
-    "fire": ("fire", {}),
-    "rope_randomized": ("rope", {"train.random_positions": 1024}),
+  "nope": ("nope", {}),
+  "t5": ("t5", {"model.position.max_distance": 32}),
+  "alibi": ("alibi", {}),
+  "rope": ("rope", {}),
+  "sinusoidal": ("sinusoidal", {}),  # APE
+  "learned": ("learned", {"model.position.max_len_policy": "clamp"}),  # APE
+  "fire": ("fire", {}),
+  "rope_randomized": ("rope", {"train.random_positions": 1024}),
 }
 MAX_SIZE = {"scan": 4, "pcfg": 4, "lego": 8, "associative_recall": 8, "passkey": 8}  # long tasks
 
@@ -31,10 +31,24 @@ def get_runs(arg=""):
     seq_len = tasks.document_tokens(task, max_len)
     for label, (pos, extra) in SCHEMES.items():
       for seed in seeds:
-        runs[f"{task}-{label}-s{seed}"] = Run(f"configs/base.py:pos={pos},size={size}", {
-            "seed": seed, **extra, "data.name": "task", "data.task": task,
-            "data.task_min_len": 1, "data.task_max_len": max_len, "data.seq_len": seq_len,
-            "data.task_eval_factor": 4, "data.task_eval_examples": 256,
-            "data.batch_size": 32, "train.steps": steps, "train.warmup_steps": 50,
-            "train.lr": 3e-3, "train.log_every": 100, "train.checkpoint_every": 400})
+        runs[f"{task}-{label}-s{seed}"] = Run(
+          f"configs/base.py:pos={pos},size={size}",
+          {
+            "seed": seed,
+            **extra,
+            "data.name": "task",
+            "data.task": task,
+            "data.task_min_len": 1,
+            "data.task_max_len": max_len,
+            "data.seq_len": seq_len,
+            "data.task_eval_factor": 4,
+            "data.task_eval_examples": 256,
+            "data.batch_size": 32,
+            "train.steps": steps,
+            "train.warmup_steps": 50,
+            "train.lr": 3e-3,
+            "train.log_every": 100,
+            "train.checkpoint_every": 400,
+          },
+        )
   return runs

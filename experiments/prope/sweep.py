@@ -17,9 +17,17 @@ def get_runs(arg=""):
   runs = {}
   for seed in seeds:
     for p in PS:
-      config = (f"configs/extrapolation.py:pos=p_rope,data=books,steps={steps},"
-                f"seq_len={seq_len},size={size}")
-      runs[f"p{p:g}-s{seed}"] = Run(config, {"seed": seed, "model.position.p": p,
-                                             "eval.multipliers": (1, 2, 4, 8),
-                                             "eval.variants": "none"})
+      config = (
+        f"configs/extrapolation.py:pos=p_rope,data=books,steps={steps},"
+        f"seq_len={seq_len},size={size}"
+      )
+      runs[f"p{p:g}-s{seed}"] = Run(
+        config,
+        {
+          "seed": seed,
+          "model.position.p": p,
+          "eval.multipliers": (1, 2, 4, 8),
+          "eval.variants": "none",
+        },
+      )
   return runs

@@ -19,33 +19,69 @@ def get_runs(arg=""):
   lengths = tuple(L * m for m in (1, 2, 4, 8, 16))
   config = f"configs/extrapolation.py:pos=rope,data=books,steps={steps},seq_len={L},size={size}"
   # Passkey retrieval through generation at 2x, 4x and 8x L (its prompt needs 97 tokens > L).
-  evaluation = {"eval.lengths": lengths, "eval.documents": "long",
-                "eval.protocol": "windows,sliding", "eval.passkey.lengths": (2 * L, 4 * L, 8 * L)}
+  evaluation = {
+    "eval.lengths": lengths,
+    "eval.documents": "long",
+    "eval.protocol": "windows,sliding",
+    "eval.passkey.lengths": (2 * L, 4 * L, 8 * L),
+  }
   s = SCALE
-  variants = ",".join([
-      "none", f"linear@{s}", f"ntk@{s}", f"dynamic@{s}", f"yarn@{s}", f"llama3@{s}",
-      "longrope@{runs}/rope/longrope/factors.json", f"self_extend@{L // 2}/{s}", f"rerope@{L}"])
+  variants = ",".join(
+    [
+      "none",
+      f"linear@{s}",
+      f"ntk@{s}",
+      f"dynamic@{s}",
+      f"yarn@{s}",
+      f"llama3@{s}",
+      "longrope@{runs}/rope/longrope/factors.json",
+      f"self_extend@{L // 2}/{s}",
+      f"rerope@{L}",
+    ]
+  )
   runs = {
-      "rope": Run(config, {"eval.variants": "none", **evaluation}),
-      "longrope_search": Run("", {"eval.longrope.target_len": s * L}, needs=("rope",),
-                             mode="longrope", on="rope"),
-      "training_free": Run("", {"eval.variants": variants, **evaluation},
-                           needs=("rope", "longrope_search"), mode="eval", on="rope"),
+    "rope": Run(config, {"eval.variants": "none", **evaluation}),
+    "longrope_search": Run(
+      "", {"eval.longrope.target_len": s * L}, needs=("rope",), mode="longrope", on="rope"
+    ),
+    "training_free": Run(
+      "",
+      {"eval.variants": variants, **evaluation},
+      needs=("rope", "longrope_search"),
+      mode="eval",
+      on="rope",
+    ),
   }
   # A short fine-tune at s x L from the RoPE checkpoint, fresh optimizer (PI / YaRN recipe).
-  ft_config = (f"configs/extrapolation.py:pos=rope,data=books,steps={ft_steps},"
-               f"seq_len={s * L},size={size}")
+  ft_config = (
+    f"configs/extrapolation.py:pos=rope,data=books,steps={ft_steps},seq_len={s * L},size={size}"
+  )
   # YaRN's ramp reads the pre-training length L, not the fine-tune's window s x L.
   yarn_length = {"model.position.scaling.original_max_position_embeddings": L}
   for rope_type, extra in (("linear", {}), ("yarn", yarn_length)):
-    runs[f"{rope_type}_finetuned"] = Run(ft_config, {
-        "train.init_from": "{runs}/rope", "train.warmup_steps": 20,
+    runs[f"{rope_type}_finetuned"] = Run(
+      ft_config,
+      {
+        "train.init_from": "{runs}/rope",
+        "train.warmup_steps": 20,
         "model.position.scaling.rope_type": rope_type,
-        "model.position.scaling.factor": float(s), **extra,
-        "eval.variants": "none", **evaluation}, needs=("rope",))
+        "model.position.scaling.factor": float(s),
+        **extra,
+        "eval.variants": "none",
+        **evaluation,
+      },
+      needs=("rope",),
+    )
   # LongRoPE: fine-tuned with the factors its search found (train.scaling_file).
-  runs["longrope_finetuned"] = Run(ft_config, {
-      "train.init_from": "{runs}/rope", "train.warmup_steps": 20,
+  runs["longrope_finetuned"] = Run(
+    ft_config,
+    {
+      "train.init_from": "{runs}/rope",
+      "train.warmup_steps": 20,
       "train.scaling_file": "{runs}/rope/longrope/factors.json",
-      "eval.variants": "none", **evaluation}, needs=("rope", "longrope_search"))
+      "eval.variants": "none",
+      **evaluation,
+    },
+    needs=("rope", "longrope_search"),
+  )
   return runs

@@ -33,16 +33,25 @@ MFU_FORMULA = throughput.MFU_FORMULA
 
 
 def machine() -> dict:
-  return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-          "jax": jax.__version__, "backend": jax.default_backend(),
-          "xla_flags": os.environ.get("XLA_FLAGS", "")}
+  return {
+    "cpu": platform.processor() or platform.machine(),
+    "cores": os.cpu_count(),
+    "jax": jax.__version__,
+    "backend": jax.default_backend(),
+    "xla_flags": os.environ.get("XLA_FLAGS", ""),
+  }
 
 
 def run(opts) -> dict:
   """Runs the asked sections in order (train and peers need peak: it runs if left out)."""
-  results = {"command": " ".join(["python -m lcx.bench"] + sys.argv[1:]),
-             "machine": machine(), "mfu_formula": MFU_FORMULA,
-             "load_average": {"before": load_average()}, "sections": {}, "wall_s": {}}
+  results = {
+    "command": " ".join(["python -m lcx.bench"] + sys.argv[1:]),
+    "machine": machine(),
+    "mfu_formula": MFU_FORMULA,
+    "load_average": {"before": load_average()},
+    "sections": {},
+    "wall_s": {},
+  }
   needs_peak = {"train", "peers"} & set(opts.sections)
   names = [n for n in SECTIONS if n in opts.sections or (n == "peak" and needs_peak)]
   for name in names:
@@ -56,9 +65,11 @@ def run(opts) -> dict:
 
 def format_report(results: dict) -> str:
   m, load = results["machine"], results["load_average"]
-  lines = [f"lcx bench on {m['cpu']} ({m['cores']} cores, jax {m['jax']}); load average "
-           f"before/after: {load['before']} / {load['after']}",
-           "MFU = " + results["mfu_formula"]]
+  lines = [
+    f"lcx bench on {m['cpu']} ({m['cores']} cores, jax {m['jax']}); load average "
+    f"before/after: {load['before']} / {load['after']}",
+    "MFU = " + results["mfu_formula"],
+  ]
   for name, section in SECTIONS.items():
     if name in results["sections"]:
       lines += ["", section.TITLE, "", section.table(results["sections"][name])]

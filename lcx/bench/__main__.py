@@ -20,8 +20,9 @@ def main(argv):
     cli.fail(str(error))
   if opts.eval_point:
     scheme, size, train_len, kernel, length = opts.eval_point.split(":")
-    point = long_eval.eval_point(scheme, size, int(train_len), kernel, int(length),
-                                 opts.eval_repeats)
+    point = long_eval.eval_point(
+      scheme, size, int(train_len), kernel, int(length), opts.eval_repeats
+    )
     print("EVAL_POINT " + json.dumps(point), flush=True)
     return
   results = bench.run(opts)

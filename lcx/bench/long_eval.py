@@ -21,7 +21,7 @@ from lcx.model import Decoder
 from lcx.report import markdown_table
 
 TITLE = "Long evaluation: forward (loss) of batch 1, one fresh process per point"
-GB = 1024 ** 3
+GB = 1024**3
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # one per XLA compilation
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -41,11 +41,17 @@ def run(opts, results) -> dict:
     for kernel in ("dense", "chunked"):
       need = dense_eval_bytes(model_cfg, length)
       if kernel == "dense" and need > opts.max_dense_gb * GB:
-        points.append({"length": length, "kernel": kernel,
-                       "skipped": f"would need {need / GB:.1f} GB (> --max_dense_gb)"})
+        points.append(
+          {
+            "length": length,
+            "kernel": kernel,
+            "skipped": f"would need {need / GB:.1f} GB (> --max_dense_gb)",
+          }
+        )
         continue
-      point = run_eval_point(f"{opts.eval_scheme}:{opts.model_size}:{opts.seq_len}", kernel,
-                             length, opts.eval_repeats)
+      point = run_eval_point(
+        f"{opts.eval_scheme}:{opts.model_size}:{opts.seq_len}", kernel, length, opts.eval_repeats
+      )
       points.append(point)
       print(f"  eval {kernel} {length}: {point.get('forward_s', point.get('error'))}", flush=True)
   return {"scheme": opts.eval_scheme, "batch": 1, "points": points}
@@ -53,14 +59,22 @@ def run(opts, results) -> dict:
 
 def run_eval_point(model: str, kernel: str, length: int, repeats: int) -> dict:
   """`eval_point` in a fresh `python -m lcx.bench` process; `model` is "SCHEME:SIZE:TRAIN_LEN"."""
-  cmd = [sys.executable, "-m", "lcx.bench", f"--eval_point={model}:{kernel}:{length}",
-         f"--eval_repeats={repeats}"]
+  cmd = [
+    sys.executable,
+    "-m",
+    "lcx.bench",
+    f"--eval_point={model}:{kernel}:{length}",
+    f"--eval_repeats={repeats}",
+  ]
   proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
   lines = [line for line in proc.stdout.splitlines() if line.startswith("EVAL_POINT ")]
   if proc.returncode != 0 or not lines:
-    return {"length": length, "kernel": kernel,
-            "error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-  return json.loads(lines[-1][len("EVAL_POINT "):])
+    return {
+      "length": length,
+      "kernel": kernel,
+      "error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}",
+    }
+  return json.loads(lines[-1][len("EVAL_POINT ") :])
 
 
 def _proc_status_kb(field: str) -> int:
@@ -92,8 +106,9 @@ def eval_runner(scheme: str, size: str, train_len: int, kernel: str, length: int
   return Runner(prepared, jax.device_put(params, shardings))
 
 
-def eval_point(scheme: str, size: str, train_len: int, kernel: str, length: int,
-               repeats: int) -> dict:
+def eval_point(
+  scheme: str, size: str, train_len: int, kernel: str, length: int, repeats: int
+) -> dict:
   """Forward passes (per-token loss, `Runner.nll` as the evaluator runs it) of batch 1 x `length`.
 
   The first call compiles; `repeats` more run the same length again, which must not recompile
@@ -124,19 +139,35 @@ def eval_point(scheme: str, size: str, train_len: int, kernel: str, length: int,
   except OSError:
     hwm_reset = False
   times = [timed(forward) for _ in range(repeats)]
-  return {"length": length, "kernel": kernel, "compile_s": sum(compiles), "first_call_s": first_s,
-          "forward_s": statistics.median(times), "forward_s_all": times,
-          "peak_gb": _peak_bytes() / GB, "peak_of": jax.default_backend(),
-          "rss_before_gb": rss_before * 1024 / GB, "hwm_reset": hwm_reset,
-          "programs_compiled": len(compiles)}
+  return {
+    "length": length,
+    "kernel": kernel,
+    "compile_s": sum(compiles),
+    "first_call_s": first_s,
+    "forward_s": statistics.median(times),
+    "forward_s_all": times,
+    "peak_gb": _peak_bytes() / GB,
+    "peak_of": jax.default_backend(),
+    "rss_before_gb": rss_before * 1024 / GB,
+    "hwm_reset": hwm_reset,
+    "programs_compiled": len(compiles),
+  }
 
 
 def table(result: dict) -> str:
   rows = []
   for p in result["points"]:
     if "forward_s" in p:
-      rows.append([str(p["length"]), p["kernel"], f"{p['compile_s']:.1f}", f"{p['forward_s']:.2f}",
-                   f"{p['peak_gb']:.2f}", str(p["programs_compiled"])])
+      rows.append(
+        [
+          str(p["length"]),
+          p["kernel"],
+          f"{p['compile_s']:.1f}",
+          f"{p['forward_s']:.2f}",
+          f"{p['peak_gb']:.2f}",
+          str(p["programs_compiled"]),
+        ]
+      )
     else:
       rows.append([str(p["length"]), p["kernel"], p.get("skipped") or p.get("error"), "", "", ""])
   return markdown_table(["tokens", "kernel", "compile s", "forward s", "peak GB", "programs"], rows)

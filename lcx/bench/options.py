@@ -10,30 +10,30 @@ import dataclasses
 
 from absl import flags
 
-from lcx import positions
+from lcx import defaults, errors, positions
 
 SECTION_NAMES = ("peak", "train", "positions", "eval", "peers")  # the order they run in
 # flag -> (type of an item or the value, full run's default, --quick's default). Every
 # registered scheme by default, so a new scheme is benchmarked without editing this.
 PLANS = {
-    "sizes": (str, ["default", "large"], ["default"]),
-    "schemes": (str, list(positions.SCHEMES), ["nope", "rope", "alibi"]),
-    "rounds": (int, 5, 2),
-    "steps": (int, 2, 1),
-    "train_steps": (int, 10, 3),
-    "peak_sizes": (int, [1024, 2048, 4096], [2048]),
-    "eval_lengths": (int, [1024, 4096, 16384, 32768, 65536], [1024, 4096]),
-    "eval_repeats": (int, 2, 1),
+  "sizes": (str, ["default", "large"], ["default"]),
+  "schemes": (str, list(positions.SCHEMES), ["nope", "rope", "alibi"]),
+  "rounds": (int, 5, 2),
+  "steps": (int, 2, 1),
+  "train_steps": (int, 10, 3),
+  "peak_sizes": (int, [1024, 2048, 4096], [2048]),
+  "eval_lengths": (int, [1024, 4096, 16384, 32768, 65536], [1024, 4096]),
+  "eval_repeats": (int, 2, 1),
 }
 PLAN_HELP = {
-    "sizes": "Model sizes of the train section (comma list).",
-    "schemes": "Position schemes of the positions and peers sections (comma list).",
-    "rounds": "Interleaved rounds of every comparison.",
-    "steps": "Steps of each program per round.",
-    "train_steps": "Timed steps per model size in the train section.",
-    "peak_sizes": "Square matmul sizes of the peak section (comma list).",
-    "eval_lengths": "Lengths of the eval section (comma list).",
-    "eval_repeats": "Forward passes timed per eval point after the first (compiling) one.",
+  "sizes": "Model sizes of the train section (comma list).",
+  "schemes": "Position schemes of the positions and peers sections (comma list).",
+  "rounds": "Interleaved rounds of every comparison.",
+  "steps": "Steps of each program per round.",
+  "train_steps": "Timed steps per model size in the train section.",
+  "peak_sizes": "Square matmul sizes of the peak section (comma list).",
+  "eval_lengths": "Lengths of the eval section (comma list).",
+  "eval_repeats": "Forward passes timed per eval point after the first (compiling) one.",
 }
 
 
@@ -63,30 +63,46 @@ class Options:
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   fv = {"flag_values": flag_values}
-  flags.DEFINE_list("sections", list(SECTION_NAMES),
-                    f"Sections to run (comma list of {','.join(SECTION_NAMES)}); train and "
-                    "peers run peak too.", **fv)
+  flags.DEFINE_list(
+    "sections",
+    list(SECTION_NAMES),
+    f"Sections to run (comma list of {','.join(SECTION_NAMES)}); train and peers run peak too.",
+    **fv,
+  )
   flags.DEFINE_bool("quick", False, "A 1-2 minute run: fewer steps, schemes and lengths.", **fv)
   flags.DEFINE_string("out", "bench.json", "Where the JSON results go.", **fv)
   for name, (kind, full, quick) in PLANS.items():
     define = flags.DEFINE_list if isinstance(full, list) else flags.DEFINE_integer
     define(name, None, f"{PLAN_HELP[name]} Default {full}; --quick: {quick}.", **fv)
-  flags.DEFINE_string("model_size", "default", "Model of the positions, peers and eval sections.",
-                      **fv)
+  flags.DEFINE_string(
+    "model_size", "default", "Model of the positions, peers and eval sections.", **fv
+  )
   flags.DEFINE_integer("batch_size", 16, "Training rows per step.", **fv)
   flags.DEFINE_integer("seq_len", 256, "Training length.", **fv)
   flags.DEFINE_string("train_scheme", "rope", "Position scheme of the train section.", **fv)
   flags.DEFINE_string("eval_scheme", "rope", "Position scheme of the eval section.", **fv)
-  flags.DEFINE_float("max_dense_gb", 16.0, "Skip dense eval points estimated to need more "
-                     "(long_eval.dense_eval_bytes).", **fv)
-  flags.DEFINE_string("eval_point", None, "Internal: SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH, one "
-                      "eval point in this process (the eval section starts one per point).", **fv)
+  flags.DEFINE_float(
+    "max_dense_gb",
+    16.0,
+    "Skip dense eval points estimated to need more (long_eval.dense_eval_bytes).",
+    **fv,
+  )
+  flags.DEFINE_string(
+    "eval_point",
+    None,
+    "Internal: SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH, one "
+    "eval point in this process (the eval section starts one per point).",
+    **fv,
+  )
 
 
 def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
   """The parsed flags as Options; ValueError naming the flag on a bad value."""
-  values = {name: flag_values[name].value for name in flag_values
-            if name in {f.name for f in dataclasses.fields(Options)}}
+  values = {
+    name: flag_values[name].value
+    for name in flag_values
+    if name in {f.name for f in dataclasses.fields(Options)}
+  }
   for name, (kind, full, quick) in PLANS.items():
     value = values[name]
     if value is None:
@@ -95,13 +111,22 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
       try:
         values[name] = [kind(v) for v in value if v]
       except ValueError:
-        raise ValueError(f"--{name}={','.join(value)}: every item must be an integer") from None
-  unknown = [s for s in values["sections"] if s not in SECTION_NAMES]
-  if unknown:
-    raise ValueError(f"--sections={','.join(values['sections'])}: {','.join(unknown)} unknown; "
-                     f"allowed: {','.join(SECTION_NAMES)}")
+        raise errors.not_allowed(f"--{name}", ",".join(value), "comma lists of integers") from None
+  for name, allowed in (("sections", SECTION_NAMES), ("schemes", positions.SCHEMES)):
+    if not set(values[name]) <= set(allowed):
+      raise errors.not_allowed(
+        f"--{name}", ",".join(values[name]), f"comma lists of {', '.join(allowed)}"
+      )
+  for name, allowed in (
+    ("train_scheme", positions.SCHEMES),
+    ("eval_scheme", positions.SCHEMES),
+    ("model_size", defaults.SIZES),
+  ):
+    if values[name] not in allowed:
+      raise errors.not_allowed(f"--{name}", values[name], allowed)
   point = values["eval_point"]
-  if point is not None and (len(point.split(":")) != 5 or not all(
-      v.isdigit() for v in point.split(":")[2::2])):
-    raise ValueError(f"--eval_point={point}: expected SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH")
+  if point is not None and (
+    len(point.split(":")) != 5 or not all(v.isdigit() for v in point.split(":")[2::2])
+  ):
+    raise errors.not_allowed("--eval_point", point, "SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH")
   return Options(**values)

@@ -18,12 +18,18 @@ def run(opts, results) -> dict:
   schemes, missing = registered(["nope"] + [s for s in opts.schemes if s != "nope"])
   programs, failed = buildable(opts, schemes)
   rounds = interleaved(programs, opts.rounds, opts.steps)
-  return {"schemes": {s: {"step_s": statistics.median(rounds[s]),
-                          "ratio_to_nope": ratio(rounds[s], rounds["nope"]) if "nope" in rounds
-                          else None,
-                          "compile_s": programs[s].compile_s, "rounds_s": rounds[s]}
-                      for s in programs},
-          "skipped": {**{s: "not registered" for s in missing}, **failed}}
+  return {
+    "schemes": {
+      s: {
+        "step_s": statistics.median(rounds[s]),
+        "ratio_to_nope": ratio(rounds[s], rounds["nope"]) if "nope" in rounds else None,
+        "compile_s": programs[s].compile_s,
+        "rounds_s": rounds[s],
+      }
+      for s in programs
+    },
+    "skipped": {**{s: "not registered" for s in missing}, **failed},
+  }
 
 
 def _ratio_cell(x: float | None) -> str:
@@ -31,7 +37,8 @@ def _ratio_cell(x: float | None) -> str:
 
 
 def table(result: dict) -> str:
-  rows = [[s, f"{v['step_s']:.3f}", _ratio_cell(v["ratio_to_nope"]), f"{v['compile_s']:.1f}"]
-          for s, v in result["schemes"].items()]
-  return markdown_table(["scheme", "s/step", "x NoPE", "compile s"],
-                        rows + skipped_rows(result, 4))
+  rows = [
+    [s, f"{v['step_s']:.3f}", _ratio_cell(v["ratio_to_nope"]), f"{v['compile_s']:.1f}"]
+    for s, v in result["schemes"].items()
+  ]
+  return markdown_table(["scheme", "s/step", "x NoPE", "compile s"], rows + skipped_rows(result, 4))

@@ -36,8 +36,7 @@ def torch_matmul(dtype: str, n: int) -> Program:
   import torch
 
   device = "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
-  a_NxN, b_NxN = (torch.randn(n, n, dtype=getattr(torch, dtype), device=device)
-                  for _ in range(2))
+  a_NxN, b_NxN = (torch.randn(n, n, dtype=getattr(torch, dtype), device=device) for _ in range(2))
 
   def step():  # eager: returns when done
     torch.matmul(a_NxN, b_NxN)
@@ -71,16 +70,16 @@ def run(opts, results) -> dict:
     if missing():
       out[lib] = {"unavailable": missing()}
       continue
-    programs.update({(lib, dtype, n): make(dtype, n)
-                     for dtype in DTYPES for n in opts.peak_sizes})
+    programs.update({(lib, dtype, n): make(dtype, n) for dtype in DTYPES for n in opts.peak_sizes})
   rounds = interleaved(programs, opts.rounds, opts.steps)
   for lib in MATMULS:
     if lib in out:
       continue
     out[lib] = {}
     for dtype in DTYPES:
-      by_size = {str(n): 2 * n ** 3 / statistics.median(rounds[(lib, dtype, n)])
-                 for n in opts.peak_sizes}
+      by_size = {
+        str(n): 2 * n**3 / statistics.median(rounds[(lib, dtype, n)]) for n in opts.peak_sizes
+      }
       out[lib][dtype] = {"flops": max(by_size.values()), "flops_by_size": by_size}
   out["roofline_float32"] = max(v["float32"]["flops"] for v in out.values() if "float32" in v)
   return out
@@ -99,8 +98,12 @@ def table(result: dict) -> str:
     if "unavailable" in result[lib]:
       rows.append([lib, result[lib]["unavailable"]] + [""] * (len(head) - 2))
       continue
-    rows += [[lib, dtype, f"{v['flops'] / 1e9:.1f}"] +
-             [f"{x / 1e9:.1f}" for x in v["flops_by_size"].values()]
-             for dtype, v in result[lib].items()]
-  return (markdown_table(head, rows) + "\n\nroofline (best float32): "
-          f"{result['roofline_float32'] / 1e9:.1f} GFLOP/s")
+    rows += [
+      [lib, dtype, f"{v['flops'] / 1e9:.1f}"]
+      + [f"{x / 1e9:.1f}" for x in v["flops_by_size"].values()]
+      for dtype, v in result[lib].items()
+    ]
+  return (
+    markdown_table(head, rows) + "\n\nroofline (best float32): "
+    f"{result['roofline_float32'] / 1e9:.1f} GFLOP/s"
+  )

@@ -14,13 +14,13 @@ from lcx import train
 from lcx.bench import peak
 from lcx.bench.throughput import mfu, train_flops_per_token
 from lcx.bench.timing import Program, interleaved, ratio, timed
-from lcx.bench.workload import (buildable, options_config, registered, skipped_rows,
-                                synthetic_batch)
+from lcx.bench.workload import buildable, options_config, registered, skipped_rows, synthetic_batch
 from lcx.model import Decoder
 from lcx.report import markdown_table
 
-TITLE = ("Peers: lcx vs a plain nnx.jit step and x-transformers (interleaved; "
-         "lcx/peer = tokens/s ratio)")
+TITLE = (
+  "Peers: lcx vs a plain nnx.jit step and x-transformers (interleaved; lcx/peer = tokens/s ratio)"
+)
 
 
 def plain_nnx_program(config) -> Program:
@@ -29,8 +29,10 @@ def plain_nnx_program(config) -> Program:
   model = Decoder(config.model, rngs=nnx.Rngs(config.seed))
   opt = nnx.Optimizer(model, train.optimizer(config.train), wrt=nnx.Param)
   d = config.data
-  batch = {k: jnp.asarray(v) for k, v in
-           synthetic_batch(d.batch_size, d.seq_len, config.model.vocab_size).items()}
+  batch = {
+    k: jnp.asarray(v)
+    for k, v in synthetic_batch(d.batch_size, d.seq_len, config.model.vocab_size).items()
+  }
 
   @nnx.jit
   def train_step(model, opt, batch):
@@ -56,16 +58,18 @@ def xt_options(scheme: str, head_dim: int) -> tuple[dict, dict] | None:
   """
   relative = {"use_abs_pos_emb": False}
   return {
-      "nope": (relative, {}),
-      "rope": (relative, {"rotary_pos_emb": True, "rotary_emb_dim": head_dim}),
-      "p_rope": (relative, {"rotary_pos_emb": True,
-                            "rotary_emb_dim": 2 * round(0.75 * head_dim / 2)}),
-      "xpos": (relative, {"rotary_xpos": True, "rotary_emb_dim": head_dim}),
-      "alibi": (relative, {"alibi_pos_bias": True}),
-      "t5": (relative, {"rel_pos_bias": True}),
-      "fire": (relative, {"dynamic_pos_bias": True, "dynamic_pos_bias_log_distance": True}),
-      "sinusoidal": ({"use_abs_pos_emb": True, "scaled_sinu_pos_emb": True}, {}),
-      "learned": ({"use_abs_pos_emb": True}, {}),
+    "nope": (relative, {}),
+    "rope": (relative, {"rotary_pos_emb": True, "rotary_emb_dim": head_dim}),
+    "p_rope": (
+      relative,
+      {"rotary_pos_emb": True, "rotary_emb_dim": 2 * round(0.75 * head_dim / 2)},
+    ),
+    "xpos": (relative, {"rotary_xpos": True, "rotary_emb_dim": head_dim}),
+    "alibi": (relative, {"alibi_pos_bias": True}),
+    "t5": (relative, {"rel_pos_bias": True}),
+    "fire": (relative, {"dynamic_pos_bias": True, "dynamic_pos_bias_log_distance": True}),
+    "sinusoidal": ({"use_abs_pos_emb": True, "scaled_sinu_pos_emb": True}, {}),
+    "learned": ({"use_abs_pos_emb": True}, {}),
   }.get(scheme)
 
 
@@ -86,21 +90,30 @@ def xtransformers_program(config) -> Program | str:
   wrapper_kw, decoder_kw = options
   torch.manual_seed(config.seed)
   model = x_transformers.TransformerWrapper(
-      num_tokens=m.vocab_size, max_seq_len=config.data.seq_len,
-      attn_layers=x_transformers.Decoder(
-          dim=m.d_model, depth=m.num_layers, heads=m.num_heads, attn_dim_head=m.head_dim,
-          ff_mult=m.mlp_dim // m.d_model, ff_no_bias=True, use_rmsnorm=True, **decoder_kw),
-      **wrapper_kw)
-  opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(t.b1, t.b2),
-                          weight_decay=t.weight_decay)
+    num_tokens=m.vocab_size,
+    max_seq_len=config.data.seq_len,
+    attn_layers=x_transformers.Decoder(
+      dim=m.d_model,
+      depth=m.num_layers,
+      heads=m.num_heads,
+      attn_dim_head=m.head_dim,
+      ff_mult=m.mlp_dim // m.d_model,
+      ff_no_bias=True,
+      use_rmsnorm=True,
+      **decoder_kw,
+    ),
+    **wrapper_kw,
+  )
+  opt = torch.optim.AdamW(
+    model.parameters(), lr=t.lr, betas=(t.b1, t.b2), weight_decay=t.weight_decay
+  )
   batch = synthetic_batch(config.data.batch_size, config.data.seq_len, m.vocab_size)
   inputs = torch.from_numpy(batch["inputs"]).long()
   targets = torch.from_numpy(batch["targets"]).long()
 
   def step():
     logits = model(inputs)
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, m.vocab_size),
-                                             targets.reshape(-1))
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, m.vocab_size), targets.reshape(-1))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
@@ -137,14 +150,21 @@ def run(opts, results) -> dict:
     fpt = train_flops_per_token(config.model, config.data.seq_len)
     for name, program in programs.items():
       step_s = statistics.median(rounds[name])
-      row[name] = {"step_s": step_s, "tokens_per_s": tokens / step_s,
-                   "mfu": mfu(fpt, tokens / step_s, peak.roofline(results)),
-                   "compile_s": program.compile_s, "rounds_s": rounds[name]}
+      row[name] = {
+        "step_s": step_s,
+        "tokens_per_s": tokens / step_s,
+        "mfu": mfu(fpt, tokens / step_s, peak.roofline(results)),
+        "compile_s": program.compile_s,
+        "rounds_s": rounds[name],
+      }
       if name != "lcx":  # tokens/s ratio = inverse step-time ratio
         row[name]["lcx_speedup"] = ratio(rounds[name], rounds["lcx"])
     out["schemes"][s] = row
-    print(f"  peers {s}: " + ", ".join(f"{n} {r['step_s']:.3f} s" for n, r in row.items()
-                                       if "step_s" in r), flush=True)
+    print(
+      f"  peers {s}: "
+      + ", ".join(f"{n} {r['step_s']:.3f} s" for n, r in row.items() if "step_s" in r),
+      flush=True,
+    )
   return out
 
 
@@ -154,8 +174,11 @@ def table(result: dict) -> str:
     cells = [s, f"{row['lcx']['step_s']:.3f}", f"{100 * row['lcx']['mfu']:.0f}%"]
     for name in PEERS:
       p = row[name]
-      cells += ([p["unavailable"], "", ""] if "unavailable" in p else
-                [f"{p['step_s']:.3f}", f"{100 * p['mfu']:.0f}%", f"{p['lcx_speedup']:.2f}x"])
+      cells += (
+        [p["unavailable"], "", ""]
+        if "unavailable" in p
+        else [f"{p['step_s']:.3f}", f"{100 * p['mfu']:.0f}%", f"{p['lcx_speedup']:.2f}x"]
+      )
     rows.append(cells)
   head = ["scheme", "lcx s/step", "MFU"]
   for name in PEERS:

@@ -15,8 +15,10 @@ from lcx.bench.workload import lcx_program, options_config
 from lcx.report import markdown_table
 
 TITLE = "Training throughput (after compilation; median step)"
-MFU_FORMULA = ("(6 x matmul params + 12 x layers x T x heads x head_dim) x tokens/s "
-               "/ best measured float32 matmul FLOP/s (XLA or PyTorch)")
+MFU_FORMULA = (
+  "(6 x matmul params + 12 x layers x T x heads x head_dim) x tokens/s "
+  "/ best measured float32 matmul FLOP/s (XLA or PyTorch)"
+)
 
 
 def matmul_params(model_cfg) -> int:
@@ -47,18 +49,36 @@ def run(opts, results) -> dict:
     step_s = statistics.median(times)
     tokens = config.data.batch_size * config.data.seq_len
     fpt = train_flops_per_token(config.model, config.data.seq_len)
-    out[size] = {"scheme": opts.train_scheme, "batch": config.data.batch_size,
-                 "seq_len": config.data.seq_len, "params_matmul": matmul_params(config.model),
-                 "flops_per_token": fpt, "compile_s": program.compile_s, "step_s": step_s,
-                 "step_s_all": times, "tokens_per_s": tokens / step_s,
-                 "mfu": mfu(fpt, tokens / step_s, peak.roofline(results))}
+    out[size] = {
+      "scheme": opts.train_scheme,
+      "batch": config.data.batch_size,
+      "seq_len": config.data.seq_len,
+      "params_matmul": matmul_params(config.model),
+      "flops_per_token": fpt,
+      "compile_s": program.compile_s,
+      "step_s": step_s,
+      "step_s_all": times,
+      "tokens_per_s": tokens / step_s,
+      "mfu": mfu(fpt, tokens / step_s, peak.roofline(results)),
+    }
     print(f"  train {size}: {step_s:.3f} s/step", flush=True)
   return out
 
 
 def table(result: dict) -> str:
   return markdown_table(
-      ["model", "scheme", "B x T", "GFLOP/token", "compile s", "s/step", "tokens/s", "MFU"],
-      [[size, v["scheme"], f"{v['batch']}x{v['seq_len']}", f"{v['flops_per_token'] / 1e9:.4f}",
-        f"{v['compile_s']:.1f}", f"{v['step_s']:.3f}", f"{v['tokens_per_s']:.0f}",
-        f"{100 * v['mfu']:.1f}%"] for size, v in result.items()])
+    ["model", "scheme", "B x T", "GFLOP/token", "compile s", "s/step", "tokens/s", "MFU"],
+    [
+      [
+        size,
+        v["scheme"],
+        f"{v['batch']}x{v['seq_len']}",
+        f"{v['flops_per_token'] / 1e9:.4f}",
+        f"{v['compile_s']:.1f}",
+        f"{v['step_s']:.3f}",
+        f"{v['tokens_per_s']:.0f}",
+        f"{100 * v['mfu']:.1f}%",
+      ]
+      for size, v in result.items()
+    ],
+  )

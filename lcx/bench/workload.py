@@ -30,9 +30,13 @@ def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 
   rng = np.random.default_rng(seed)
   tokens_BxL1 = rng.integers(0, vocab_size, (batch_size, seq_len + 1), dtype=np.int32)
   pos_BxL = np.broadcast_to(np.arange(seq_len, dtype=np.int32), (batch_size, seq_len))
-  return {"inputs": tokens_BxL1[:, :-1], "targets": tokens_BxL1[:, 1:],
-          "positions": pos_BxL.copy(), "segment_ids": np.ones((batch_size, seq_len), np.int32),
-          "loss_mask": np.ones((batch_size, seq_len), np.float32)}
+  return {
+    "inputs": tokens_BxL1[:, :-1],
+    "targets": tokens_BxL1[:, 1:],
+    "positions": pos_BxL.copy(),
+    "segment_ids": np.ones((batch_size, seq_len), np.int32),
+    "loss_mask": np.ones((batch_size, seq_len), np.float32),
+  }
 
 
 def lcx_program(config) -> Program:
@@ -40,16 +44,18 @@ def lcx_program(config) -> Program:
   trainer = train.Trainer(prepare.prepare(config))
   state = trainer.init_state()
   d = config.data
-  batch = sharding.global_batch(synthetic_batch(d.batch_size, d.seq_len, config.model.vocab_size),
-                                trainer.mesh, trainer.rules)
+  batch = sharding.global_batch(
+    synthetic_batch(d.batch_size, d.seq_len, config.model.vocab_size), trainer.mesh, trainer.rules
+  )
   step_no = jnp.asarray(0, jnp.int32)
   start = time.perf_counter()
   compiled = trainer.step.lower(state["params"], state["opt_state"], batch, step_no).compile()
   compile_s = time.perf_counter() - start
 
   def step():
-    state["params"], state["opt_state"], metrics = compiled(state["params"], state["opt_state"],
-                                                            batch, step_no)
+    state["params"], state["opt_state"], metrics = compiled(
+      state["params"], state["opt_state"], batch, step_no
+    )
     jax.block_until_ready(metrics)
 
   step()

@@ -6,23 +6,24 @@ TFDS datasets by name (`sources.py`); synthetic tasks in `tasks.py`.
 """
 
 from lcx.data import tasks
-from lcx.data.config import default_config
-from lcx.data.config import validate
-from lcx.data.pipeline import get_tokenizer
-from lcx.data.pipeline import make_train_iterator
-from lcx.data.pipeline import open_source
-from lcx.data.pipeline import validation_documents
-from lcx.data.pipeline import validation_tokens
-from lcx.data.pipeline import vocab_size
+from lcx.data.config import default_config, validate
+from lcx.data.pipeline import (
+  get_tokenizer,
+  make_train_iterator,
+  open_source,
+  validation_documents,
+  validation_tokens,
+  vocab_size,
+)
 
 __all__ = [
-    "tasks",
-    "default_config",
-    "validate",
-    "get_tokenizer",
-    "make_train_iterator",
-    "open_source",
-    "validation_documents",
-    "validation_tokens",
-    "vocab_size",
+  "tasks",
+  "default_config",
+  "validate",
+  "get_tokenizer",
+  "make_train_iterator",
+  "open_source",
+  "validation_documents",
+  "validation_tokens",
+  "vocab_size",
 ]

@@ -8,17 +8,21 @@
 training never does. Without --config the data defaults are used.
 """
 
+import functools
+
 from absl import app
 from ml_collections import config_flags
 
-from lcx.data import books
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
+from lcx import cli
+from lcx.data import books, config, corpus, sources
+
+
+def _fetch_books(data_cfg) -> None:
+  books.fetch(books.sources_dir(data_cfg))
 
 
 # Sources with a step before the build (fetching inputs); the build itself is shared.
-FETCHERS = {"books": lambda data_cfg: books.fetch(books.sources_dir(data_cfg))}
+FETCHERS = {"books": _fetch_books}
 
 
 def build(data_cfg) -> None:
@@ -26,11 +30,12 @@ def build(data_cfg) -> None:
   config.validate(data_cfg, process_count=1)
   if data_cfg.name not in sources.CORPUS_SPECS:
     raise ValueError(
-        f"data.name={data_cfg.name!r} is not built by lcx; buildable sources are"
-        f" {', '.join(sources.CORPUS_SPECS)} (prepare TFDS datasets with `tfds build`"
-        " into the data dir; tasks are generated on the fly)."
+      f"data.name={data_cfg.name!r} is not built by lcx; buildable sources are"
+      f" {', '.join(sources.CORPUS_SPECS)} (prepare TFDS datasets with `tfds build`"
+      " into the data dir; tasks are generated on the fly)."
     )
-  FETCHERS.get(data_cfg.name, lambda _: None)(data_cfg)
+  if data_cfg.name in FETCHERS:
+    FETCHERS[data_cfg.name](data_cfg)
   for split in (corpus.TRAIN, corpus.VALIDATION):
     records = sources.split_records(data_cfg, split).records
     print(f"{data_cfg.name} {split}: {len(records)} documents")
@@ -40,15 +45,18 @@ def build(data_cfg) -> None:
 def main(argv):
   data_cfg = _CONFIG.value.data if _CONFIG.value else config.default_config()
   if len(argv) > 2:
-    raise app.UsageError("Give at most one dataset name.")
+    cli.fail(f"unexpected arguments {' '.join(argv[1:])}; give at most one dataset name")
   if len(argv) == 2:
     data_cfg.name = argv[1]
-  build(data_cfg)
+  try:
+    build(data_cfg)
+  except (ValueError, FileNotFoundError) as error:  # a bad field, files that are not there
+    cli.fail(str(error))
 
 
 if __name__ == "__main__":
   # Defined here, not at import, so importing this module never claims --config.
   _CONFIG = config_flags.DEFINE_config_file(
-      "config", None, "Experiment config whose `data` section is built (optional)."
+    "config", None, "Experiment config whose `data` section is built (optional)."
   )
-  app.run(main)
+  app.run(main, flags_parser=functools.partial(cli.parse_config_flags, missing=None))

@@ -10,6 +10,7 @@ import pathlib
 
 import ml_collections
 
+from lcx import errors
 from lcx.data import tasks
 
 TOKENIZERS = ("byte", "sentencepiece")
@@ -86,11 +87,14 @@ def _require(ok: bool, message: str) -> None:
     raise ValueError(message)
 
 
+def _check(data_cfg, field: str, ok, allowed) -> None:
+  """Raises errors.not_allowed for data.FIELD unless `ok(value)`."""
+  if not ok(data_cfg[field]):
+    raise errors.not_allowed(f"data.{field}", data_cfg[field], allowed)
+
+
 def _one_of(data_cfg, field: str, allowed: tuple[str, ...]) -> None:
-  value = data_cfg[field]
-  _require(
-      value in allowed, f"data.{field}={value!r} is not one of {', '.join(allowed)}."
-  )
+  _check(data_cfg, field, lambda value: value in allowed, allowed)
 
 
 def _check_nothing(data_cfg) -> None:
@@ -99,58 +103,50 @@ def _check_nothing(data_cfg) -> None:
 
 def _check_text_files(data_cfg) -> None:
   _require(
-      bool(data_cfg.text_files),
-      "data.text_files must name a directory or glob when data.name='text_files'.",
+    bool(data_cfg.text_files),
+    "data.text_files must name a directory or glob when data.name='text_files'.",
   )
   _one_of(data_cfg, "text_files_split", ("hash", "folders"))
 
 
 def _check_tfds(data_cfg) -> None:
   _require(
-      bool(data_cfg.tfds_name),
-      "data.tfds_name must name a TFDS dataset (e.g. 'pg19') when data.name='tfds'.",
+    bool(data_cfg.tfds_name),
+    "data.tfds_name must name a TFDS dataset (e.g. 'pg19') when data.name='tfds'.",
   )
 
 
 def _check_task(data_cfg) -> None:
   _one_of(data_cfg, "task", tuple(tasks.TASKS))
   _require(
-      data_cfg.tokenizer == "byte",
-      f"data.tokenizer={data_cfg.tokenizer!r}: tasks are defined over bytes, use"
-      " 'byte'.",
+    data_cfg.tokenizer == "byte",
+    f"data.tokenizer={data_cfg.tokenizer!r}: tasks are defined over bytes, use 'byte'.",
   )
   _require(
-      1 <= data_cfg.task_min_len <= data_cfg.task_max_len,
-      f"data.task_min_len={data_cfg.task_min_len} and data.task_max_len="
-      f"{data_cfg.task_max_len} must satisfy 1 <= task_min_len <= task_max_len.",
+    1 <= data_cfg.task_min_len <= data_cfg.task_max_len,
+    f"data.task_min_len={data_cfg.task_min_len} and data.task_max_len="
+    f"{data_cfg.task_max_len} must satisfy 1 <= task_min_len <= task_max_len.",
   )
-  _require(
-      data_cfg.task_eval_factor >= 1,
-      f"data.task_eval_factor={data_cfg.task_eval_factor} must be >= 1.",
-  )
-  _require(
-      data_cfg.task_eval_examples >= 1,
-      f"data.task_eval_examples={data_cfg.task_eval_examples} must be >= 1.",
-  )
+  _check(data_cfg, "task_eval_factor", lambda v: v >= 1, ">= 1")
+  _check(data_cfg, "task_eval_examples", lambda v: v >= 1, ">= 1")
   depths = tuple(data_cfg.task_eval_depths)
   _require(
-      not depths or data_cfg.task in tasks.AT_DEPTH,
-      f"data.task_eval_depths={depths} needs a task with a needle depth"
-      f" ({', '.join(tasks.AT_DEPTH)}); data.task={data_cfg.task!r} has none.",
+    not depths or data_cfg.task in tasks.AT_DEPTH,
+    f"data.task_eval_depths={depths} needs a task with a needle depth"
+    f" ({', '.join(tasks.AT_DEPTH)}); data.task={data_cfg.task!r} has none.",
   )
-  _require(
-      all(0.0 <= depth <= 1.0 for depth in depths),
-      f"data.task_eval_depths={depths} must all be in [0, 1].",
+  _check(
+    data_cfg, "task_eval_depths", lambda v: all(0.0 <= d <= 1.0 for d in v), "depths in [0, 1]"
   )
 
 
 # The checks of each source's own fields; its keys are the valid `data.name` values.
 SOURCE_CHECKS = {
-    "stdlib": _check_nothing,
-    "books": _check_nothing,
-    "text_files": _check_text_files,
-    "tfds": _check_tfds,
-    "task": _check_task,
+  "stdlib": _check_nothing,
+  "books": _check_nothing,
+  "text_files": _check_text_files,
+  "tfds": _check_tfds,
+  "task": _check_task,
 }
 
 
@@ -163,27 +159,23 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
   _one_of(data_cfg, "name", tuple(SOURCE_CHECKS))
   _one_of(data_cfg, "tokenizer", TOKENIZERS)
   _one_of(data_cfg, "packing", PACKINGS)
-  _require(data_cfg.seq_len >= 1, f"data.seq_len={data_cfg.seq_len} must be >= 1.")
-  _require(
-      data_cfg.batch_size >= 1, f"data.batch_size={data_cfg.batch_size} must be >= 1."
-  )
+  _check(data_cfg, "seq_len", lambda v: v >= 1, ">= 1")
+  _check(data_cfg, "batch_size", lambda v: v >= 1, ">= 1")
   if process_count is None:
     import jax  # Deferred: only needed when the caller did not say.
 
     process_count = jax.process_count()
   _require(
-      data_cfg.batch_size % process_count == 0,
-      f"data.batch_size={data_cfg.batch_size} must be divisible by the process count"
-      f" ({process_count}).",
+    data_cfg.batch_size % process_count == 0,
+    f"data.batch_size={data_cfg.batch_size} must be divisible by the process count"
+    f" ({process_count}).",
   )
-  _require(
-      0.0 < data_cfg.validation_fraction < 1.0,
-      f"data.validation_fraction={data_cfg.validation_fraction} must be in (0, 1).",
-  )
+  _check(data_cfg, "validation_fraction", lambda v: 0.0 < v < 1.0, "in (0, 1)")
   if data_cfg.tokenizer == "sentencepiece":
-    _require(
-        data_cfg.vocab_size >= 260,
-        f"data.vocab_size={data_cfg.vocab_size} must be >= 260 for sentencepiece"
-        " (it keeps a byte fallback for every byte).",
+    _check(
+      data_cfg,
+      "vocab_size",
+      lambda v: v >= 260,
+      ">= 260 for sentencepiece (it keeps a byte fallback for every byte)",
     )
   SOURCE_CHECKS[data_cfg.name](data_cfg)

@@ -46,9 +46,7 @@ class CorpusSpec:
 
 @dataclasses.dataclass(eq=False)
 class _CorpusConfig(tfds.core.BuilderConfig):
-  collect: Callable[[], CorpusContents] | None = dataclasses.field(
-      default=None, repr=False
-  )
+  collect: Callable[[], CorpusContents] | None = dataclasses.field(default=None, repr=False)
 
 
 class LcxCorpus(tfds.core.GeneratorBasedBuilder):
@@ -75,12 +73,12 @@ class LcxCorpus(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
-        builder=self,
-        description=self.builder_config.description,
-        features=tfds.features.FeaturesDict(
-            {"key": tfds.features.Text(), "text": tfds.features.Text()}
-        ),
-        metadata=tfds.core.MetadataDict(),
+      builder=self,
+      description=self.builder_config.description,
+      features=tfds.features.FeaturesDict(
+        {"key": tfds.features.Text(), "text": tfds.features.Text()}
+      ),
+      metadata=tfds.core.MetadataDict(),
     )
 
   def _split_generators(self, dl_manager):
@@ -88,8 +86,7 @@ class LcxCorpus(tfds.core.GeneratorBasedBuilder):
     contents = self.builder_config.collect()
     self.info.metadata.update(contents.metadata)
     return {
-        split: self._generate_examples(documents)
-        for split, documents in contents.splits.items()
+      split: self._generate_examples(documents) for split, documents in contents.splits.items()
     }
 
   def _generate_examples(self, documents):
@@ -132,19 +129,26 @@ def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
   data_dir = pathlib.Path(data_dir)
   with file_lock(data_dir / f".{spec.config_name}.lock"), _quiet_tfds():
     corpus_builder = LcxCorpus(
-        config=_CorpusConfig(
-            name=spec.config_name, description=spec.description, collect=spec.collect
-        ),
-        data_dir=str(data_dir),
+      config=_CorpusConfig(
+        name=spec.config_name, description=spec.description, collect=spec.collect
+      ),
+      data_dir=str(data_dir),
     )
     if not corpus_builder.is_prepared():
-      print(f"[lcx] building corpus {spec.config_name} in {data_dir} (once; later runs "
-            "reuse it) ...", file=sys.stderr, flush=True)
+      print(
+        f"[lcx] building corpus {spec.config_name} in {data_dir} (once; later runs reuse it) ...",
+        file=sys.stderr,
+        flush=True,
+      )
       start = time.perf_counter()
       corpus_builder.download_and_prepare(file_format="array_record")
       sizes = {name: split.num_examples for name, split in corpus_builder.info.splits.items()}
-      print(f"[lcx] built corpus {spec.config_name}: {sizes} documents in "
-            f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+      print(
+        f"[lcx] built corpus {spec.config_name}: {sizes} documents in "
+        f"{time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+        flush=True,
+      )
   return corpus_builder
 
 
@@ -155,7 +159,7 @@ def hash_fraction(key: str) -> float:
 
 
 def split_by_hash(
-    documents: Sequence[Document], validation_fraction: float
+  documents: Sequence[Document], validation_fraction: float
 ) -> dict[str, list[Document]]:
   """Documents whose key hashes below the fraction go to validation.
 
@@ -164,15 +168,15 @@ def split_by_hash(
   """
   if len(documents) < 2:
     raise ValueError(
-        f"A corpus needs at least 2 documents to split into train and validation;"
-        f" found {len(documents)}."
+      f"A corpus needs at least 2 documents to split into train and validation;"
+      f" found {len(documents)}."
     )
   ranked = sorted(documents, key=lambda document: hash_fraction(document.key))
   below = sum(hash_fraction(d.key) < validation_fraction for d in documents)
   validation_keys = {d.key for d in ranked[: min(max(below, 1), len(documents) - 1)]}
   return {
-      TRAIN: [d for d in documents if d.key not in validation_keys],
-      VALIDATION: [d for d in documents if d.key in validation_keys],
+    TRAIN: [d for d in documents if d.key not in validation_keys],
+    VALIDATION: [d for d in documents if d.key in validation_keys],
   }
 
 

@@ -23,26 +23,26 @@ def shift(example: dict) -> dict:
 def _concat(pairs: grain.IterDataset, seq_len: int, seed: int) -> grain.IterDataset:
   del seed  # Concatenation keeps the (already shuffled) order.
   return grain.experimental.ConcatThenSplitIterDataset(
-      pairs, length_struct={name: seq_len for name in FEATURES}
+    pairs, length_struct={name: seq_len for name in FEATURES}
   )
 
 
 def _check_fits(pair: dict, seq_len: int) -> dict:
   if len(pair["inputs"]) > seq_len:
     raise ValueError(
-        f"An example of {len(pair['inputs']) + 1} tokens does not fit data.seq_len="
-        f"{seq_len} with data.packing='first_fit'; raise data.seq_len, lower"
-        " data.task_max_len, or use data.packing='concat'."
+      f"An example of {len(pair['inputs']) + 1} tokens does not fit data.seq_len="
+      f"{seq_len} with data.packing='first_fit'; raise data.seq_len, lower"
+      " data.task_max_len, or use data.packing='concat'."
     )
   return pair
 
 
 def _first_fit(pairs: grain.IterDataset, seq_len: int, seed: int) -> grain.IterDataset:
   return grain.experimental.FirstFitPackIterDataset(
-      pairs.map(lambda pair: _check_fits(pair, seq_len)),
-      length_struct={name: seq_len for name in FEATURES},
-      num_packing_bins=8,
-      seed=seed,
+    pairs.map(lambda pair: _check_fits(pair, seq_len)),
+    length_struct={name: seq_len for name in FEATURES},
+    num_packing_bins=8,
+    seed=seed,
   )
 
 
@@ -54,25 +54,23 @@ def rows(packed: dict, pad_id: int) -> dict:
   segment_ids = np.asarray(packed["inputs_segment_ids"], dtype=np.int32)
   is_document = segment_ids > 0
   return {
-      "inputs": np.where(is_document, packed["inputs"], pad_id).astype(np.int32),
-      "targets": np.where(is_document, packed["targets"], pad_id).astype(np.int32),
-      "segment_ids": segment_ids,
-      "positions": np.asarray(packed["inputs_positions"], dtype=np.int32),
-      "loss_mask": np.where(is_document, packed["loss_mask"], 0.0).astype(np.float32),
+    "inputs": np.where(is_document, packed["inputs"], pad_id).astype(np.int32),
+    "targets": np.where(is_document, packed["targets"], pad_id).astype(np.int32),
+    "segment_ids": segment_ids,
+    "positions": np.asarray(packed["inputs_positions"], dtype=np.int32),
+    "loss_mask": np.where(is_document, packed["loss_mask"], 0.0).astype(np.float32),
   }
 
 
 def pack_and_batch(
-    examples: grain.IterDataset,
-    *,
-    packing: str,
-    seq_len: int,
-    batch_size: int,
-    pad_id: int,
-    seed: int,
+  examples: grain.IterDataset,
+  *,
+  packing: str,
+  seq_len: int,
+  batch_size: int,
+  pad_id: int,
+  seed: int,
 ) -> grain.IterDataset:
   """Examples -> batches `[batch_size, seq_len]` of the contract's fields."""
   packed = PACKERS[packing](examples.map(shift), seq_len, seed)
-  return packed.batch(batch_size, drop_remainder=True).map(
-      lambda batch: rows(batch, pad_id)
-  )
+  return packed.batch(batch_size, drop_remainder=True).map(lambda batch: rows(batch, pad_id))

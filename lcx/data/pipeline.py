@@ -11,12 +11,7 @@ import pathlib
 import grain
 import numpy as np
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import packing
-from lcx.data import sources
-from lcx.data import tasks
-from lcx.data import tokenizers
+from lcx.data import config, corpus, packing, sources, tasks, tokenizers
 
 
 def _byte_tokenizer(data_cfg) -> tokenizers.ByteTokenizer:
@@ -55,10 +50,10 @@ def _sentencepiece_tokenizer(data_cfg) -> tokenizers.SentencePieceTokenizer:
   with corpus.file_lock(model_path.with_name(f".{model_path.name}.lock")):
     if not model_path.exists():
       tokenizers.train_sentencepiece(
-          take_bytes(sources.iter_texts(data_cfg, corpus.TRAIN), SENTENCEPIECE_MAX_BYTES),
-          data_cfg.vocab_size,
-          model_path,
-          data_cfg.seed,
+        take_bytes(sources.iter_texts(data_cfg, corpus.TRAIN), SENTENCEPIECE_MAX_BYTES),
+        data_cfg.vocab_size,
+        model_path,
+        data_cfg.seed,
       )
   return tokenizers.SentencePieceTokenizer(model_path)
 
@@ -89,9 +84,9 @@ def get_tokenizer(data_cfg):
 
 def document_example(text: bytes, tokenizer) -> dict:
   """`[BOS] + tokens + [EOS]` with every next token counted in the loss."""
-  ids_N = np.concatenate(
-      [[tokenizer.bos_id], tokenizer.encode(text), [tokenizer.eos_id]]
-  ).astype(np.int32)
+  ids_N = np.concatenate([[tokenizer.bos_id], tokenizer.encode(text), [tokenizer.eos_id]]).astype(
+    np.int32
+  )
   return {"ids": ids_N, "loss_mask": np.ones(ids_N.shape, np.float32)}
 
 
@@ -100,55 +95,55 @@ def _corpus_examples(data_cfg, tokenizer, process_index, process_count):
   documents = grain.MapDataset.source(records.records)[process_index::process_count]
   if len(documents) == 0:
     raise ValueError(
-        f"data.name={data_cfg.name!r}: process {process_index} of {process_count} has"
-        " no training documents; the train split is smaller than the process count."
+      f"data.name={data_cfg.name!r}: process {process_index} of {process_count} has"
+      " no training documents; the train split is smaller than the process count."
     )
   return (
-      documents.seed(data_cfg.seed)
-      .shuffle()
-      .repeat()
-      .map(lambda record: document_example(record[records.text_feature], tokenizer))
+    documents.seed(data_cfg.seed)
+    .shuffle()
+    .repeat()
+    .map(lambda record: document_example(record[records.text_feature], tokenizer))
   )
 
 
 # Where each source's training documents come from: records on disk, or generated.
 TRAIN_EXAMPLES = {
-    **{name: _corpus_examples for name in sources.TEXT_SOURCES},
-    "task": tasks.train_examples,
+  **{name: _corpus_examples for name in sources.TEXT_SOURCES},
+  "task": tasks.train_examples,
 }
 
 
 def make_train_iterator(
-    data_cfg, *, process_index: int = 0, process_count: int = 1
+  data_cfg, *, process_index: int = 0, process_count: int = 1, tokenizer=None
 ) -> grain.DatasetIterator:
   """This process's batches: dicts of `[batch_size / process_count, seq_len]` arrays.
 
   Fields: inputs, targets (int32, next token), segment_ids (int32, 1.. per document in
   a row, 0 = padding), positions (int32, from 0 per document), loss_mask (float32).
+  `tokenizer`: `get_tokenizer(data_cfg)`, if loaded already.
   """
   config.validate(data_cfg, process_count=process_count)
-  tokenizer = get_tokenizer(data_cfg)
-  examples = TRAIN_EXAMPLES[data_cfg.name](
-      data_cfg, tokenizer, process_index, process_count
-  )
+  tokenizer = tokenizer or get_tokenizer(data_cfg)
+  examples = TRAIN_EXAMPLES[data_cfg.name](data_cfg, tokenizer, process_index, process_count)
   batches = packing.pack_and_batch(
-      examples.to_iter_dataset(),
-      packing=config.packing(data_cfg),
-      seq_len=data_cfg.seq_len,
-      batch_size=data_cfg.batch_size // process_count,
-      pad_id=tokenizer.pad_id,
-      seed=data_cfg.seed,
+    examples.to_iter_dataset(),
+    packing=config.packing(data_cfg),
+    seq_len=data_cfg.seq_len,
+    batch_size=data_cfg.batch_size // process_count,
+    pad_id=tokenizer.pad_id,
+    seed=data_cfg.seed,
   )
   return iter(batches)
 
 
-def validation_documents(data_cfg) -> list[np.ndarray]:
-  """Every validation document as int32 `[BOS] + tokens + [EOS]`, in a fixed order."""
+def validation_documents(data_cfg, tokenizer=None) -> list[np.ndarray]:
+  """Every validation document as int32 `[BOS] + tokens + [EOS]`, in a fixed order
+  (`tokenizer`: `get_tokenizer(data_cfg)`, if loaded already)."""
   config.validate(data_cfg, process_count=1)
-  tokenizer = get_tokenizer(data_cfg)
+  tokenizer = tokenizer or get_tokenizer(data_cfg)
   return [
-      document_example(text, tokenizer)["ids"]
-      for text in sources.split_texts(data_cfg, corpus.VALIDATION)
+    document_example(text, tokenizer)["ids"]
+    for text in sources.split_texts(data_cfg, corpus.VALIDATION)
   ]
 
 
@@ -161,8 +156,8 @@ def validation_tokens(data_cfg, num_tokens: int) -> np.ndarray:
   tokens_T = np.concatenate(documents) if documents else np.zeros([0], np.int32)
   if len(tokens_T) < num_tokens:
     raise ValueError(
-        f"The validation split of data.name={data_cfg.name!r} has {len(tokens_T)}"
-        f" tokens, fewer than the {num_tokens} asked for; ask for fewer tokens or use"
-        " a larger corpus."
+      f"The validation split of data.name={data_cfg.name!r} has {len(tokens_T)}"
+      f" tokens, fewer than the {num_tokens} asked for; ask for fewer tokens or use"
+      " a larger corpus."
     )
   return tokens_T[:num_tokens]

@@ -11,11 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import tensorflow_datasets as tfds
 
-from lcx.data import books
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import stdlib
-from lcx.data import text_files
+from lcx.data import books, config, corpus, stdlib, text_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,9 +22,9 @@ class SplitRecords:
 
 
 CORPUS_SPECS: dict[str, Callable[..., corpus.CorpusSpec]] = {
-    "stdlib": stdlib.spec,
-    "books": books.spec,
-    "text_files": text_files.spec,
+  "stdlib": stdlib.spec,
+  "books": books.spec,
+  "text_files": text_files.spec,
 }
 
 
@@ -41,33 +37,33 @@ def _own_corpus(data_cfg, split: str) -> SplitRecords:
 def _tfds_dataset(data_cfg, split: str) -> SplitRecords:
   # TFDS datasets name their splits freely ("test" for lm1b's held-out data).
   tfds_split = {
-      corpus.TRAIN: data_cfg.train_split,
-      corpus.VALIDATION: data_cfg.validation_split,
+    corpus.TRAIN: data_cfg.train_split,
+    corpus.VALIDATION: data_cfg.validation_split,
   }[split]
   try:
     records = tfds.data_source(
-        data_cfg.tfds_name,
-        split=tfds_split,
-        data_dir=str(config.data_dir(data_cfg)),
-        download=False,
+      data_cfg.tfds_name,
+      split=tfds_split,
+      data_dir=str(config.data_dir(data_cfg)),
+      download=False,
     )
   except Exception as error:
     raise ValueError(
-        f"data.tfds_name={data_cfg.tfds_name!r} (split {tfds_split!r})"
-        f" could not be read from {config.data_dir(data_cfg)}; prepare it there first"
-        f" with file_format='array_record'. Cause: {error}"
+      f"data.tfds_name={data_cfg.tfds_name!r} (split {tfds_split!r})"
+      f" could not be read from {config.data_dir(data_cfg)}; prepare it there first"
+      f" with file_format='array_record'. Cause: {error}"
     ) from error
   if len(records) and data_cfg.text_feature not in records[0]:
     raise ValueError(
-        f"data.text_feature={data_cfg.text_feature!r} is not a feature of"
-        f" {data_cfg.tfds_name}; its features are {', '.join(sorted(records[0]))}."
+      f"data.text_feature={data_cfg.text_feature!r} is not a feature of"
+      f" {data_cfg.tfds_name}; its features are {', '.join(sorted(records[0]))}."
     )
   return SplitRecords(records, data_cfg.text_feature, None)
 
 
 TEXT_SOURCES: dict[str, Callable[..., SplitRecords]] = {
-    **{name: _own_corpus for name in CORPUS_SPECS},
-    "tfds": _tfds_dataset,
+  **{name: _own_corpus for name in CORPUS_SPECS},
+  "tfds": _tfds_dataset,
 }
 
 
@@ -75,8 +71,8 @@ def split_records(data_cfg, split: str) -> SplitRecords:
   """The records of `split` (corpus.TRAIN or corpus.VALIDATION) of `data.name`."""
   if data_cfg.name not in TEXT_SOURCES:
     raise ValueError(
-        f"data.name={data_cfg.name!r} has no text documents; text sources are"
-        f" {', '.join(TEXT_SOURCES)}."
+      f"data.name={data_cfg.name!r} has no text documents; text sources are"
+      f" {', '.join(TEXT_SOURCES)}."
     )
   return TEXT_SOURCES[data_cfg.name](data_cfg, split)
 

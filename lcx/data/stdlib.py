@@ -14,16 +14,16 @@ from lcx.data import corpus
 # Directory names skipped anywhere under the stdlib: tests, installed packages, and
 # the generated codec tables in `encodings` (large, repetitive, not code anyone writes).
 EXCLUDED_DIRS = frozenset(
-    {"test", "tests", "idle_test", "site-packages", "dist-packages", "encodings"}
+  {"test", "tests", "idle_test", "site-packages", "dist-packages", "encodings"}
 )
 
 
 def python_files(root: pathlib.Path) -> list[pathlib.Path]:
   """`.py` files under `root` outside EXCLUDED_DIRS, sorted by relative path."""
   files = (
-      path
-      for path in root.rglob("*.py")
-      if EXCLUDED_DIRS.isdisjoint(path.relative_to(root).parts[:-1])
+    path
+    for path in root.rglob("*.py")
+    if EXCLUDED_DIRS.isdisjoint(path.relative_to(root).parts[:-1])
   )
   return sorted(files, key=lambda path: path.relative_to(root).as_posix())
 
@@ -39,8 +39,8 @@ def collect(root: pathlib.Path, validation_fraction: float) -> corpus.CorpusCont
     if text.strip():
       documents.append(corpus.Document(path.relative_to(root).as_posix(), text))
   return corpus.CorpusContents(
-      splits=corpus.split_by_hash(documents, validation_fraction),
-      metadata={"root": str(root), "python": sys.version, "files": len(documents)},
+    splits=corpus.split_by_hash(documents, validation_fraction),
+    metadata={"root": str(root), "python": sys.version, "files": len(documents)},
   )
 
 
@@ -50,7 +50,7 @@ def spec(data_cfg, root: pathlib.Path | None = None) -> corpus.CorpusSpec:
   fraction = data_cfg.validation_fraction
   version = ".".join(map(str, sys.version_info[:3]))
   return corpus.CorpusSpec(
-      config_name=f"stdlib_py{version}_val{fraction:g}",
-      description=f"Python {version} standard library .py files from {root}.",
-      collect=functools.partial(collect, root, fraction),
+    config_name=f"stdlib_py{version}_val{fraction:g}",
+    description=f"Python {version} standard library .py files from {root}.",
+    collect=functools.partial(collect, root, fraction),
   )

@@ -26,6 +26,8 @@ from collections.abc import Callable
 import grain
 import numpy as np
 
+from lcx import errors
+
 LETTERS = string.ascii_lowercase.encode()
 
 
@@ -94,11 +96,11 @@ def associative_recall(rng: np.random.Generator, length: int) -> Example:
 
 
 FILLER = (
-    b"The grass is green. ",
-    b"The sky is blue. ",
-    b"The sun is yellow. ",
-    b"Here we go. ",
-    b"There and back again. ",
+  b"The grass is green. ",
+  b"The sky is blue. ",
+  b"The sun is yellow. ",
+  b"Here we go. ",
+  b"There and back again. ",
 )
 PASSKEY_QUESTION = b"What is the pass key? The pass key is "
 
@@ -120,7 +122,7 @@ def passkey(rng: np.random.Generator, length: int) -> Example:
 
 # Tasks whose evaluation can place the needle at chosen depths (data.task_eval_depths).
 AT_DEPTH: dict[str, Callable[[np.random.Generator, int, float], Example]] = {
-    "passkey": passkey_at_depth,
+  "passkey": passkey_at_depth,
 }
 
 
@@ -178,10 +180,13 @@ def lego(rng: np.random.Generator, length: int) -> Example:
   Names are distinct pairs of lowercase letters, so every clause has the same width.
   """
   if not 1 <= length <= LEGO_NAMES:
-    raise ValueError(f"length={length} for data.task='lego'; allowed: 1..{LEGO_NAMES}"
-                     " (two-letter variable names).")
-  names = [bytes([LETTERS[i // 26], LETTERS[i % 26]])
-           for i in rng.choice(LEGO_NAMES, size=length, replace=False)]
+    raise errors.not_allowed(
+      "length", length, f"1..{LEGO_NAMES} for data.task='lego' (two-letter variable names)"
+    )
+  names = [
+    bytes([LETTERS[i // 26], LETTERS[i % 26]])
+    for i in rng.choice(LEGO_NAMES, size=length, replace=False)
+  ]
   minus = rng.integers(0, 2, size=length).astype(bool)
   clauses, values, value = [], [], 1
   for i, name in enumerate(names):
@@ -196,8 +201,7 @@ def lego(rng: np.random.Generator, length: int) -> Example:
 
 
 # SCAN (Lake & Baroni 2018): action letters for its primitives and turns.
-SCAN_ACTIONS = {"walk": b"W", "run": b"R", "jump": b"J", "look": b"L",
-                "left": b"<", "right": b">"}
+SCAN_ACTIONS = {"walk": b"W", "run": b"R", "jump": b"J", "look": b"L", "left": b"<", "right": b">"}
 
 
 def _scan_clauses() -> tuple[tuple[bytes, bytes], ...]:
@@ -213,9 +217,11 @@ def _scan_clauses() -> tuple[tuple[bytes, bytes], ...]:
     forms = [] if verb == "turn" else [(verb, action)]
     for side in ("left", "right"):
       turn = SCAN_ACTIONS[side]
-      forms += [(f"{verb} {side}", turn + action),
-                (f"{verb} opposite {side}", 2 * turn + action),
-                (f"{verb} around {side}", 4 * (turn + action))]
+      forms += [
+        (f"{verb} {side}", turn + action),
+        (f"{verb} opposite {side}", 2 * turn + action),
+        (f"{verb} around {side}", 4 * (turn + action)),
+      ]
     for words, actions in forms:
       for count, repeat in ((1, ""), (2, " twice"), (3, " thrice")):
         clauses.append(((words + repeat).encode(), count * actions))
@@ -316,7 +322,7 @@ def pcfg(rng: np.random.Generator, length: int) -> Example:
       if token == "repeat" and len(x) > PCFG_LEAF:
         token = PCFG_UNARY[rng.integers(len(PCFG_UNARY) - 1)]  # Any but repeat (last).
       stack.append((_pcfg_apply(token, x), b"%s %s" % (token.encode(), x_text)))
-  (value, text), = stack
+  ((value, text),) = stack
   return Example(text + b"=", value + b".")
 
 
@@ -326,47 +332,47 @@ def _pcfg_max_bytes(length: int) -> int:
   to the answer: a kept argument (append, prepend), a repeat's copy (at most
   PCFG_LEAF letters), an echo's letter. The remaining argument, its letters in the
   answer, `=` and `.` come once."""
-  unary = max(len(f) + 1 + (f == "echo") + PCFG_LEAF * (f == "repeat")
-              for f in PCFG_UNARY)
-  binary = max(len(f) + 4 + PCFG_LEAF + PCFG_LEAF * (f in ("append", "prepend"))
-               for f in PCFG_BINARY)
+  unary = max(len(f) + 1 + (f == "echo") + PCFG_LEAF * (f == "repeat") for f in PCFG_UNARY)
+  binary = max(
+    len(f) + 4 + PCFG_LEAF + PCFG_LEAF * (f in ("append", "prepend")) for f in PCFG_BINARY
+  )
   return max(unary, binary) * length + 2 * PCFG_LEAF + 2
 
 
 TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
-    "copy": copy,
-    "reverse": reverse,
-    "sort": sort,
-    "addition": addition,
-    "parity": parity,
-    "associative_recall": associative_recall,
-    "passkey": passkey,
-    "induction": induction,
-    "polynomial": polynomial,
-    "summation": summation,
-    "lego": lego,
-    "scan": scan,
-    "pcfg": pcfg,
+  "copy": copy,
+  "reverse": reverse,
+  "sort": sort,
+  "addition": addition,
+  "parity": parity,
+  "associative_recall": associative_recall,
+  "passkey": passkey,
+  "induction": induction,
+  "polynomial": polynomial,
+  "summation": summation,
+  "lego": lego,
+  "scan": scan,
+  "pcfg": pcfg,
 }
 
 # Tasks whose example size varies at a given length: the most bytes prompt + answer
 # can take (some draw reaches it). Every other task's examples all have one size.
 MAX_BYTES: dict[str, Callable[[int], int]] = {
-    "scan": _scan_max_bytes,
-    "pcfg": _pcfg_max_bytes,
+  "scan": _scan_max_bytes,
+  "pcfg": _pcfg_max_bytes,
 }
 
 
 def _task(name: str) -> Callable[[np.random.Generator, int], Example]:
   if name not in TASKS:
-    raise ValueError(f"data.task={name!r} is not one of {', '.join(TASKS)}.")
+    raise errors.not_allowed("data.task", name, TASKS)
   return TASKS[name]
 
 
 def _at_depth(name: str, depth: float) -> Callable[[np.random.Generator, int], Example]:
   if name not in AT_DEPTH:
     raise ValueError(
-        f"data.task={name!r} has no needle depth; tasks with one: {', '.join(AT_DEPTH)}."
+      f"data.task={name!r} has no needle depth; tasks with one: {', '.join(AT_DEPTH)}."
     )
   return functools.partial(AT_DEPTH[name], depth=depth)
 
@@ -387,9 +393,7 @@ def train_length(data_cfg, rng: np.random.Generator) -> int:
 def eval_lengths(data_cfg, num: int, seed: int = 0) -> np.ndarray:
   """`num` sizes uniform in [task_min_len, task_eval_factor * task_max_len]."""
   high = data_cfg.task_eval_factor * data_cfg.task_max_len
-  return np.random.default_rng([seed, 2]).integers(
-      data_cfg.task_min_len, high + 1, size=num
-  )
+  return np.random.default_rng([seed, 2]).integers(data_cfg.task_min_len, high + 1, size=num)
 
 
 def eval_buckets(data_cfg) -> list[tuple[int, int]]:
@@ -406,9 +410,9 @@ def training_document(example: Example, tokenizer) -> dict:
   """`[BOS] + prompt + answer + [EOS]` ids, loss mask 1 exactly on the answer ids."""
   prompt_ids = tokenizer.encode(example.prompt)
   answer_ids = tokenizer.encode(example.answer)
-  ids_N = np.concatenate(
-      [[tokenizer.bos_id], prompt_ids, answer_ids, [tokenizer.eos_id]]
-  ).astype(np.int32)
+  ids_N = np.concatenate([[tokenizer.bos_id], prompt_ids, answer_ids, [tokenizer.eos_id]]).astype(
+    np.int32
+  )
   loss_mask_N = np.zeros(ids_N.shape, np.float32)
   loss_mask_N[1 + len(prompt_ids) : 1 + len(prompt_ids) + len(answer_ids)] = 1.0
   return {"ids": ids_N, "loss_mask": loss_mask_N}
@@ -435,9 +439,9 @@ def train_examples(data_cfg, tokenizer, process_index: int, process_count: int):
   longest = document_tokens(data_cfg.task, data_cfg.task_max_len, tokenizer)
   if longest - 1 > data_cfg.seq_len:
     raise ValueError(
-        f"data.task={data_cfg.task!r} at data.task_max_len={data_cfg.task_max_len}"
-        f" makes documents of up to {longest} tokens, more than data.seq_len="
-        f"{data_cfg.seq_len} + 1; raise data.seq_len or lower data.task_max_len."
+      f"data.task={data_cfg.task!r} at data.task_max_len={data_cfg.task_max_len}"
+      f" makes documents of up to {longest} tokens, more than data.seq_len="
+      f"{data_cfg.seq_len} + 1; raise data.seq_len or lower data.task_max_len."
     )
 
   def document(index: int) -> dict:
@@ -449,8 +453,12 @@ def train_examples(data_cfg, tokenizer, process_index: int, process_count: int):
 
 
 def eval_examples(
-    task: str, length: int, num: int, seed: int = 0, tokenizer=None,
-    depth: float | None = None,
+  task: str,
+  length: int,
+  num: int,
+  seed: int = 0,
+  tokenizer=None,
+  depth: float | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
   """`num` (prompt_ids, answer_ids) pairs of size `length`; prompts start with BOS.
 
@@ -478,6 +486,4 @@ def exact_match(pred_ids, answer_ids) -> bool:
   """
   pred_N = np.asarray(pred_ids).reshape(-1)
   answer_N = np.asarray(answer_ids).reshape(-1)
-  return len(pred_N) >= len(answer_N) and bool(
-      np.array_equal(pred_N[: len(answer_N)], answer_N)
-  )
+  return len(pred_N) >= len(answer_N) and bool(np.array_equal(pred_N[: len(answer_N)], answer_N))

@@ -32,9 +32,7 @@ def find_files(pattern: str) -> tuple[pathlib.Path, list[pathlib.Path]]:
     base = pathlib.Path(os.path.commonpath([p.parent for p in files])) if files else path
   files = sorted(p for p in files if p.suffix in SUFFIXES)
   if not files:
-    raise ValueError(
-        f"data.text_files={pattern!r} matches no {' or '.join(SUFFIXES)} file."
-    )
+    raise ValueError(f"data.text_files={pattern!r} matches no {' or '.join(SUFFIXES)} file.")
   return base, files
 
 
@@ -60,22 +58,26 @@ def _jsonl_documents(path, key, text, field) -> list[corpus.Document]:
       value = json.loads(line)[field]
     except (json.JSONDecodeError, KeyError, TypeError):
       logging.warning(
-          "text_files: skipping %s line %d, not JSON with a %r field",
-          path, line_number, field,
+        "text_files: skipping %s line %d, not JSON with a %r field",
+        path,
+        line_number,
+        field,
       )
       continue
     if not isinstance(value, str) or not value.strip():
-      problem = "is empty" if isinstance(value, str) else (
-          f"holds {type(value).__name__}, not a string")
-      logging.warning("text_files: skipping %s line %d, field %r %s",
-                      path, line_number, field, problem)
+      problem = (
+        "is empty" if isinstance(value, str) else (f"holds {type(value).__name__}, not a string")
+      )
+      logging.warning(
+        "text_files: skipping %s line %d, field %r %s", path, line_number, field, problem
+      )
       continue
     documents.append(corpus.Document(f"{key}:{line_number}", value))
   return documents
 
 
 def read_documents(
-    base: pathlib.Path, files: list[pathlib.Path], jsonl_field: str
+  base: pathlib.Path, files: list[pathlib.Path], jsonl_field: str
 ) -> list[corpus.Document]:
   """Documents keyed by path relative to `base` (and `:line` for jsonl)."""
   documents = []
@@ -103,18 +105,20 @@ def _split_by_folder(documents, base, files, fraction) -> dict[str, list]:
   outside = [r.as_posix() for r in relative if r.parts[0] not in FOLDERS.values()]
   if outside:
     logging.warning(
-        "text_files: data.text_files_split='folders' ignores %d file(s) outside"
-        " train/ and validation/ of %s: %s", len(outside), base, ", ".join(outside),
+      "text_files: data.text_files_split='folders' ignores %d file(s) outside"
+      " train/ and validation/ of %s: %s",
+      len(outside),
+      base,
+      ", ".join(outside),
     )
   splits = {
-      split: [d for d in documents if d.key.startswith(folder + "/")]
-      for split, folder in FOLDERS.items()
+    split: [d for d in documents if d.key.startswith(folder + "/")]
+    for split, folder in FOLDERS.items()
   }
   for split, folder in FOLDERS.items():
     if not splits[split]:
       raise ValueError(
-          f"data.text_files_split='folders' needs documents under {base / folder};"
-          " none were found."
+        f"data.text_files_split='folders' needs documents under {base / folder}; none were found."
       )
   return splits
 
@@ -127,13 +131,11 @@ def collect(pattern, jsonl_field, split_mode, fraction) -> corpus.CorpusContents
   documents = read_documents(base, files, jsonl_field)
   splits = SPLITTERS[split_mode](documents, base, files, fraction)
   return corpus.CorpusContents(
-      splits=splits,
-      metadata={
-          "text_files": str(pattern),
-          "files_sha256": {
-              p.relative_to(base).as_posix(): corpus.sha256_file(p) for p in files
-          },
-      },
+    splits=splits,
+    metadata={
+      "text_files": str(pattern),
+      "files_sha256": {p.relative_to(base).as_posix(): corpus.sha256_file(p) for p in files},
+    },
   )
 
 
@@ -141,23 +143,22 @@ def spec(data_cfg) -> corpus.CorpusSpec:
   """The corpus of `data.text_files`, named by a hash of its inputs and settings."""
   base, files = find_files(data_cfg.text_files)
   fingerprint = json.dumps(
-      [
-          str(base.resolve()),
-          data_cfg.jsonl_field,
-          data_cfg.text_files_split,
-          data_cfg.validation_fraction,
-          [(p.relative_to(base).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
-           for p in files],
-      ]
+    [
+      str(base.resolve()),
+      data_cfg.jsonl_field,
+      data_cfg.text_files_split,
+      data_cfg.validation_fraction,
+      [(p.relative_to(base).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
+    ]
   )
   return corpus.CorpusSpec(
-      config_name=f"text_files_{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}",
-      description=f"User text files from {data_cfg.text_files}.",
-      collect=functools.partial(
-          collect,
-          data_cfg.text_files,
-          data_cfg.jsonl_field,
-          data_cfg.text_files_split,
-          data_cfg.validation_fraction,
-      ),
+    config_name=f"text_files_{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}",
+    description=f"User text files from {data_cfg.text_files}.",
+    collect=functools.partial(
+      collect,
+      data_cfg.text_files,
+      data_cfg.jsonl_field,
+      data_cfg.text_files_split,
+      data_cfg.validation_fraction,
+    ),
   )

@@ -80,10 +80,10 @@ class SentencePieceTokenizer:
 
   def metadata(self) -> dict:
     return {
-        "kind": "sentencepiece",
-        "vocab_size": self.vocab_size,
-        "model_path": str(self.model_path),
-        "sha256": self._sha256,
+      "kind": "sentencepiece",
+      "vocab_size": self.vocab_size,
+      "model_path": str(self.model_path),
+      "sha256": self._sha256,
     }
 
 
@@ -97,7 +97,7 @@ def identity(metadata: dict) -> dict:
 
 
 def train_sentencepiece(
-    documents: Iterable[bytes], vocab_size: int, model_path: pathlib.Path, seed: int
+  documents: Iterable[bytes], vocab_size: int, model_path: pathlib.Path, seed: int
 ) -> pathlib.Path:
   """Trains a BPE model with byte fallback on `documents` and writes it atomically.
 
@@ -114,23 +114,23 @@ def train_sentencepiece(
   spm.set_random_generator_seed(seed)
   model_io = io.BytesIO()
   spm.SentencePieceTrainer.train(
-      sentence_iterator=lines(),
-      model_writer=model_io,
-      vocab_size=vocab_size,
-      model_type="bpe",
-      byte_fallback=True,
-      character_coverage=1.0,
-      pad_id=0,
-      unk_id=1,
-      bos_id=2,
-      eos_id=3,
-      num_threads=1,
-      input_sentence_size=2_000_000,
-      shuffle_input_sentence=True,
-      max_sentence_length=16384,
-      remove_extra_whitespaces=False,
-      split_digits=True,
-      minloglevel=2,
+    sentence_iterator=lines(),
+    model_writer=model_io,
+    vocab_size=vocab_size,
+    model_type="bpe",
+    byte_fallback=True,
+    character_coverage=1.0,
+    pad_id=0,
+    unk_id=1,
+    bos_id=2,
+    eos_id=3,
+    num_threads=1,
+    input_sentence_size=2_000_000,
+    shuffle_input_sentence=True,
+    max_sentence_length=16384,
+    remove_extra_whitespaces=False,
+    split_digits=True,
+    minloglevel=2,
   )
   model_path = pathlib.Path(model_path)
   model_path.parent.mkdir(parents=True, exist_ok=True)

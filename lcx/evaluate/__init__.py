@@ -61,10 +61,28 @@ def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> s
   if kind == "passkey":
     ev = {"passkey": ev["passkey"]}
   else:
-    ev = {k: v for k, v in ev.items() if k not in ("variants", "named_variants", "during_train",
-                                                    "during_train_tokens", "longrope", "passkey")}
-  what = {"kind": kind, "variant": spec, "overrides": changes, "lengths": lengths, "eval": ev,
-          "data": cfg.data.to_dict(), "model": cfg.model.to_dict()}
+    ev = {
+      k: v
+      for k, v in ev.items()
+      if k
+      not in (
+        "variants",
+        "named_variants",
+        "during_train",
+        "during_train_tokens",
+        "longrope",
+        "passkey",
+      )
+    }
+  what = {
+    "kind": kind,
+    "variant": spec,
+    "overrides": changes,
+    "lengths": lengths,
+    "eval": ev,
+    "data": cfg.data.to_dict(),
+    "model": cfg.model.to_dict(),
+  }
   text = json.dumps(what, sort_keys=True, default=list)
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -82,25 +100,42 @@ def restore(prepared, workdir: str, step: int | None = None):
 def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   """(result name, variant, overrides, config) for each of eval.variants x (for text runs)
   eval.protocol x eval.documents, all checked before any runs. The result name is the variant's
-  file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless that is windows over the stream."""
+  file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless that is windows over the stream, and
+  `.randomM` (M recorded in the overrides too) with eval.random_positions=M.
+  `prepare` checked the run's own fields; a variant's changed ones are checked here."""
   cfg, out = prepared.config, []
-  combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(
-      cfg.eval)
+  combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(cfg.eval)
   for spec in variants.names(cfg.eval.variants):
     changes = variants.overrides(spec, cfg.eval.named_variants)
     variant_cfg = variants.apply(cfg, changes)
+    if changes:
+      config_lib.check_fields(variant_cfg)
     for protocol, documents in combos:
       combo_cfg = ml_collections.ConfigDict(variant_cfg.to_dict())
       combo_cfg.eval.update(protocol=protocol, documents=documents)
-      config_lib.validate_eval(combo_cfg)
-      name = variants.file_name(spec)[:-len(".json")]
+      config_lib.check_eval(combo_cfg)
+      name = variants.file_name(spec)[: -len(".json")]
       if (protocol, documents) != ("windows", "stream"):
         name += f".{protocol}-{documents}"
+      sampled = combo_cfg.eval.random_positions
+      if sampled:  # scored at other positions: its own file, and said in the overrides
+        name += f".random{sampled}"
+        changes = {**changes, "eval.random_positions": sampled}
       out.append((name, spec, changes, combo_cfg))
   if not out:
     raise ValueError("eval.variants is empty; give at least one, e.g. 'none'")
   passkey.check_lengths(cfg, prepared.tokenizer)
   return out
+
+
+def _plain_positions(changes: dict, variant_cfg) -> tuple[dict, ml_collections.ConfigDict]:
+  """A variant's overrides and config without eval.random_positions: the passkey probe generates
+  at plain positions, so the setting is not its own (nor may it skip its lengths)."""
+  if not variant_cfg.eval.random_positions:
+    return changes, variant_cfg
+  plain = ml_collections.ConfigDict(variant_cfg.to_dict())
+  plain.eval.random_positions = 0
+  return {k: v for k, v in changes.items() if k != "eval.random_positions"}, plain
 
 
 def _write(path: str, result: dict) -> None:
@@ -110,20 +145,42 @@ def _write(path: str, result: dict) -> None:
   os.replace(path + ".tmp", path)
 
 
-def record(kind: str, body: dict, *, workdir: str, spec: str, changes: dict, step: int,
-           variant_cfg, train_len: int, meta: dict, settings: str, seconds: float) -> dict:
+def record(
+  kind: str,
+  body: dict,
+  *,
+  workdir: str,
+  spec: str,
+  changes: dict,
+  step: int,
+  variant_cfg,
+  train_len: int,
+  meta: dict,
+  settings: str,
+  seconds: float,
+) -> dict:
   """A result JSON: the keys every kind has (SPEC.md: schema, run, variant, step, config,
   versions, ...) around `body`, the kind's own."""
   return {
-      "schema": SCHEMA, "kind": kind, "run": os.path.basename(os.path.normpath(workdir)),
-      "workdir": os.path.abspath(workdir), "variant": spec, "overrides": changes,
-      "step": step, "scheme": variant_cfg.model.position.name,
-      "remap": variant_cfg.model.remap.name, "train_len": train_len,
-      "init_from": _init_from(meta["config"]), **body, "settings": settings,
-      "config": variant_cfg.to_dict(), "versions": versions(),
-      "device": f"{jax.default_backend()} x{jax.device_count()}",
-      "wall_seconds": round(seconds, 2),
-      "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    "schema": SCHEMA,
+    "kind": kind,
+    "run": os.path.basename(os.path.normpath(workdir)),
+    "workdir": os.path.abspath(workdir),
+    "variant": spec,
+    "overrides": changes,
+    "step": step,
+    "scheme": variant_cfg.model.position.name,
+    "remap": variant_cfg.model.remap.name,
+    "train_len": train_len,
+    "init_from": _init_from(meta["config"]),
+    **body,
+    "settings": settings,
+    "config": variant_cfg.to_dict(),
+    "versions": versions(),
+    "device": f"{jax.default_backend()} x{jax.device_count()}",
+    "wall_seconds": round(seconds, 2),
+    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+  }
 
 
 def _reusable(path: str, step: int, settings: str) -> dict | None:
@@ -135,14 +192,16 @@ def _reusable(path: str, step: int, settings: str) -> dict | None:
   return old if old.get("step") == step and old.get("settings") == settings else None
 
 
-def evaluate(config, workdir: str, step: int | None = None, *, force: bool = False,
-             prepared=None) -> dict[str, dict]:
+def evaluate(
+  config, workdir: str, step: int | None = None, *, force: bool = False, prepared=None, todo=None
+) -> dict[str, dict]:
   """Evaluates every variant; writes WORKDIR/eval/<name>.json (and passkey@<variant>.json);
   prints the tables. Returns the results by name: the file name without .json, the variant
-  as written (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`)."""
+  as written (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
+  (`plan(prepared)`): if made already."""
   prepared = prepared or prepare_lib.prepare(config)
   cfg = prepared.config
-  todo = plan(prepared)
+  todo = todo or plan(prepared)
   step, params, meta = restore(prepared, workdir, step)
   kind = "tasks" if cfg.data.name == "task" else "lengths"
   train_len = cfg.model.max_len
@@ -155,22 +214,35 @@ def evaluate(config, workdir: str, step: int | None = None, *, force: bool = Fal
     ev = runner.config.eval
     if ev.documents not in sequences:  # drawn once: every variant and length scores them
       sequences[ev.documents] = samples.select(
-          data.validation_documents(cfg.data), ev.documents, max(eval_lengths),
-          ev.num_tokens, ev.sample_seed)
-    return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths,
-                             train_len)
+        data.validation_documents(cfg.data, prepared.tokenizer),
+        ev.documents,
+        max(eval_lengths),
+        ev.num_tokens,
+        ev.sample_seed,
+      )
+    return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths, train_len)
 
-  jobs = [(name, spec, changes, variant_cfg, kind, eval_lengths, main_body)
-          for name, spec, changes, variant_cfg in todo]
+  jobs = [
+    (name, spec, changes, variant_cfg, kind, eval_lengths, main_body)
+    for name, spec, changes, variant_cfg in todo
+  ]
   passkey_lengths = sorted({int(n) for n in cfg.eval.passkey.lengths})
   if kind == "lengths" and passkey_lengths:  # once per variant, whatever the protocols
     first = {}
     for name, spec, changes, variant_cfg in todo:
-      first.setdefault(spec, (changes, variant_cfg))
-    jobs += [(passkey.result_name(variants.file_name(spec)[:-len(".json")]), spec, changes,
-              variant_cfg, "passkey", passkey_lengths,
-              lambda runner: passkey.sweep(runner, prepared.tokenizer))
-             for spec, (changes, variant_cfg) in first.items()]
+      first.setdefault(spec, _plain_positions(changes, variant_cfg))
+    jobs += [
+      (
+        passkey.result_name(variants.file_name(spec)[: -len(".json")]),
+        spec,
+        changes,
+        variant_cfg,
+        "passkey",
+        passkey_lengths,
+        lambda runner: passkey.sweep(runner, prepared.tokenizer),
+      )
+      for spec, (changes, variant_cfg) in first.items()
+    ]
   results = {}
   for name, spec, changes, variant_cfg, what, lengths, body in jobs:
     path = os.path.join(workdir, "eval", name + ".json")
@@ -183,9 +255,19 @@ def evaluate(config, workdir: str, step: int | None = None, *, force: bool = Fal
     start = time.perf_counter()
     say(f"{name}: evaluating step {step} -> {path}")
     runner = Runner(prepare_lib.for_variant(prepared, variant_cfg), params)
-    result = record(what, body(runner), workdir=workdir, spec=spec, changes=changes, step=step,
-                    variant_cfg=variant_cfg, train_len=train_len, meta=meta, settings=key,
-                    seconds=time.perf_counter() - start)
+    result = record(
+      what,
+      body(runner),
+      workdir=workdir,
+      spec=spec,
+      changes=changes,
+      step=step,
+      variant_cfg=variant_cfg,
+      train_len=train_len,
+      meta=meta,
+      settings=key,
+      seconds=time.perf_counter() - start,
+    )
     if jax.process_index() == 0:
       _write(path, result)
     results[_key(name, spec)] = result
@@ -197,13 +279,16 @@ def evaluate(config, workdir: str, step: int | None = None, *, force: bool = Fal
 def _key(name: str, spec: str) -> str:
   """A result's key in evaluate's return: its file name with the variant as written
   (`longrope@runs/x/factors.json.sliding-long`, not the file-safe form)."""
-  return name.replace(variants.file_name(spec)[:-len(".json")], spec, 1)
+  return name.replace(variants.file_name(spec)[: -len(".json")], spec, 1)
 
 
 def table(results: dict[str, dict]) -> str:
   """The printed summary: the report module's tables but the wide loss-by-position one (it is
   in the result files, `./launch.sh report` and its plot)."""
   from lcx import report
-  return "\n\n".join(f"## {heading}\n\n{body}"
-                     for heading, body, _ in report.sections(list(results.values()))
-                     if heading != "Loss by position")
+
+  return "\n\n".join(
+    f"## {heading}\n\n{body}"
+    for heading, body, _ in report.sections(list(results.values()))
+    if heading != "Loss by position"
+  )

@@ -41,15 +41,22 @@ class DuringTrain:
     if not lengths:
       say("train.eval_every: no eval.during_train length can be scored; nothing to evaluate")
       return
-    sequences = samples.select(data.validation_documents(cfg.data), "stream",
-                               max(lengths.values()), cfg.eval.during_train_tokens,
-                               cfg.eval.sample_seed)
-    self.windows = {name: samples.cut(sequences, length, "windows")
-                    for name, length in lengths.items()}
-    say("train.eval_every: scoring " + ", ".join(
-        f"{name} ({length} tokens)" for name, length in lengths.items()) +
-        f" on {int(self.windows[next(iter(lengths))].scored_NxT.sum())} validation tokens "
-        f"every {cfg.train.eval_every} steps")
+    sequences = samples.select(
+      data.validation_documents(cfg.data, prepared.tokenizer),
+      "stream",
+      max(lengths.values()),
+      cfg.eval.during_train_tokens,
+      cfg.eval.sample_seed,
+    )
+    self.windows = {
+      name: samples.cut(sequences, length, "windows") for name, length in lengths.items()
+    }
+    say(
+      "train.eval_every: scoring "
+      + ", ".join(f"{name} ({length} tokens)" for name, length in lengths.items())
+      + f" on {int(self.windows[next(iter(lengths))].scored_NxT.sum())} validation tokens "
+      f"every {cfg.train.eval_every} steps"
+    )
 
   def __call__(self, params) -> dict[str, float]:
     self.runner.params = params

@@ -19,15 +19,26 @@ from lcx.metrics import say
 
 def protocol(ev, train_len: int) -> dict:
   """The protocol settings as recorded beside the numbers, defaults resolved."""
-  return {"protocol": ev.protocol, "documents": ev.documents,
-          "stride": (ev.stride or train_len) if ev.protocol == "sliding" else 0,
-          "last_k": (ev.last_k or max(1, train_len // 4)) if ev.protocol == "last_k" else 0,
-          "num_tokens": ev.num_tokens, "seed": ev.sample_seed, "bootstrap": ev.bootstrap,
-          "confidence": stats.CONFIDENCE}
+  return {
+    "protocol": ev.protocol,
+    "documents": ev.documents,
+    "stride": (ev.stride or train_len) if ev.protocol == "sliding" else 0,
+    "last_k": (ev.last_k or max(1, train_len // 4)) if ev.protocol == "last_k" else 0,
+    "num_tokens": ev.num_tokens,
+    "seed": ev.sample_seed,
+    "bootstrap": ev.bootstrap,
+    "confidence": stats.CONFIDENCE,
+  }
 
 
-def summarize(nll_NxT: np.ndarray, windows: samples.Windows, doc_index: dict, weights_RxD,
-              byte_lengths_V: np.ndarray, per_octave: int) -> dict:
+def summarize(
+  nll_NxT: np.ndarray,
+  windows: samples.Windows,
+  doc_index: dict,
+  weights_RxD,
+  byte_lengths_V: np.ndarray,
+  per_octave: int,
+) -> dict:
   """Loss, perplexity, bits per byte (with intervals) and loss by position of one length."""
   scored = windows.scored_NxT
   loss_N, pos_N = nll_NxT[scored].astype(np.float64), windows.positions_NxT[scored]
@@ -38,8 +49,11 @@ def summarize(nll_NxT: np.ndarray, windows: samples.Windows, doc_index: dict, we
   bpb = bpb_ci = None
   if bytes_N.sum() > 0:
     bpb = float(loss_N.sum() / math.log(2) / bytes_N.sum())
-    ci = stats.ratio_ci(stats.per_doc_sums(loss_N, doc_N, num_docs) / math.log(2),
-                        stats.per_doc_sums(bytes_N, doc_N, num_docs), weights_RxD)
+    ci = stats.ratio_ci(
+      stats.per_doc_sums(loss_N, doc_N, num_docs) / math.log(2),
+      stats.per_doc_sums(bytes_N, doc_N, num_docs),
+      weights_RxD,
+    )
     bpb_ci = ci
   length = windows.inputs_NxT.shape[1]
   by_position = []
@@ -48,17 +62,26 @@ def summarize(nll_NxT: np.ndarray, windows: samples.Windows, doc_index: dict, we
     inside = (pos_N >= lo) & (pos_N < hi)
     if inside.any():
       b_loss, b_ci = stats.mean_with_ci(loss_N[inside], doc_N[inside], num_docs, weights_RxD)
-      by_position.append({"start": lo, "end": hi, "loss": b_loss, "loss_ci": b_ci,
-                          "tokens": int(inside.sum())})
-  return {"loss": loss, "loss_ci": loss_ci, "perplexity": stats.perplexity(loss),
-          "perplexity_ci": None if loss_ci is None else [stats.perplexity(x) for x in loss_ci],
-          "bits_per_byte": bpb, "bits_per_byte_ci": bpb_ci, "tokens": int(scored.sum()),
-          "documents": int(len(np.unique(doc_N))), "windows": int(len(scored)),
-          "loss_by_position": by_position}
+      by_position.append(
+        {"start": lo, "end": hi, "loss": b_loss, "loss_ci": b_ci, "tokens": int(inside.sum())}
+      )
+  return {
+    "loss": loss,
+    "loss_ci": loss_ci,
+    "perplexity": stats.perplexity(loss),
+    "perplexity_ci": None if loss_ci is None else [stats.perplexity(x) for x in loss_ci],
+    "bits_per_byte": bpb,
+    "bits_per_byte_ci": bpb_ci,
+    "tokens": int(scored.sum()),
+    "documents": int(len(np.unique(doc_N))),
+    "windows": int(len(scored)),
+    "loss_by_position": by_position,
+  }
 
 
-def sweep(runner, sequences: list[samples.Sequence], lengths: list[int], byte_lengths_V,
-          train_len: int) -> dict:
+def sweep(
+  runner, sequences: list[samples.Sequence], lengths: list[int], byte_lengths_V, train_len: int
+) -> dict:
   """{"protocol", "lengths": {T: summary}, "skipped": {T: why}} over `sequences`."""
   ev = runner.config.eval
   settings = protocol(ev, train_len)
@@ -74,17 +97,23 @@ def sweep(runner, sequences: list[samples.Sequence], lengths: list[int], byte_le
       say(f"eval length {length}: skipped: {error}")
       continue
     start = time.perf_counter()
-    windows = samples.cut(sequences, length, ev.protocol, stride=settings["stride"],
-                          last_k=settings["last_k"])
-    nll_NxT = runner.nll(windows.inputs_NxT, windows.targets_NxT, windows.positions_NxT,
-                         windows.segments_NxT)
-    r = summarize(nll_NxT, windows, doc_index, weights_RxD, byte_lengths_V,
-                  ev.buckets_per_octave)
+    windows = samples.cut(
+      sequences, length, ev.protocol, stride=settings["stride"], last_k=settings["last_k"]
+    )
+    nll_NxT = runner.nll(
+      windows.inputs_NxT, windows.targets_NxT, windows.positions_NxT, windows.segments_NxT
+    )
+    r = summarize(nll_NxT, windows, doc_index, weights_RxD, byte_lengths_V, ev.buckets_per_octave)
     r["kernel"] = runner.kernel(length)
     results[str(length)] = r
-    ci = "" if r["perplexity_ci"] is None else (
-        f" [{r['perplexity_ci'][0]:.3f}, {r['perplexity_ci'][1]:.3f}]")
-    say(f"eval length {length}: perplexity {r['perplexity']:.3f}{ci} over {r['tokens']} tokens "
-        f"of {r['documents']} documents ({r['windows']} windows, {r['kernel']} kernel, "
-        f"{time.perf_counter() - start:.1f} s)")
+    ci = (
+      ""
+      if r["perplexity_ci"] is None
+      else (f" [{r['perplexity_ci'][0]:.3f}, {r['perplexity_ci'][1]:.3f}]")
+    )
+    say(
+      f"eval length {length}: perplexity {r['perplexity']:.3f}{ci} over {r['tokens']} tokens "
+      f"of {r['documents']} documents ({r['windows']} windows, {r['kernel']} kernel, "
+      f"{time.perf_counter() - start:.1f} s)"
+    )
   return {"protocol": settings, "lengths": results, "skipped": skipped}

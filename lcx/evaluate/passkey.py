@@ -28,8 +28,13 @@ import numpy as np
 from lcx import generate
 from lcx.metrics import say
 
-SENTENCES = ("The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ",
-             "There and back again. ")
+SENTENCES = (
+  "The grass is green. ",
+  "The sky is blue. ",
+  "The sun is yellow. ",
+  "Here we go. ",
+  "There and back again. ",
+)
 NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = "What is the pass key? The pass key is"
 
@@ -43,13 +48,14 @@ def keys(examples: int, digits: int, seed: int) -> list[str]:
   """`examples` numbers of `digits` digits, without a leading zero (0-9 for one digit)."""
   rng = np.random.default_rng(seed)
   low = 10 ** (digits - 1) if digits > 1 else 0
-  return [str(k) for k in rng.integers(low, 10 ** digits, size=examples)]
+  return [str(k) for k in rng.integers(low, 10**digits, size=examples)]
 
 
 def shortest(tokenizer, digits: int) -> int:
   """The shortest length that holds BOS, the needle and the question (no filler)."""
-  return 1 + len(tokenizer.encode(NEEDLE.format(key="9" * digits))) + len(
-      tokenizer.encode(QUESTION))
+  return (
+    1 + len(tokenizer.encode(NEEDLE.format(key="9" * digits))) + len(tokenizer.encode(QUESTION))
+  )
 
 
 def check_lengths(cfg, tokenizer) -> None:
@@ -58,9 +64,11 @@ def check_lengths(cfg, tokenizer) -> None:
   low = shortest(tokenizer, p.digits)
   short = [n for n in p.lengths if n < low]
   if short:
-    raise ValueError(f"eval.passkey.lengths={tuple(p.lengths)}: {short[0]} tokens cannot hold "
-                     f"BOS, the needle and the question ({low} tokens with eval.passkey.digits="
-                     f"{p.digits}); use lengths >= {low}")
+    raise ValueError(
+      f"eval.passkey.lengths={tuple(p.lengths)}: {short[0]} tokens cannot hold "
+      f"BOS, the needle and the question ({low} tokens with eval.passkey.digits="
+      f"{p.digits}); use lengths >= {low}"
+    )
 
 
 def prompt(tokenizer, length: int, depth: float, key: str) -> np.ndarray:
@@ -68,8 +76,9 @@ def prompt(tokenizer, length: int, depth: float, key: str) -> np.ndarray:
   needle, question = tokenizer.encode(NEEDLE.format(key=key)), tokenizer.encode(QUESTION)
   budget = length - 1 - len(needle) - len(question)
   if budget < 0:
-    raise ValueError(f"eval.passkey.lengths: {length} tokens cannot hold the needle and the "
-                     "question")
+    raise ValueError(
+      f"eval.passkey.lengths: {length} tokens cannot hold the needle and the question"
+    )
   pieces = [tokenizer.encode(s) for s in SENTENCES]
   cycle = np.concatenate(pieces)
   reps = budget // len(cycle) + 2
@@ -77,8 +86,7 @@ def prompt(tokenizer, length: int, depth: float, key: str) -> np.ndarray:
   filler = np.tile(cycle, reps)[cut:]
   starts = np.cumsum([0] + [len(p) for p in pieces])[:-1]
   boundaries = (starts[None] + len(cycle) * np.arange(reps)[:, None]).reshape(-1) - cut
-  boundaries = np.concatenate([[0], boundaries[(boundaries > 0) & (boundaries < budget)],
-                               [budget]])
+  boundaries = np.concatenate([[0], boundaries[(boundaries > 0) & (boundaries < budget)], [budget]])
   at = int(boundaries[np.argmin(np.abs(boundaries - depth * budget))])
   ids = np.concatenate([[tokenizer.bos_id], filler[:at], needle, filler[at:], question])
   return ids.astype(np.int32)
@@ -105,22 +113,41 @@ def sweep(runner, tokenizer) -> dict:
       skipped[str(length)] = str(error)
       say(f"passkey length {length}: skipped: {error}")
       continue
-    prompts = [(depth, key, prompt(tokenizer, length, depth, key))
-               for depth in depths for key in secret]
+    prompts = [
+      (depth, key, prompt(tokenizer, length, depth, key)) for depth in depths for key in secret
+    ]
     rows = max(1, runner.config.eval.batch_tokens // size)
     right = []
     for start in range(0, len(prompts), rows):
-      batch = [ids for _, _, ids in prompts[start:start + rows]]
+      batch = [ids for _, _, ids in prompts[start : start + rows]]
       batch += [batch[0]] * (rows - len(batch))  # fixed shapes: one program per length
-      out_BxN = generate.generate(runner.prepared.graphdef, runner.params, np.stack(batch),
-                                  new_tokens, kernel=runner.kernel(size))
-      right += [answer(tokenizer, ids) == key
-                for ids, (_, key, _) in zip(out_BxN, prompts[start:start + rows])]
+      out_BxN = generate.generate(
+        runner.prepared.graphdef,
+        runner.params,
+        np.stack(batch),
+        new_tokens,
+        kernel=runner.kernel(size),
+      )
+      right += [
+        answer(tokenizer, ids) == key
+        for ids, (_, key, _) in zip(out_BxN, prompts[start : start + rows])
+      ]
     for depth in depths:
       hits = [ok for ok, (d, _, _) in zip(right, prompts) if d == depth]
-      cells.append({"length": length, "depth": depth, "accuracy": float(np.mean(hits)),
-                    "examples": len(hits)})
+      cells.append(
+        {"length": length, "depth": depth, "accuracy": float(np.mean(hits)), "examples": len(hits)}
+      )
     say(f"passkey length {length}: accuracy {np.mean(right):.3f} over {len(right)} examples")
-  return {"protocol": {"probe": "passkey", "examples": p.examples, "digits": p.digits,
-                       "seed": p.seed, "new_tokens": new_tokens},
-          "lengths": lengths, "depths": depths, "cells": cells, "skipped": skipped}
+  return {
+    "protocol": {
+      "probe": "passkey",
+      "examples": p.examples,
+      "digits": p.digits,
+      "seed": p.seed,
+      "new_tokens": new_tokens,
+    },
+    "lengths": lengths,
+    "depths": depths,
+    "cells": cells,
+    "skipped": skipped,
+  }

@@ -27,8 +27,25 @@ class Runner:
     return positions.Dims.of(self.config.model)
 
   def check_length(self, length: int) -> None:
-    """ValueError if the scheme cannot score windows of `length` (a learned table too short)."""
-    positions.check_eval_length(self.config.model.position, self.dims(), length)
+    """ValueError if the scheme cannot score windows of `length` (a learned table too short,
+    fewer eval.random_positions than tokens)."""
+    sampled = self.config.eval.random_positions
+    if 0 < sampled < length:
+      raise ValueError(
+        f"eval.random_positions={sampled} is not allowed for windows of {length} "
+        f"tokens; allowed: 0 (off) or >= {length}"
+      )
+    positions.check_eval_length(self.config.model.position, self.dims(), max(length, sampled))
+
+  def model_positions(self, pos_NxT: np.ndarray, seg_NxT: np.ndarray) -> np.ndarray:
+    """The positions the model sees: `pos_NxT`, or with eval.random_positions=M each document's
+    sorted sample of [0, M) (`randomized_positions` keyed by eval.sample_seed), drawn for all
+    rows at once before batching, so they do not depend on eval.batch_tokens."""
+    sampled = self.config.eval.random_positions
+    if not sampled:
+      return pos_NxT
+    key = jax.random.key(self.config.eval.sample_seed)
+    return np.asarray(_randomized(key, jnp.asarray(pos_NxT), sampled, jnp.asarray(seg_NxT)))
 
   def kernel(self, length: int) -> str:
     return "chunked" if length >= self.config.eval.chunked_from else "dense"
@@ -51,12 +68,14 @@ class Runner:
   def nll(self, inputs_NxT, targets_NxT, pos_NxT, seg_NxT) -> np.ndarray:
     """Per-token next-token loss (nats), NxT."""
     program = self._program("nll", self.kernel(inputs_NxT.shape[1]))
-    return self.map_rows(program, inputs_NxT, targets_NxT, pos_NxT, seg_NxT)
+    return self.map_rows(
+      program, inputs_NxT, targets_NxT, self.model_positions(pos_NxT, seg_NxT), seg_NxT
+    )
 
   def predict(self, inputs_NxT, pos_NxT, seg_NxT) -> np.ndarray:
     """Greedy next-token prediction at every position, NxT."""
     program = self._program("predict", self.kernel(inputs_NxT.shape[1]))
-    return self.map_rows(program, inputs_NxT, pos_NxT, seg_NxT)
+    return self.map_rows(program, inputs_NxT, self.model_positions(pos_NxT, seg_NxT), seg_NxT)
 
   def map_rows(self, program, *arrays_NxT: np.ndarray) -> np.ndarray:
     """`program(params, *rows)` over fixed-size batches of rows, per-row outputs concatenated."""
@@ -67,16 +86,19 @@ class Runner:
     rows = -(-rows // shards) * shards
     out = []
     for start in range(0, len(arrays_NxT[0]), rows):
-      chunk = [a[start:start + rows] for a in arrays_NxT]
+      chunk = [a[start : start + rows] for a in arrays_NxT]
       pad = rows - len(chunk[0])  # fixed shapes: one compiled program per length
       padded = {str(i): np.pad(a, [(0, pad), (0, 0)]) for i, a in enumerate(chunk)}
       batch = sharding.global_batch(_process_slice(padded), mesh, self.prepared.rules)
       result = np.asarray(jax.device_get(program(self.params, *batch.values())))
-      out.append(result[:rows - pad])
+      out.append(result[: rows - pad])
     return np.concatenate(out)
+
+
+_randomized = jax.jit(positions.randomized_positions, static_argnums=2)
 
 
 def _process_slice(batch: dict) -> dict:
   """This process's contiguous share of the rows (every process holds the whole batch)."""
   n, i = jax.process_count(), jax.process_index()
-  return {k: v[i * len(v) // n:(i + 1) * len(v) // n] for k, v in batch.items()}
+  return {k: v[i * len(v) // n : (i + 1) * len(v) // n] for k, v in batch.items()}

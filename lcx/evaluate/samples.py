@@ -30,6 +30,8 @@ import dataclasses
 
 import numpy as np
 
+from lcx import errors
+
 PROTOCOLS = ("windows", "sliding", "last_k")
 DOCUMENTS = ("stream", "long")
 
@@ -71,12 +73,17 @@ def _pairs(ids_N: np.ndarray, doc: int) -> Sequence:
 
 
 def _concat(parts: list[Sequence], limit: int) -> Sequence:
-  return Sequence(*(np.concatenate([getattr(p, f.name) for p in parts])[:limit]
-                    for f in dataclasses.fields(Sequence)))
+  return Sequence(
+    *(
+      np.concatenate([getattr(p, f.name) for p in parts])[:limit]
+      for f in dataclasses.fields(Sequence)
+    )
+  )
 
 
-def select(documents: list[np.ndarray], mode: str, longest: int, num_tokens: int,
-           seed: int) -> list[Sequence]:
+def select(
+  documents: list[np.ndarray], mode: str, longest: int, num_tokens: int, seed: int
+) -> list[Sequence]:
   """The sequences every eval length cuts, from documents drawn in a seeded order.
 
   stream: documents until the stream holds max(1, num_tokens // longest) * longest pairs (fewer
@@ -95,23 +102,27 @@ def select(documents: list[np.ndarray], mode: str, longest: int, num_tokens: int
       ids_N = documents[d]
       if len(ids_N) - 1 > cap:
         offset = int(rng.integers(0, len(ids_N) - 1 - cap + 1))
-        ids_N = ids_N[offset:offset + cap + 1]
+        ids_N = ids_N[offset : offset + cap + 1]
       parts.append(_pairs(ids_N, int(d)))
       have += len(ids_N) - 1
     if have < longest:
-      raise ValueError(f"eval.documents='stream': the validation split has {have} tokens, "
-                       f"fewer than one window of the longest eval length {longest}; lower "
-                       "eval.lengths / eval.multipliers")
+      raise ValueError(
+        f"eval.documents='stream': the validation split has {have} tokens, "
+        f"fewer than one window of the longest eval length {longest}; lower "
+        "eval.lengths / eval.multipliers"
+      )
     return [_concat(parts, min(budget, have // longest * longest))]
   if mode != "long":
-    raise ValueError(f"eval.documents={mode!r} is not allowed; allowed: {list(DOCUMENTS)}")
+    raise errors.not_allowed("eval.documents", mode, DOCUMENTS)
   chosen = [int(d) for d in order if len(documents[d]) - 1 >= longest]
   if not chosen:
     most = max((len(x) - 1 for x in documents), default=0)
-    raise ValueError(f"eval.documents='long': no validation document has {longest} tokens "
-                     f"(the longest eval length; the longest document has {most}); lower "
-                     "eval.lengths / eval.multipliers or use eval.documents='stream'")
-  chosen = chosen[:max(1, -(-num_tokens // longest))]
+    raise ValueError(
+      f"eval.documents='long': no validation document has {longest} tokens "
+      f"(the longest eval length; the longest document has {most}); lower "
+      "eval.lengths / eval.multipliers or use eval.documents='stream'"
+    )
+  chosen = chosen[: max(1, -(-num_tokens // longest))]
   return [_concat([_pairs(documents[d], d)], longest) for d in chosen]
 
 
@@ -126,11 +137,12 @@ def _window_starts(n: int, length: int, protocol: str, stride: int) -> list[int]
   return [n - length]  # last_k
 
 
-def cut(sequences: list[Sequence], length: int, protocol: str, *, stride: int = 0,
-        last_k: int = 0) -> Windows:
+def cut(
+  sequences: list[Sequence], length: int, protocol: str, *, stride: int = 0, last_k: int = 0
+) -> Windows:
   """Windows of `length` over every sequence under `protocol` (see the module docstring)."""
   if protocol not in PROTOCOLS:
-    raise ValueError(f"eval.protocol={protocol!r} is not allowed; allowed: {list(PROTOCOLS)}")
+    raise errors.not_allowed("eval.protocol", protocol, PROTOCOLS)
   rows = []
   for seq in sequences:
     scored_until = 0
@@ -146,6 +158,14 @@ def cut(sequences: list[Sequence], length: int, protocol: str, *, stride: int = 
       else:
         scored_T = s + idx_T >= scored_until
         scored_until = s + length
-      rows.append((seq.inputs_N[window], seq.targets_N[window], positions_T, segments_T,
-                   scored_T, seq.doc_N[window]))
+      rows.append(
+        (
+          seq.inputs_N[window],
+          seq.targets_N[window],
+          positions_T,
+          segments_T,
+          scored_T,
+          seq.doc_N[window],
+        )
+      )
   return Windows(*(np.stack(column) for column in zip(*rows)))

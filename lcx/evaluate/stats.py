@@ -22,11 +22,13 @@ def resample_weights(num_docs: int, resamples: int, seed: int) -> np.ndarray:
     return np.zeros((0, num_docs))
   rng = np.random.default_rng([seed, 7])
   return rng.multinomial(num_docs, np.full(num_docs, 1 / num_docs), size=resamples).astype(
-      np.float64)
+    np.float64
+  )
 
 
-def ratio_ci(num_D: np.ndarray, den_D: np.ndarray, weights_RxD: np.ndarray,
-             confidence: float = CONFIDENCE) -> list[float] | None:
+def ratio_ci(
+  num_D: np.ndarray, den_D: np.ndarray, weights_RxD: np.ndarray, confidence: float = CONFIDENCE
+) -> list[float] | None:
   """Percentile interval of sum(num) / sum(den) over document resamples (None: no resamples)."""
   if not len(weights_RxD):
     return None

@@ -26,11 +26,12 @@ def hits(runner, examples: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndar
   segments_NxT = np.zeros((len(examples), width), np.int32)
   for row, (prompt, answer) in enumerate(examples):
     sequence = np.concatenate([prompt, answer])[:-1]
-    inputs_NxT[row, :len(sequence)], segments_NxT[row, :len(sequence)] = sequence, 1
+    inputs_NxT[row, : len(sequence)], segments_NxT[row, : len(sequence)] = sequence, 1
   pos_NxT = np.broadcast_to(np.arange(width, dtype=np.int32), inputs_NxT.shape)
   pred_NxT = runner.predict(inputs_NxT, pos_NxT, segments_NxT)
-  right = [pred_NxT[row, len(p) - 1:len(p) - 1 + len(a)] == a
-           for row, (p, a) in enumerate(examples)]
+  right = [
+    pred_NxT[row, len(p) - 1 : len(p) - 1 + len(a)] == a for row, (p, a) in enumerate(examples)
+  ]
   return np.array([r.all() for r in right]), np.array([r.mean() for r in right])
 
 
@@ -39,15 +40,18 @@ def _summary(exact_N, token_N, weights_RxN) -> dict:
     return {"accuracy": None, "accuracy_ci": None, "token_accuracy": None, "examples": 0}
   ones = np.ones_like(exact_N, np.float64)
   ci = stats.ratio_ci(exact_N.astype(np.float64), ones, weights_RxN) if len(weights_RxN) else None
-  return {"accuracy": float(exact_N.mean()), "accuracy_ci": ci,
-          "token_accuracy": float(token_N.mean()), "examples": int(exact_N.size)}
+  return {
+    "accuracy": float(exact_N.mean()),
+    "accuracy_ci": ci,
+    "token_accuracy": float(token_N.mean()),
+    "examples": int(exact_N.size),
+  }
 
 
 def sweep(runner, tokenizer) -> dict:
   """{"task", "train_sizes", "buckets", "depths"} for the run's `data.task`."""
   d = runner.config.data
-  sizes, counts = np.unique(tasks.eval_lengths(d, d.task_eval_examples, d.seed),
-                            return_counts=True)
+  sizes, counts = np.unique(tasks.eval_lengths(d, d.task_eval_examples, d.seed), return_counts=True)
   buckets = tasks.eval_buckets(d)
   depths = tuple(d.task_eval_depths) or (None,)
   examples, bucket_N, depth_N = [], [], []
@@ -78,13 +82,22 @@ def sweep(runner, tokenizer) -> dict:
     for i, (lo, hi) in enumerate(buckets):
       inside = rows_N & (bucket_N == i)
       if i in skipped:
-        out[f"{lo}-{hi}"] = {"accuracy": None, "accuracy_ci": None, "token_accuracy": None,
-                             "examples": int(inside.sum()), "skipped": skipped[i]}
+        out[f"{lo}-{hi}"] = {
+          "accuracy": None,
+          "accuracy_ci": None,
+          "token_accuracy": None,
+          "examples": int(inside.sum()),
+          "skipped": skipped[i],
+        }
       else:
-        out[f"{lo}-{hi}"] = _summary(exact_N[inside], token_N[inside],
-                                     weights[:, inside] if len(weights) else weights)
+        out[f"{lo}-{hi}"] = _summary(
+          exact_N[inside], token_N[inside], weights[:, inside] if len(weights) else weights
+        )
     return out
 
-  return {"task": d.task, "train_sizes": [d.task_min_len, d.task_max_len],
-          "buckets": by_bucket(np.ones(len(examples), bool)),
-          "depths": {f"{x:g}": by_bucket(depth_N == x) for x in d.task_eval_depths}}
+  return {
+    "task": d.task,
+    "train_sizes": [d.task_min_len, d.task_max_len],
+    "buckets": by_bucket(np.ones(len(examples), bool)),
+    "depths": {f"{x:g}": by_bucket(depth_N == x) for x in d.task_eval_depths},
+  }

@@ -7,9 +7,10 @@ remap variant the whole `model.remap`), so nothing of the run's own setting leak
 `none` is the run exactly as trained (a fine-tuned run keeps its own scaling).
 
 Eval-time fields are the ones that change no parameter: position scaling, the learned table's
-max_len_policy, remaps, sparse patterns and the attention kernel's chunk, compute dtype, and
-eval.*. Everything else under model.*, and data.seq_len, is trained and must match the
-checkpoint: `check_trained` names the first that differs.
+max_len_policy, remaps, sparse patterns, the attention kernel's chunk, the eval-time logit
+temperature beta_c, compute dtype, and eval.*. Everything else under model.*, and
+data.seq_len, is trained and must match the checkpoint: `check_trained` names the first that
+differs (a field the checkpoint's config lacks, added to lcx since, counts as its default).
 """
 
 from __future__ import annotations
@@ -21,16 +22,27 @@ from typing import Any, Callable
 
 import ml_collections
 
+from lcx import defaults, errors, patterns
 from lcx.positions import remaps
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS
 
 # Prefixes of the fields that may differ from training (the rest of TRAINED must match).
-EVAL_TIME = ("model.position.scaling", "model.position.max_len_policy", "model.remap",
-             "model.attention", "model.dtype")
+EVAL_TIME = (
+  "model.position.scaling",
+  "model.position.max_len_policy",
+  "model.remap",
+  "model.attention.pattern",
+  "model.attention.chunk_size",
+  "model.attention.beta_c",
+  "model.dtype",
+)
 TRAINED = ("model", "data.seq_len")
 
 SCALING = "model.position.scaling"
+PATTERN = "model.attention.pattern"
+# Sections a variant replaces whole: name -> the section's defaults, which the variant updates.
+SECTIONS = {"model.remap": remaps.default_config, PATTERN: patterns.default_config}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -47,15 +59,22 @@ def _is(field: str, prefixes) -> bool:
   return any(field == p or field.startswith(p + ".") for p in prefixes)
 
 
-def trained_difference(config: dict, trained: dict,
-                       may_change: tuple[str, ...] = EVAL_TIME) -> tuple[str, Any, Any] | None:
+def trained_difference(
+  config: dict, trained: dict, may_change: tuple[str, ...] = EVAL_TIME
+) -> tuple[str, Any, Any] | None:
   """(field, value in `config`, value in `trained`) of the first trained field outside
-  `may_change` where the two resolved configs (as dicts) differ; None if none does."""
+  `may_change` where the two resolved configs (as dicts) differ; None if none does.
+
+  A field `trained` lacks (a run saved before lcx had it) counts as its default: a new field's
+  default is the behaviour lcx had before it (model.nope_every=0, ...).
+  """
   given = _flatten(json.loads(json.dumps(config, default=list)))
   saved = _flatten(json.loads(json.dumps(trained, default=list)))
+  default = _flatten(json.loads(json.dumps(defaults.get_config().to_dict(), default=list)))
   first = "model.position.name"  # a scheme switch explains every other difference
   for field in sorted(set(given) | set(saved), key=lambda f: (f != first, f)):
-    if _is(field, TRAINED) and not _is(field, may_change) and given.get(field) != saved.get(field):
+    value = saved[field] if field in saved else default.get(field)
+    if _is(field, TRAINED) and not _is(field, may_change) and given.get(field) != value:
       return field, given.get(field), saved.get(field)
   return None
 
@@ -67,9 +86,10 @@ def check_trained(config: dict, trained: dict) -> None:
   if differs:
     field, given, saved = differs
     raise ValueError(
-        f"{field}={given!r} differs from the checkpoint's {saved!r}: it is "
-        f"a trained field. Evaluate from the run's own config (omit --config) and change only "
-        f"eval-time fields: {', '.join(EVAL_TIME)}, eval.*")
+      f"{field}={given!r} differs from the checkpoint's {saved!r}: it is "
+      f"a trained field. Evaluate from the run's own config (omit --config) and change only "
+      f"eval-time fields: {', '.join(EVAL_TIME)}, eval.*"
+    )
 
 
 def _number(spec: str, arg: str) -> float:
@@ -83,6 +103,7 @@ def _number(spec: str, arg: str) -> float:
 def _scaling(rope_type: str) -> Callable[[str, str], dict]:
   def overrides(spec, arg):
     return {SCALING: {"rope_type": rope_type, "factor": _number(spec, arg)}}
+
   return overrides
 
 
@@ -106,6 +127,7 @@ def _longrope(spec, path):
 def _hf(spec, path):
   """A Hugging Face config.json (rope_scaling or rope_parameters) or a bare scaling dict."""
   from lcx.positions import scaling as scaling_lib
+
   if not os.path.exists(path):
     raise ValueError(f"eval.variants: {spec!r}: no file {path}")
   return {SCALING: scaling_lib.read_hf_scaling(path)}
@@ -129,13 +151,36 @@ def _rerope(spec, arg):
   return {"model.remap": {"name": "rerope", "window": window}}
 
 
+def _streaming(spec, arg):
+  """StreamingLLM: the first S tokens and the last W keys (the pattern), numbered by their
+  cache slots (the remap)."""
+  sink, window = _ints(spec, arg, 2)
+  fields = {"name": "streaming", "sink": sink, "window": window}
+  return {PATTERN: fields, "model.remap": dict(fields)}
+
+
+def _beta(spec, arg):
+  """DroPE's fitted temperature: logits times 1 + C ln(T/L) past the training length."""
+  c = _number(spec, arg)
+  if c < 0:
+    raise ValueError(f"eval.variants: {spec!r} needs C >= 0")
+  return {"model.attention.beta_c": c}
+
+
 # name -> overrides(spec, arg); None: takes no argument.
 VARIANTS: dict[str, Callable[[str, str], dict] | None] = {
-    "none": None,
-    "linear": _scaling("linear"), "ntk": _scaling("ntk"), "dynamic": _scaling("dynamic"),
-    "yarn": _scaling("yarn"), "llama3": _scaling("llama3"),
-    "longrope": _longrope, "hf": _hf,
-    "self_extend": _self_extend, "rerope": _rerope,
+  "none": None,
+  "linear": _scaling("linear"),
+  "ntk": _scaling("ntk"),
+  "dynamic": _scaling("dynamic"),
+  "yarn": _scaling("yarn"),
+  "llama3": _scaling("llama3"),
+  "longrope": _longrope,
+  "hf": _hf,
+  "self_extend": _self_extend,
+  "rerope": _rerope,
+  "beta": _beta,
+  "sink": _streaming,
 }
 
 
@@ -154,9 +199,12 @@ def overrides(spec: str, named: dict) -> dict:
     return {k: plain(v) for k, v in dict(named[spec]).items()}
   name, _, arg = spec.partition("@")
   if name not in VARIANTS:
-    raise ValueError(f"eval.variants: {spec!r} is not a known variant; allowed: "
-                     f"{sorted(VARIANTS)} (as name@ARG) or eval.named_variants "
-                     f"{sorted(named)}")
+    raise errors.not_allowed(
+      "eval.variants",
+      spec,
+      f"{', '.join(sorted(VARIANTS))} (as name@ARG), or a name in "
+      f"eval.named_variants ({', '.join(sorted(named)) or 'none'})",
+    )
   if VARIANTS[name] is None:
     if arg:
       raise ValueError(f"eval.variants: {spec!r}: {name!r} takes no '@' argument")
@@ -167,37 +215,41 @@ def overrides(spec: str, named: dict) -> dict:
 
 
 def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.ConfigDict:
-  """A copy of `config` with the overrides; a whole scaling or remap dict replaces the old one.
+  """A copy of `config` with the overrides; a whole scaling, remap or pattern dict replaces the
+  old one.
 
   Raises ValueError naming a field that does not exist or is trained.
   """
   config = ml_collections.ConfigDict(config.to_dict())
   for field, value in changes.items():
     if not _is(field, EVAL_TIME + ("eval",)):
-      raise ValueError(f"variant override {field}: only eval-time fields may change at "
-                       f"evaluation: {', '.join(EVAL_TIME)}, eval.*")
+      raise ValueError(
+        f"variant override {field}: only eval-time fields may change at "
+        f"evaluation: {', '.join(EVAL_TIME)}, eval.*"
+      )
     if field == SCALING:
       if "scaling" not in config.model.position:
-        raise ValueError(f"{SCALING}: model.position.name={config.model.position.name!r} has "
-                         "no RoPE scaling; scaling variants need a rotary scheme")
+        raise ValueError(
+          f"{SCALING}: model.position.name={config.model.position.name!r} has "
+          "no RoPE scaling; scaling variants need a rotary scheme"
+        )
       new = dict(SCALING_DEFAULTS, **{k: v for k, v in dict(value).items()})
       config.model.position.scaling = ml_collections.ConfigDict(
-          {k: (None if isinstance(v, Unset) else v) for k, v in new.items()})
+        {k: (None if isinstance(v, Unset) else v) for k, v in new.items()}
+      )
       continue
-    if field == "model.remap":
-      new = remaps.default_config(value["name"]).to_dict()
+    if field in SECTIONS:
+      new = SECTIONS[field](value["name"]).to_dict()
       new.update(value)
-      config.model.remap = ml_collections.ConfigDict(new)
-      continue
+      value = ml_collections.ConfigDict(new)
     *parents, leaf = field.split(".")
     node = config
     for key in parents:
       if key not in node:
-        raise ValueError(f"variant override {field}: {key!r} is not a known field")
+        raise errors.unknown_field(f"variant override {field}: {key}", node.keys())
       node = node[key]
     if leaf not in node:
-      raise ValueError(f"variant override {field}: not a known field; allowed: "
-                       f"{sorted(node.keys())}")
+      raise errors.unknown_field(f"variant override {field}", node.keys())
     node[leaf] = value
   return config
 

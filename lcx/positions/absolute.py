@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
 from lcx.positions.registry import Unset
 from lcx.positions.scaling import theta
@@ -28,12 +29,13 @@ def sinusoidal(pos_BxL: jax.Array, d_model: int, base: float = 10000.0) -> jax.A
 
 def _check_sinusoidal(cfg, dims):
   if dims.d_model % 2:
-    raise ValueError(f"model.d_model={dims.d_model} must be even for {PREFIX}.name='sinusoidal'")
+    raise errors.not_allowed(
+      "model.d_model", dims.d_model, f"even numbers for {PREFIX}.name='sinusoidal'"
+    )
 
 
 @register("sinusoidal", {"base": 10000.0}, check=_check_sinusoidal)
 class Sinusoidal(Scheme):
-
   def __init__(self, *, dims, rngs, base):
     del rngs
     self.d_model = dims.d_model
@@ -62,9 +64,11 @@ MAX_LEN_POLICIES = {"error": _lookup_error, "clamp": _lookup_clamp}
 
 
 def _too_long(n, seq_len):
-  return (f"{PREFIX}.max_len_policy='error': the learned table has {n} positions "
-          f"({PREFIX}.num_positions, None: model.max_len) but {seq_len} are needed; evaluate at "
-          f"<= {n} tokens or choose a policy from {sorted(MAX_LEN_POLICIES)}")
+  return (
+    f"{PREFIX}.max_len_policy='error': the learned table has {n} positions "
+    f"({PREFIX}.num_positions, None: model.max_len) but {seq_len} are needed; evaluate at "
+    f"<= {n} tokens or choose a policy from {sorted(MAX_LEN_POLICIES)}"
+  )
 
 
 def _num_positions(cfg, dims):
@@ -73,11 +77,13 @@ def _num_positions(cfg, dims):
 
 def _check_learned(cfg, dims):
   if cfg.max_len_policy not in MAX_LEN_POLICIES:
-    raise ValueError(f"{PREFIX}.max_len_policy={cfg.max_len_policy!r} is not known; allowed: "
-                     f"{sorted(MAX_LEN_POLICIES)}")
+    raise errors.not_allowed(
+      f"{PREFIX}.max_len_policy", cfg.max_len_policy, sorted(MAX_LEN_POLICIES)
+    )
   if _num_positions(cfg, dims) < 1:
-    raise ValueError(f"{PREFIX}.num_positions={cfg.num_positions} must be >= 1 "
-                     "(None: model.max_len)")
+    raise errors.not_allowed(
+      f"{PREFIX}.num_positions", cfg.num_positions, ">= 1 (None: model.max_len)"
+    )
 
 
 def _check_learned_length(cfg, dims, seq_len):
@@ -86,8 +92,12 @@ def _check_learned_length(cfg, dims, seq_len):
     raise ValueError(_too_long(n, seq_len))
 
 
-@register("learned", {"num_positions": Unset(int), "max_len_policy": "error"},
-          check=_check_learned, check_length=_check_learned_length)
+@register(
+  "learned",
+  {"num_positions": Unset(int), "max_len_policy": "error"},
+  check=_check_learned,
+  check_length=_check_learned_length,
+)
 class Learned(Scheme):
   """A learned (num_positions, d_model) table, normal(0, 0.02) at init as in GPT-2.
 

@@ -48,8 +48,7 @@ class Scheme(nnx.Module):
     del pos_BxL
     return x_BxLxD
 
-  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, *, q_len_BxL=None,
-             k_len_BxL=None):
+  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, *, q_len_BxL=None, k_len_BxL=None):
     del q_pos_BxL, k_pos_BxL, q_len_BxL, k_len_BxL
     return q_BxLxHxE, k_BxLxGxE
 

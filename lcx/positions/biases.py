@@ -1,4 +1,5 @@
-"""Attention-logit biases: ALiBi (Press 2021), T5 buckets (Raffel 2020), FIRE (Li 2023).
+"""Attention-logit biases: ALiBi (Press 2021), T5 buckets (Raffel 2020), FIRE (Li 2023),
+KERPLE (Chi 2022) and Sandwich (Chi 2023).
 
 Each `bias(q_pos_BxQ, k_pos_BxS)` is a function of positions only (query i, key j), so the
 chunked kernel evaluates it block by block at any length; it is added to the logits after the
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
 from lcx.positions.registry import Unset
 
@@ -32,18 +34,19 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
   def power_of_2(n):
     start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
-    return [start * start ** i for i in range(n)]
+    return [start * start**i for i in range(n)]
 
   if math.log2(num_heads).is_integer():
     return np.asarray(power_of_2(num_heads), np.float64)
   p = 2 ** math.floor(math.log2(num_heads))
-  return np.concatenate([power_of_2(p), alibi_slopes(2 * p)[0::2][:num_heads - p]])
+  return np.concatenate([power_of_2(p), alibi_slopes(2 * p)[0::2][: num_heads - p]])
 
 
 def _check_heads(cfg, dims):
   if dims.num_heads < 1:
-    raise ValueError(f"model.num_heads={dims.num_heads} must be >= 1 for {PREFIX}.name="
-                     f"{cfg.name!r}")
+    raise errors.not_allowed(
+      "model.num_heads", dims.num_heads, f">= 1 for {PREFIX}.name={cfg.name!r}"
+    )
 
 
 @register("alibi", {}, check=_check_heads)
@@ -76,8 +79,9 @@ def t5_bucket(relative_position, num_buckets=32, max_distance=128, bidirectional
     n = jnp.floor(jnp.maximum(-rel, 0.0)).astype(jnp.int32)
   max_exact = num_buckets // 2
   log_ratio = jnp.log(jnp.maximum(n, max_exact).astype(jnp.float32) / max_exact)
-  large = max_exact + (log_ratio / math.log(max_distance / max_exact)
-                       * (num_buckets - max_exact)).astype(jnp.int32)
+  large = max_exact + (
+    log_ratio / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+  ).astype(jnp.int32)
   large = jnp.minimum(large, num_buckets - 1)
   return offset + jnp.where(n < max_exact, n, large)
 
@@ -86,29 +90,36 @@ def _check_t5(cfg, dims):
   _check_heads(cfg, dims)
   half = cfg.num_buckets // 2 if cfg.bidirectional else cfg.num_buckets
   if half < 2:
-    raise ValueError(f"{PREFIX}.num_buckets={cfg.num_buckets} must be >= 2 (>= 4 when "
-                     "bidirectional)")
+    raise errors.not_allowed(
+      f"{PREFIX}.num_buckets", cfg.num_buckets, ">= 2 (>= 4 when bidirectional)"
+    )
   if cfg.max_distance <= half // 2:
-    raise ValueError(f"{PREFIX}.max_distance={cfg.max_distance} must exceed the exact range "
-                     f"{half // 2} (half of the buckets per direction)")
+    raise ValueError(
+      f"{PREFIX}.max_distance={cfg.max_distance} must exceed the exact range "
+      f"{half // 2} (half of the buckets per direction)"
+    )
 
 
-@register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False},
-          check=_check_t5)
+@register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False}, check=_check_t5)
 class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
-    self.table_NxH = nnx.Param(jnp.zeros((num_buckets, dims.num_heads), jnp.float32),
-                               logical_axes=(None, "heads"))
+    self.table_NxH = nnx.Param(
+      jnp.zeros((num_buckets, dims.num_heads), jnp.float32), logical_axes=(None, "heads")
+    )
     self.num_buckets = num_buckets
     self.max_distance = max_distance
     self.bidirectional = bidirectional
 
   def bias(self, q_pos_BxQ, k_pos_BxS):
-    bucket_BxQxS = t5_bucket(-_distance_BxQxS(q_pos_BxQ, k_pos_BxS), self.num_buckets,
-                             self.max_distance, self.bidirectional)
+    bucket_BxQxS = t5_bucket(
+      -_distance_BxQxS(q_pos_BxQ, k_pos_BxS),
+      self.num_buckets,
+      self.max_distance,
+      self.bidirectional,
+    )
     bias_BxQxSxH = jnp.take(self.table_NxH[...], bucket_BxQxS, axis=0)
     return jnp.moveaxis(bias_BxQxSxH, -1, 1)
 
@@ -117,17 +128,19 @@ def _check_fire(cfg, dims):
   _check_heads(cfg, dims)
   for field in ("hidden", "c_init"):
     if not cfg[field] > 0:
-      raise ValueError(f"{PREFIX}.{field}={cfg[field]} must be > 0")
+      raise errors.not_allowed(f"{PREFIX}.{field}", cfg[field], "> 0")
   if cfg.threshold_init is not None and not cfg.threshold_init > 0:
-    raise ValueError(f"{PREFIX}.threshold_init={cfg.threshold_init} must be > 0 (None: the "
-                     "training length model.max_len)")
+    raise errors.not_allowed(
+      f"{PREFIX}.threshold_init",
+      cfg.threshold_init,
+      "> 0 (None: the training length model.max_len)",
+    )
 
 
 FIRE_EPS = 1e-6  # added to psi(normalizer), as the paper's code does
 
 
-@register("fire", {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float)},
-          check=_check_fire)
+@register("fire", {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float)}, check=_check_fire)
 class FIRE(Scheme):
   """bias(i, j) = MLP(psi(i - j) / (psi(max(i, L_thr)) + eps)), psi(x) = ln(|c x| + 1).
 
@@ -167,8 +180,10 @@ class FIRE(Scheme):
   def _mlp(self, x_N):
     """Heads-last MLP of the normalized distance: ... -> ... x H."""
     leading = tuple(range(x_N.ndim))  # the axes of x, made explicit on the weights
-    h_NxF = jax.nn.relu(x_N[..., None] * jnp.expand_dims(self.w_in[...], leading)
-                        + jnp.expand_dims(self.b_in[...], leading))
+    h_NxF = jax.nn.relu(
+      x_N[..., None] * jnp.expand_dims(self.w_in[...], leading)
+      + jnp.expand_dims(self.b_in[...], leading)
+    )
     return h_NxF @ self.w_out[...] + jnp.expand_dims(self.b_out[...], leading)
 
   def _input(self, q_pos, distance):
@@ -202,5 +217,169 @@ class FIRE(Scheme):
     def in_grid(x):
       return (jnp.min(x) >= 0) & (jnp.max(x) < n)
 
-    return jax.lax.cond(in_grid(q_pos_BxQ) & in_grid(k_pos_BxS), self._gridded, self._direct,
-                        q_pos_BxQ, k_pos_BxS)
+    return jax.lax.cond(
+      in_grid(q_pos_BxQ) & in_grid(k_pos_BxS), self._gridded, self._direct, q_pos_BxQ, k_pos_BxS
+    )
+
+
+def _not_allowed(field, value, allowed):
+  return errors.not_allowed(f"{PREFIX}.{field}", value, allowed)
+
+
+KERPLE_INITS = ("uniform", "constant")
+KERPLE_EPS = 1e-2  # the reference's lower bound on r1 and r2
+KERPLE_POWER_MAX = 2.0  # r2 <= 2: |i - j|^r2 is conditionally positive definite only there
+
+
+def _check_kerple(cfg, dims, r2_max=None):
+  _check_heads(cfg, dims)
+  if cfg.init not in KERPLE_INITS:
+    raise _not_allowed("init", cfg.init, f"one of {KERPLE_INITS}")
+  if not cfg.eps > 0:
+    raise _not_allowed("eps", cfg.eps, "> 0 (the lower bound of r1 and r2)")
+  for field in ("r1_init", "r2_init"):
+    if not cfg[field] > 0:
+      raise _not_allowed(field, cfg[field], "> 0")
+  if r2_max is not None and not cfg.r2_init <= r2_max:
+    raise _not_allowed("r2_init", cfg.r2_init, f"in (0, {r2_max:g}] (the power's exponent)")
+  if r2_max is not None and not cfg.eps <= r2_max:
+    raise _not_allowed("eps", cfg.eps, f"in (0, {r2_max:g}] (r2 lies in [eps, {r2_max:g}])")
+
+
+def _check_kerple_power(cfg, dims):
+  _check_kerple(cfg, dims, r2_max=KERPLE_POWER_MAX)
+
+
+def clamp_keep_gradient(x, low, high=None):
+  """x clipped to [low, high] in value with the identity gradient.
+
+  The KERPLE reference clamps each parameter's stored value in place before every forward (a
+  projection), so the value used is clipped but the gradient is never cut off; a plain clip
+  here would zero the gradient of a parameter past its bound and freeze it there. Unlike the
+  reference the stored value may stay past the bound (it returns after as many steps).
+  """
+  return x + jax.lax.stop_gradient(jnp.clip(x, low, high) - x)
+
+
+def kerple_log(distance, r1, r2):
+  """-r1 * ln(1 + r2 |distance|) (shapes broadcast): KERPLE's logarithmic variant."""
+  return -r1 * jnp.log1p(r2 * jnp.abs(distance))
+
+
+def kerple_power(distance, r1, r2):
+  """-r1 * |distance|^r2 (shapes broadcast), 0 at distance 0 with a finite gradient in r2."""
+  d = jnp.abs(distance)
+  positive = d > 0
+  return -r1 * jnp.where(positive, jnp.exp(r2 * jnp.log(jnp.where(positive, d, 1.0))), 0.0)
+
+
+class KerpleBias:
+  """bias = kernel(i - j; r1_h, r2_h) with r1, r2 > 0 learned per head (shared by layers).
+
+  A mixin of the two registered schemes (kernel and r2's upper bound set by each), not a
+  Scheme itself: every Scheme subclass is a registered name.
+
+  As in the paper's code: r1 and r2 start uniform in (0, r1_init) and (0, r2_init) (or at those
+  values, init='constant') and are clamped to >= eps (r2 of the power variant to [eps, 2]).
+  """
+
+  kernel = None  # kerple_log or kerple_power
+  r2_max = None
+
+  def __init__(self, *, dims, rngs, r1_init, r2_init, init, eps):
+    def start(scale):
+      if init == "constant":
+        return jnp.full((dims.num_heads,), scale, jnp.float32)
+      return scale * jax.random.uniform(rngs.params(), (dims.num_heads,), jnp.float32)
+
+    self.r1 = nnx.Param(start(r1_init), logical_axes=("heads",))
+    self.r2 = nnx.Param(start(r2_init), logical_axes=("heads",))
+    self.eps = float(eps)
+
+  def coefficients(self) -> tuple[jax.Array, jax.Array]:
+    """(r1_H, r2_H) as the bias uses them (clamped)."""
+    return (
+      clamp_keep_gradient(self.r1[...], self.eps),
+      clamp_keep_gradient(self.r2[...], self.eps, self.r2_max),
+    )
+
+  def bias(self, q_pos_BxQ, k_pos_BxS):
+    r1_H, r2_H = self.coefficients()
+    distance_Bx1xQxS = _distance_BxQxS(q_pos_BxQ, k_pos_BxS)[:, None]
+    return self.kernel(distance_Bx1xQxS, r1_H[None, :, None, None], r2_H[None, :, None, None])
+
+
+KERPLE_DEFAULTS = {"init": "uniform", "eps": KERPLE_EPS}
+
+
+@register("kerple_log", {"r1_init": 2.0, "r2_init": 1.0, **KERPLE_DEFAULTS}, check=_check_kerple)
+class KerpleLog(KerpleBias, Scheme):
+  """-r1 ln(1 + r2 |i - j|): the paper's best variant (its code: r1 ~ U(0, 2), r2 ~ U(0, 1))."""
+
+  kernel = staticmethod(kerple_log)
+
+
+@register(
+  "kerple_power", {"r1_init": 1.0, "r2_init": 2.0, **KERPLE_DEFAULTS}, check=_check_kerple_power
+)
+class KerplePower(KerpleBias, Scheme):
+  """-r1 |i - j|^r2, r2 in (0, 2] (its code: r1 ~ U(0, 1), r2 ~ U(0, 2)); r2 = 1 is a learned
+  ALiBi."""
+
+  kernel = staticmethod(kerple_power)
+  r2_max = KERPLE_POWER_MAX
+
+
+def sandwich_frequencies(dim: int, base: float = 10000.0) -> np.ndarray:
+  """base^(-2i/dim) for i = 1..dim/2: the paper's sum starts at i = 1 (so does its NeMo port)."""
+  return base ** (-2.0 * np.arange(1, dim // 2 + 1) / dim)
+
+
+def sandwich_embedding(pos_BxL, dim: int, base: float = 10000.0) -> jax.Array:
+  """[cos(p w_i), sin(p w_i)] over the sandwich frequencies, float32 BxLxZ (Z = dim, the paper's
+  d'): p_m . p_n is then sum_i cos((m - n) w_i)."""
+  angle_BxLxR = (
+    jnp.asarray(pos_BxL, jnp.float32)[..., None]
+    * jnp.asarray(sandwich_frequencies(dim, base), jnp.float32)[None, None, :]
+  )
+  return jnp.concatenate([jnp.cos(angle_BxLxR), jnp.sin(angle_BxLxR)], axis=-1)
+
+
+def sandwich_head_scales(num_heads: int, compression: float = 8.0) -> np.ndarray:
+  """1 / (compression * h / H) for heads h = 1..H: ALiBi's range of ratios, head 1 the steepest."""
+  return num_heads / (compression * np.arange(1, num_heads + 1))
+
+
+def _check_sandwich(cfg, dims):
+  _check_heads(cfg, dims)
+  if not (isinstance(cfg.dim, int) and cfg.dim >= 2 and cfg.dim % 2 == 0):
+    raise _not_allowed("dim", cfg.dim, "an even integer >= 2")
+  if not cfg.base > 1:
+    raise _not_allowed("base", cfg.base, "> 1")
+  if not cfg.compression > 0:
+    raise _not_allowed("compression", cfg.compression, "> 0")
+
+
+@register("sandwich", {"dim": 128, "base": 10000.0, "compression": 8.0}, check=_check_sandwich)
+class Sandwich(Scheme):
+  """bias_h(m, n) = (p_m . p_n - dim/2) / (compression * h / H), no parameters.
+
+  p are sinusoidal embeddings of their own dimension d' (`dim`, the paper's 128, not d_model):
+  p_m . p_n = sum_i cos((m - n) w_i) is largest (dim/2) at distance 0 and decays, oscillating,
+  with distance. Minus dim/2 (a constant the softmax ignores; the NeMo port subtracts it too)
+  it is 0 at distance 0 and negative beyond; each head divides it by 8h/H like ALiBi's slopes.
+  Computed as an inner product (one matmul over dim, memory B x Q x S), which in float32 loses
+  about |position| * 1e-7 radians per angle: negligible below ~10^5.
+  """
+
+  def __init__(self, *, dims, rngs, dim, base, compression):
+    del rngs
+    self.dim, self.base = int(dim), float(base)
+    self.scales_H = tuple(float(s) for s in sandwich_head_scales(dims.num_heads, compression))
+
+  def bias(self, q_pos_BxQ, k_pos_BxS):
+    q_BxQxZ = sandwich_embedding(q_pos_BxQ, self.dim, self.base)
+    k_BxSxZ = sandwich_embedding(k_pos_BxS, self.dim, self.base)
+    inner_BxQxS = jnp.einsum("bqz,bsz->bqs", q_BxQxZ, k_BxSxZ, precision=jax.lax.Precision.HIGHEST)
+    scales_1xHx1x1 = jnp.asarray(self.scales_H, jnp.float32)[None, :, None, None]
+    return scales_1xHx1x1 * (inner_BxQxS - self.dim / 2)[:, None]

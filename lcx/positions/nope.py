@@ -5,6 +5,5 @@ from lcx.positions.base import Scheme, register
 
 @register("nope", {})
 class NoPE(Scheme):
-
   def __init__(self, *, dims, rngs):
     del dims, rngs

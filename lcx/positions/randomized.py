@@ -1,8 +1,10 @@
-"""Randomized training positions (Ruoss 2023, arXiv 2305.16843).
+"""Randomized training positions (Ruoss 2023, arXiv 2305.16843), and PoSE's skipped ones
+(Zhu 2024, `pose_positions` below).
 
 At training time each document of n tokens gets n distinct sorted positions sampled uniformly
 from [0, max_position) instead of 0..n-1, so every scheme sees positions as large as it will
-at test time. Evaluation uses plain positions.
+at test time. Evaluation uses plain positions, or, with eval.random_positions, such samples too
+(the reference implementation samples at test time as well; lcx/evaluate/runner.py).
 
 Rows are packed, so a row holds several documents; each gets its own sample, distributed as a
 standalone document's (a short document is not squeezed into the low positions). The row draws
@@ -17,25 +19,31 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from lcx import attention
+
 
 def document_ids(pos_BxL: jax.Array, seg_BxL: jax.Array | None = None) -> jax.Array:
   """Index of each token's document within its row: a new one where the position restarts at 0
   or (given segment ids) the segment changes."""
   start_BxL = pos_BxL == 0
   if seg_BxL is not None:
-    start_BxL |= jnp.concatenate([jnp.zeros_like(seg_BxL[:, :1], bool),
-                                  seg_BxL[:, 1:] != seg_BxL[:, :-1]], axis=1)
+    start_BxL |= jnp.concatenate(
+      [jnp.zeros_like(seg_BxL[:, :1], bool), seg_BxL[:, 1:] != seg_BxL[:, :-1]], axis=1
+    )
   return jnp.cumsum(start_BxL, axis=1)
 
 
-def randomized_positions(key: jax.Array, pos_BxL: jax.Array, max_position: int,
-                         seg_BxL: jax.Array | None = None) -> jax.Array:
+def randomized_positions(
+  key: jax.Array, pos_BxL: jax.Array, max_position: int, seg_BxL: jax.Array | None = None
+) -> jax.Array:
   """Per document (runs where pos_BxL restarts at 0, split further where seg_BxL changes): its n
   tokens get n distinct sorted samples of [0, max_position), in token order."""
   b, length = pos_BxL.shape
   if max_position < length:
-    raise ValueError(f"train.random_positions={max_position} must be >= the row length {length}: "
-                     "each row needs that many distinct positions")
+    raise ValueError(
+      f"train.random_positions={max_position} must be >= the row length {length}: "
+      "each row needs that many distinct positions"
+    )
 
   def draw(k):
     return jax.random.choice(k, max_position, (length,), replace=False)
@@ -47,3 +55,36 @@ def randomized_positions(key: jax.Array, pos_BxL: jax.Array, max_position: int,
   # Sort by (document, value): documents are contiguous, so each stays on its own tokens.
   order_BxL = jax.vmap(by_document)(values_BxL, document_ids(pos_BxL, seg_BxL))
   return jnp.take_along_axis(values_BxL, order_BxL, axis=1).astype(pos_BxL.dtype)
+
+
+def pose_positions(
+  key: jax.Array, pos_BxL: jax.Array, target: int, seg_BxL: jax.Array | None = None
+) -> jax.Array:
+  """PoSE (Zhu 2024, arXiv 2309.10400): positional skip-wise training toward `target` positions.
+
+  Each document (as in `randomized_positions`) of n tokens in the row is cut in two chunks, as
+  the paper's code does: the first l ~ U{1..ceil(n/2)} tokens keep positions 0..l-1, the rest
+  are shifted by a skip u ~ U{0..target-n}, so positions increase, stay contiguous inside each
+  chunk and end below `target` (at n-1+u), while the window keeps its n tokens. Each document
+  draws its own l and u. The text is not skipped: chunks are contiguous tokens of the row.
+  """
+  b, length = pos_BxL.shape
+  if target < length:
+    raise ValueError(
+      f"train.pose_target={target} must be >= the row length {length}: a document may fill the row"
+    )
+  docs_BxL = document_ids(pos_BxL, seg_BxL)
+  index_BxL = attention.document_index(docs_BxL)  # each token's index inside its document
+  n_BxL = attention.document_length(index_BxL, docs_BxL)  # its document's tokens in the row
+  first_BxL = jnp.arange(length)[None, :] - index_BxL  # its document's first token
+
+  def per_document(k, low, high_BxL):
+    """One draw in [low, high] per document, read by each of its tokens."""
+    draw_BxL = jax.random.randint(k, (b, length), low, high_BxL + 1)
+    return jnp.take_along_axis(draw_BxL, first_BxL, axis=1)
+
+  split_key, skip_key = jax.random.split(key)
+  first_chunk_BxL = per_document(split_key, 1, (n_BxL + 1) // 2)
+  skip_BxL = per_document(skip_key, 0, target - n_BxL)
+  out_BxL = index_BxL + jnp.where(index_BxL >= first_chunk_BxL, skip_BxL, 0)
+  return out_BxL.astype(pos_BxL.dtype)

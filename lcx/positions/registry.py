@@ -10,6 +10,8 @@ from typing import Any, Callable
 import ml_collections
 from ml_collections import config_dict
 
+from lcx import errors
+
 
 @dataclasses.dataclass(frozen=True)
 class Unset:
@@ -35,8 +37,7 @@ def check_fields(cfg, defaults: dict[str, Any], where: str) -> None:
   """Raises ValueError on a field of `cfg` that `defaults` does not list (recursing into dicts)."""
   unknown = sorted(set(cfg.keys()) - set(defaults) - {"name"})
   if unknown:
-    raise ValueError(f"{where}.{unknown[0]} is not a known field; allowed fields: "
-                     f"{sorted(defaults)}")
+    raise errors.unknown_field(f"{where}.{unknown[0]}", defaults)
   for key, value in defaults.items():
     if isinstance(value, dict) and key in cfg:
       check_fields(cfg[key], value, f"{where}.{key}")
@@ -81,8 +82,7 @@ class Registry(dict):
 
   def entry(self, name: str):
     if name not in self:
-      raise ValueError(f"{self.prefix}.name={name!r} is not a known {self.kind}; allowed: "
-                       f"{sorted(self)}")
+      raise errors.not_allowed(f"{self.prefix}.name", name, sorted(self))
     return self[name]
 
   def default_config(self, name: str) -> ml_collections.ConfigDict:

@@ -16,6 +16,9 @@ relative distances, so `check_scheme` refuses it with those schemes. Remaps (con
                length (both branches; 1 inside L)
   compress     one branch, p -> p up to `start`, start + alpha * (p - start) beyond
                (float positions; start None: the training length)
+  streaming    StreamingLLM's cache positions (Xiao 2023; with the `streaming` pattern, variant
+               sink@S/W): exact where i - j < window; beyond (the sink keys), the query sits
+               at its cache slot min(i, sink + window - 1) and the key at its own position
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from lcx import errors
 from lcx.positions.base import Dims, adds_embedding
 from lcx.positions.registry import Entry, Registry, Unset
 
@@ -72,7 +76,7 @@ def _nearer_than(q_pos_BxQx1, k_pos_Bx1xS, *, window):
 
 def _check_window(cfg):
   if cfg.window < 1:
-    raise ValueError(f"{PREFIX}.window={cfg.window} must be >= 1")
+    raise errors.not_allowed(f"{PREFIX}.window", cfg.window, ">= 1")
 
 
 @_register("none", {})
@@ -84,11 +88,10 @@ def none(q_pos_BxQ, k_pos_BxS, *, dims):
 def _check_self_extend(cfg):
   _check_window(cfg)
   if cfg.group < 1:
-    raise ValueError(f"{PREFIX}.group={cfg.group} must be >= 1")
+    raise errors.not_allowed(f"{PREFIX}.group", cfg.group, ">= 1")
 
 
-@_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend,
-           relative_only=True)
+@_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend, relative_only=True)
 def self_extend(q_pos_BxQ, k_pos_BxS, *, dims, window, group):
   """Neighbours keep exact positions; farther keys are grouped, shifted so the two views meet
   at distance `window`."""
@@ -105,8 +108,9 @@ def log_n_scale(q_pos_BxQ, train_len):
   return jnp.maximum(jnp.log(q + 1) / math.log(train_len), 1.0)
 
 
-@_register("rerope", {"window": 128, "log_n_scaling": True}, check=_check_window,
-           relative_only=True)
+@_register(
+  "rerope", {"window": 128, "log_n_scaling": True}, check=_check_window, relative_only=True
+)
 def rerope(q_pos_BxQ, k_pos_BxS, *, dims, window, log_n_scaling):
   """Beyond the window every key sits at relative distance `window`: the query at `window`
   and the key at 0. Relative schemes (RoPE, ALiBi, T5) see exactly i - j = window; schemes
@@ -121,11 +125,27 @@ def rerope(q_pos_BxQ, k_pos_BxS, *, dims, window, log_n_scaling):
   return [near, far]
 
 
+def _check_streaming(cfg):
+  _check_window(cfg)
+  if cfg.sink < 1:
+    raise errors.not_allowed(f"{PREFIX}.sink", cfg.sink, ">= 1")
+
+
+@_register("streaming", {"sink": 4, "window": 128}, check=_check_streaming, relative_only=True)
+def streaming(q_pos_BxQ, k_pos_BxS, *, dims, sink, window):
+  """A cache of `sink` first tokens and the last `window` ones numbers them by slot: the window
+  keeps its distances, and a sink key j is min(i, sink + window - 1) - j from the query."""
+  del dims
+  near = Branch(q_pos_BxQ, k_pos_BxS, functools.partial(_nearer_than, window=window))
+  far = Branch(jnp.minimum(q_pos_BxQ, sink + window - 1), k_pos_BxS)
+  return [near, far]
+
+
 def _check_compress(cfg):
   if not 0 < cfg.alpha <= 1:
-    raise ValueError(f"{PREFIX}.alpha={cfg.alpha} must be in (0, 1]")
+    raise errors.not_allowed(f"{PREFIX}.alpha", cfg.alpha, "in (0, 1]")
   if cfg.start is not None and cfg.start < 0:
-    raise ValueError(f"{PREFIX}.start={cfg.start} must be >= 0 (None: the training length)")
+    raise errors.not_allowed(f"{PREFIX}.start", cfg.start, ">= 0 (None: the training length)")
 
 
 @_register("compress", {"alpha": 0.5, "start": Unset(int)}, check=_check_compress)
@@ -152,9 +172,11 @@ def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
   """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions."""
   if REMAPS.entry(cfg.name).relative_only and adds_embedding(scheme_name):
     relative = sorted(n for n, e in REMAPS.items() if not e.relative_only)
-    raise ValueError(f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
-                     f"model.position.name={scheme_name!r} embeds absolute positions; with it "
-                     f"use {PREFIX}.name in {relative}, or a relative scheme")
+    raise ValueError(
+      f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
+      f"model.position.name={scheme_name!r} embeds absolute positions; with it "
+      f"use {PREFIX}.name in {relative}, or a relative scheme"
+    )
 
 
 def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:

@@ -21,15 +21,16 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS, check_rotary_dim, resolve, rope_angles
 
 ROTARY_DEFAULTS = {
-    "base": 10000.0,
-    "pairing": "rotate_half",
-    "rotary_dim": Unset(int),
-    "scaling": SCALING_DEFAULTS,
+  "base": 10000.0,
+  "pairing": "rotate_half",
+  "rotary_dim": Unset(int),
+  "scaling": SCALING_DEFAULTS,
 }
 
 
@@ -52,8 +53,8 @@ def _join_interleaved(a, b):
 
 # pairing -> (split features into the two members of each pair, join them back)
 PAIRINGS = {
-    "rotate_half": (_split_half, _join_half),
-    "interleaved": (_split_interleaved, _join_interleaved),
+  "rotate_half": (_split_half, _join_half),
+  "interleaved": (_split_interleaved, _join_interleaved),
 }
 
 
@@ -67,7 +68,7 @@ def rotate_pairs(x_BxLxHxE, angle_BxLxR, pairing="rotate_half", scale=1.0):
   r = angle_BxLxR.shape[-1]
   cos_BxLx1xR = (jnp.cos(angle_BxLxR) * scale)[:, :, None, :]
   sin_BxLx1xR = (jnp.sin(angle_BxLxR) * scale)[:, :, None, :]
-  x, rest = x_BxLxHxE[..., :2 * r], x_BxLxHxE[..., 2 * r:]
+  x, rest = x_BxLxHxE[..., : 2 * r], x_BxLxHxE[..., 2 * r :]
   x1, x2 = split(x.astype(jnp.float32))
   out = join(x1 * cos_BxLx1xR - x2 * sin_BxLx1xR, x2 * cos_BxLx1xR + x1 * sin_BxLx1xR)
   return jnp.concatenate([out.astype(x.dtype), rest], axis=-1)
@@ -75,14 +76,22 @@ def rotate_pairs(x_BxLxHxE, angle_BxLxR, pairing="rotate_half", scale=1.0):
 
 def _check_rotary(cfg, dims):
   if not cfg.base > 1:
-    raise ValueError(f"{PREFIX}.base={cfg.base} must be > 1 (theta_i = base^(-2i/d) must "
-                     "fall with i; Llama 2: 10000, Llama 3: 500000)")
+    raise errors.not_allowed(
+      f"{PREFIX}.base",
+      cfg.base,
+      "> 1 (theta_i = base^(-2i/d) must fall with i; Llama 2: 10000, Llama 3: 500000)",
+    )
   if cfg.pairing not in PAIRINGS:
-    raise ValueError(f"{PREFIX}.pairing={cfg.pairing!r} is not known; allowed: "
-                     f"{sorted(PAIRINGS)}")
+    raise errors.not_allowed(f"{PREFIX}.pairing", cfg.pairing, sorted(PAIRINGS))
   d = check_rotary_dim(dims.head_dim, cfg.rotary_dim, f"{PREFIX}.rotary_dim")
-  resolve(plain(cfg.scaling), d, f"{PREFIX}.scaling", default_length=dims.max_len,
-          base=cfg.base, head_dim=dims.head_dim)
+  resolve(
+    plain(cfg.scaling),
+    d,
+    f"{PREFIX}.scaling",
+    default_length=dims.max_len,
+    base=cfg.base,
+    head_dim=dims.head_dim,
+  )
 
 
 @register("rope", ROTARY_DEFAULTS, check=_check_rotary)
@@ -94,8 +103,9 @@ class RoPE(Scheme):
     self.rotary_dim = check_rotary_dim(dims.head_dim, rotary_dim)
     self.base = float(base)
     self.pairing = pairing
-    self.scaling = resolve(scaling, self.rotary_dim, default_length=dims.max_len,
-                           base=self.base, head_dim=dims.head_dim)
+    self.scaling = resolve(
+      scaling, self.rotary_dim, default_length=dims.max_len, base=self.base, head_dim=dims.head_dim
+    )
 
   def angles(self, pos_BxL, length):
     """float32 BxLxR rotation angles and the attention factor; `length`: the current sequence
@@ -107,20 +117,21 @@ class RoPE(Scheme):
     del q_pos_BxL, k_pos_BxL
     return 1.0, 1.0
 
-  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, *, q_len_BxL=None,
-             k_len_BxL=None):
+  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, *, q_len_BxL=None, k_len_BxL=None):
     window = q_BxLxHxE.shape[1]  # the current length when no per-token one is given
     q_angle, factor = self.angles(q_pos_BxL, window if q_len_BxL is None else q_len_BxL)
     k_angle, _ = self.angles(k_pos_BxL, window if k_len_BxL is None else k_len_BxL)
     q_scale, k_scale = self.scales(q_pos_BxL, k_pos_BxL)
-    return (rotate_pairs(q_BxLxHxE, q_angle, self.pairing, factor * q_scale),
-            rotate_pairs(k_BxLxGxE, k_angle, self.pairing, factor * k_scale))
+    return (
+      rotate_pairs(q_BxLxHxE, q_angle, self.pairing, factor * q_scale),
+      rotate_pairs(k_BxLxGxE, k_angle, self.pairing, factor * k_scale),
+    )
 
 
 def _check_p_rope(cfg, dims):
   _check_rotary(cfg, dims)
   if not 0 <= cfg.p <= 1:
-    raise ValueError(f"{PREFIX}.p={cfg.p} must be in [0, 1] (0: NoPE, 1: RoPE)")
+    raise errors.not_allowed(f"{PREFIX}.p", cfg.p, "in [0, 1] (0: NoPE, 1: RoPE)")
 
 
 def kept_pairs(p: float, num_pairs: int) -> int:
@@ -150,7 +161,7 @@ class PRoPE(RoPE):
 def _check_xpos(cfg, dims):
   _check_rotary(cfg, dims)
   if not cfg.scale_base > 0:
-    raise ValueError(f"{PREFIX}.scale_base={cfg.scale_base} must be > 0")
+    raise errors.not_allowed(f"{PREFIX}.scale_base", cfg.scale_base, "> 0")
 
 
 XPOS_ZETA_MIN = 0.4 / 1.4  # zeta_0: the strongest decay, so the largest factor
@@ -175,14 +186,20 @@ def _check_xpos_length(cfg, dims, seq_len):
   longest = xpos_max_len(cfg.scale_base)
   if seq_len > longest:
     needed = math.ceil((seq_len - 1) * -math.log(XPOS_ZETA_MIN) / (2 * _xpos_log_room()))
-    raise ValueError(f"{PREFIX}.scale_base={cfg.scale_base}: xPos scales q and k by up to "
-                     f"(1.4/0.4)^(positions/(2*scale_base)), which overflows float32 past "
-                     f"{longest} positions, but {seq_len} are needed; use <= {longest} or "
-                     f"{PREFIX}.scale_base >= {needed}")
+    raise ValueError(
+      f"{PREFIX}.scale_base={cfg.scale_base}: xPos scales q and k by up to "
+      f"(1.4/0.4)^(positions/(2*scale_base)), which overflows float32 past "
+      f"{longest} positions, but {seq_len} are needed; use <= {longest} or "
+      f"{PREFIX}.scale_base >= {needed}"
+    )
 
 
-@register("xpos", {**ROTARY_DEFAULTS, "scale_base": 512.0}, check=_check_xpos,
-          check_length=_check_xpos_length)
+@register(
+  "xpos",
+  {**ROTARY_DEFAULTS, "scale_base": 512.0},
+  check=_check_xpos,
+  check_length=_check_xpos_length,
+)
 class XPos(RoPE):
   """xPos: RoPE with per-pair decay zeta_i = (2i + 0.4d) / (1.4d); causal only.
 
@@ -194,6 +211,7 @@ class XPos(RoPE):
   leaving a factor 2^8 of room for the features) the factors still overflow and q, k turn
   non-finite; check_eval_length refuses such windows, naming scale_base.
   """
+
   def __init__(self, *, scale_base, **kwargs):
     super().__init__(**kwargs)
     self.scale_base = float(scale_base)

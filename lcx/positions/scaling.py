@@ -13,7 +13,7 @@ own sequence's length, computed in the program (float32, as HF). There is no cac
 state, so nothing leaks from one call into the next (HF #25306). One exception to "constants":
 the LongRoPE search passes its candidates' factors as per-row inputs (`with_row_factors`).
 
-Notation (the project's positions reference, shared/docs/positions.md): rotary dim d, pair i, theta_i = base^(-2i/d), training length
+Notation: rotary dim d, pair i, theta_i = base^(-2i/d), training length
 L = original_max_position_embeddings, scale s = factor.
 """
 
@@ -29,39 +29,56 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lcx import errors
 from lcx.positions.registry import Unset
 
 # Every field a rotary scheme's `scaling` sub-dict holds. None (Unset) means "no value": each
 # rope type says which fields it reads; a field it does not read must keep its default.
 SCALING_DEFAULTS = {
-    "rope_type": "default",
-    "factor": Unset(float),  # s >= 1; required by every type but "default"
-    "original_max_position_embeddings": Unset(int),  # L; None: the training length
-    "beta_fast": 32.0,  # yarn
-    "beta_slow": 1.0,  # yarn
-    "mscale": Unset(float),  # yarn
-    "mscale_all_dim": Unset(float),  # yarn
-    "attention_factor": Unset(float),  # yarn, longrope; None: the paper's formula
-    "truncate": True,  # yarn
-    "low_freq_factor": 1.0,  # llama3
-    "high_freq_factor": 4.0,  # llama3
-    "short_factor": Unset(tuple),  # longrope: d/2 rescale factors used up to L
-    "long_factor": Unset(tuple),  # longrope: d/2 rescale factors used beyond L
-    "n_hat": 0,  # longrope: positions < n_hat keep the unscaled frequencies
-    "max_position_embeddings": Unset(int),  # longrope: factor = this / L when factor is unset
-    "rope_theta": Unset(float),  # every type: must equal the scheme's base (a trained field)
-    "partial_rotary_factor": Unset(float),  # every type: int(head_dim * this) must be rotary_dim
-    "mrope_section": Unset(tuple),  # HF multimodal RoPE: not supported, ignored with a warning
+  "rope_type": "default",
+  "factor": Unset(float),  # s >= 1; required by every type but "default"
+  "original_max_position_embeddings": Unset(int),  # L; None: the training length
+  "beta_fast": 32.0,  # yarn
+  "beta_slow": 1.0,  # yarn
+  "mscale": Unset(float),  # yarn
+  "mscale_all_dim": Unset(float),  # yarn
+  "attention_factor": Unset(float),  # yarn, longrope; None: the paper's formula
+  "truncate": True,  # yarn
+  "low_freq_factor": 1.0,  # llama3
+  "high_freq_factor": 4.0,  # llama3
+  "short_factor": Unset(tuple),  # longrope: d/2 rescale factors used up to L
+  "long_factor": Unset(tuple),  # longrope: d/2 rescale factors used beyond L
+  "n_hat": 0,  # longrope: positions < n_hat keep the unscaled frequencies
+  "max_position_embeddings": Unset(int),  # longrope: factor = this / L when factor is unset
+  "rope_theta": Unset(float),  # every type: must equal the scheme's base (a trained field)
+  "partial_rotary_factor": Unset(float),  # every type: int(head_dim * this) must be rotary_dim
+  "mrope_section": Unset(tuple),  # HF multimodal RoPE: not supported, ignored with a warning
 }
 
 # The keys of a Hugging Face rope dict (transformers' `RopeParameters`, plus the legacy "type").
 # One that a rope type does not read is ignored with a warning, as HF does; lcx's own fields
 # (n_hat, max_position_embeddings) must keep their defaults where they are not read.
-HF_KEYS = frozenset({
-    "rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
-    "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-    "short_factor", "long_factor", "low_freq_factor", "high_freq_factor", "mscale",
-    "mscale_all_dim", "truncate", "mrope_section"})
+HF_KEYS = frozenset(
+  {
+    "rope_type",
+    "type",
+    "rope_theta",
+    "partial_rotary_factor",
+    "factor",
+    "original_max_position_embeddings",
+    "attention_factor",
+    "beta_fast",
+    "beta_slow",
+    "short_factor",
+    "long_factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "mscale",
+    "mscale_all_dim",
+    "truncate",
+    "mrope_section",
+  }
+)
 # Read by every rope type (they restate the scheme's base and rotary_dim, which resolve checks).
 READ_BY_ALL = ("rope_type", "rope_theta", "partial_rotary_factor")
 
@@ -69,8 +86,13 @@ READ_BY_ALL = ("rope_type", "rope_theta", "partial_rotary_factor")
 # The validated form of a scaling dict: every field present, defaults filled in; frozen and
 # hashable, so a scheme can hold it as static data.
 Scaling = dataclasses.make_dataclass(
-    "Scaling", [(k, object, dataclasses.field(default=None if isinstance(v, Unset) else v))
-                for k, v in SCALING_DEFAULTS.items()], frozen=True)
+  "Scaling",
+  [
+    (k, object, dataclasses.field(default=None if isinstance(v, Unset) else v))
+    for k, v in SCALING_DEFAULTS.items()
+  ],
+  frozen=True,
+)
 
 LENGTH = "original_max_position_embeddings"
 
@@ -165,8 +187,9 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
   return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def yarn_correction_range(d: int, base: float, length: int, beta_fast: float, beta_slow: float,
-                          truncate: bool = True) -> tuple[float, float]:
+def yarn_correction_range(
+  d: int, base: float, length: int, beta_fast: float, beta_slow: float, truncate: bool = True
+) -> tuple[float, float]:
   """The pair indices (low, high) between which YaRN ramps from extrapolation to interpolation.
 
   corr(r) is the pair index whose wavelength fits r times into L.
@@ -181,14 +204,26 @@ def yarn_correction_range(d: int, base: float, length: int, beta_fast: float, be
   return max(low, 0), min(high, d - 1)
 
 
-@_rope_type("yarn", ("factor", LENGTH, "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                     "attention_factor", "truncate"))
+@_rope_type(
+  "yarn",
+  (
+    "factor",
+    LENGTH,
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "truncate",
+  ),
+)
 def _yarn(theta_R, d, base, sc, len_S, xp):
   """YaRN (Peng 2023) as HF and the authors' code compute it: the ramp is linear in the pair
   index i (the paper states it in r = L / lambda_i); high frequencies are kept, low ones / s."""
   del len_S, xp
-  low, high = yarn_correction_range(d, base, sc.original_max_position_embeddings, sc.beta_fast,
-                                    sc.beta_slow, sc.truncate)
+  low, high = yarn_correction_range(
+    d, base, sc.original_max_position_embeddings, sc.beta_fast, sc.beta_slow, sc.truncate
+  )
   if low == high:
     high += 0.001  # as HF: avoid a division by zero
   ramp_R = np.clip((np.arange(d // 2) - low) / (high - low), 0.0, 1.0)
@@ -205,12 +240,15 @@ def _yarn(theta_R, d, base, sc, len_S, xp):
 def _check_llama3(sc, d, where):
   del d
   if not 0 < sc.low_freq_factor < sc.high_freq_factor:
-    raise ValueError(f"{where}.low_freq_factor={sc.low_freq_factor} and {where}.high_freq_factor="
-                     f"{sc.high_freq_factor} must satisfy 0 < low_freq_factor < high_freq_factor")
+    raise ValueError(
+      f"{where}.low_freq_factor={sc.low_freq_factor} and {where}.high_freq_factor="
+      f"{sc.high_freq_factor} must satisfy 0 < low_freq_factor < high_freq_factor"
+    )
 
 
-@_rope_type("llama3", ("factor", LENGTH, "low_freq_factor", "high_freq_factor"),
-            check=_check_llama3)
+@_rope_type(
+  "llama3", ("factor", LENGTH, "low_freq_factor", "high_freq_factor"), check=_check_llama3
+)
 def _llama3(theta_R, d, base, sc, len_S, xp):
   """Llama 3.1 `apply_scaling`: keep wavelengths < L/high, divide those > L/low by s, and blend
   linearly in L/lambda in between. One clipped blend weight covers all three bands."""
@@ -225,15 +263,27 @@ def _check_longrope(sc, d, where):
   for key in ("short_factor", "long_factor"):
     value = getattr(sc, key)
     if value is None or len(value) != d // 2 or min(value) <= 0:
-      raise ValueError(f"{where}.{key} must be {d // 2} positive numbers (one per rotary pair), "
-                       f"got {value!r}")
+      raise errors.not_allowed(
+        f"{where}.{key}", value, f"{d // 2} positive numbers (one per rotary pair)"
+      )
   if sc.n_hat < 0:
-    raise ValueError(f"{where}.n_hat={sc.n_hat} must be >= 0")
+    raise errors.not_allowed(f"{where}.n_hat", sc.n_hat, ">= 0")
 
 
-@_rope_type("longrope", ("factor", LENGTH, "short_factor", "long_factor", "attention_factor",
-                         "n_hat", "max_position_embeddings"), check=_check_longrope,
-            per_length=True)
+@_rope_type(
+  "longrope",
+  (
+    "factor",
+    LENGTH,
+    "short_factor",
+    "long_factor",
+    "attention_factor",
+    "n_hat",
+    "max_position_embeddings",
+  ),
+  check=_check_longrope,
+  per_length=True,
+)
 def _longrope(theta_R, d, base, sc, len_S, xp):
   """LongRoPE (Ding 2024): searched per-pair factors, short ones up to L, long ones beyond.
 
@@ -249,8 +299,9 @@ def _longrope(theta_R, d, base, sc, len_S, xp):
     array = xp.asarray(factors, theta_R.dtype)
     return array.reshape((1,) * len_S.ndim + (-1,)) if array.ndim == 1 else array
 
-  rescale_SxR = xp.where(len_S[..., None] > length, as_array(sc.long_factor),
-                         as_array(sc.short_factor))
+  rescale_SxR = xp.where(
+    len_S[..., None] > length, as_array(sc.long_factor), as_array(sc.short_factor)
+  )
   factor = sc.attention_factor
   if factor is None:
     factor = 1.0 if sc.factor <= 1 else math.sqrt(1 + math.log(sc.factor) / math.log(length))
@@ -263,8 +314,15 @@ def _sibling(where: str, name: str) -> str:
   return f"{parent}.{name}" if parent else name
 
 
-def resolve(scaling, rotary_dim: int, where: str = "scaling", default_length: int | None = None,
-            *, base: float | None = None, head_dim: int | None = None) -> Scaling:
+def resolve(
+  scaling,
+  rotary_dim: int,
+  where: str = "scaling",
+  default_length: int | None = None,
+  *,
+  base: float | None = None,
+  head_dim: int | None = None,
+) -> Scaling:
   """Validates a HF style dict (None entries mean unset) into `Scaling`; errors name `where`.
 
   `default_length` stands in for an unset original_max_position_embeddings (schemes pass the
@@ -277,12 +335,10 @@ def resolve(scaling, rotary_dim: int, where: str = "scaling", default_length: in
     given.setdefault("rope_type", given.pop("type"))
   unknown = sorted(set(given) - set(SCALING_DEFAULTS))
   if unknown:
-    raise ValueError(f"{where}.{unknown[0]} is not a known field; allowed fields: "
-                     f"{sorted(SCALING_DEFAULTS)}")
+    raise errors.unknown_field(f"{where}.{unknown[0]}", SCALING_DEFAULTS)
   rope_type = given.get("rope_type", "default")
   if rope_type not in ROPE_TYPES:
-    raise ValueError(f"{where}.rope_type={rope_type!r} is not known; allowed: "
-                     f"{sorted(ROPE_TYPES)}")
+    raise errors.not_allowed(f"{where}.rope_type", rope_type, sorted(ROPE_TYPES))
   kind = ROPE_TYPES[rope_type]
   if LENGTH in kind.fields and default_length is not None:
     given.setdefault(LENGTH, default_length)
@@ -291,24 +347,36 @@ def resolve(scaling, rotary_dim: int, where: str = "scaling", default_length: in
     if given[key] == getattr(defaults, key):
       continue
     if key not in HF_KEYS:
-      raise ValueError(f"{where}.{key}={given[key]!r} is not used by rope_type={rope_type!r}; "
-                       f"leave it at its default {getattr(defaults, key)!r}. Fields read by "
-                       f"{rope_type!r}: {list(kind.fields)}")
-    warnings.warn(f"{where}.{key}={given.pop(key)!r} is not read by rope_type={rope_type!r}; "
-                  f"ignored, as Hugging Face does. Fields read by {rope_type!r}: "
-                  f"{list(kind.fields)}")
+      raise ValueError(
+        f"{where}.{key}={given[key]!r} is not used by rope_type={rope_type!r}; "
+        f"leave it at its default {getattr(defaults, key)!r}. Fields read by "
+        f"{rope_type!r}: {list(kind.fields)}"
+      )
+    warnings.warn(
+      f"{where}.{key}={given.pop(key)!r} is not read by rope_type={rope_type!r}; "
+      f"ignored, as Hugging Face does. Fields read by {rope_type!r}: "
+      f"{list(kind.fields)}"
+    )
   if "factor" not in given and {"max_position_embeddings", LENGTH} <= set(given):  # as HF
     given["factor"] = given["max_position_embeddings"] / given[LENGTH]
   sc = Scaling(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
   if "factor" in kind.fields and (sc.factor is None or sc.factor < 1):
-    derive = (f" (unset: {where}.max_position_embeddings / {where}.{LENGTH})"
-              if "max_position_embeddings" in kind.fields else "")
-    raise ValueError(f"{where}.factor={sc.factor!r} must be a number >= 1 for "
-                     f"rope_type={rope_type!r}{derive}")
-  if LENGTH in kind.fields and (sc.original_max_position_embeddings is None
-                                or sc.original_max_position_embeddings < 1):
-    raise ValueError(f"{where}.{LENGTH}={sc.original_max_position_embeddings!r} must be an int "
-                     f">= 1 (the training length) for rope_type={rope_type!r}")
+    derive = (
+      f" (unset: {where}.max_position_embeddings / {where}.{LENGTH})"
+      if "max_position_embeddings" in kind.fields
+      else ""
+    )
+    raise errors.not_allowed(
+      f"{where}.factor", sc.factor, f"numbers >= 1 for rope_type={rope_type!r}{derive}"
+    )
+  if LENGTH in kind.fields and (
+    sc.original_max_position_embeddings is None or sc.original_max_position_embeddings < 1
+  ):
+    raise errors.not_allowed(
+      f"{where}.{LENGTH}",
+      sc.original_max_position_embeddings,
+      f"ints >= 1 (the training length) for rope_type={rope_type!r}",
+    )
   _check_restated(sc, rotary_dim, where, base, head_dim)
   if kind.check is not None:
     kind.check(sc, rotary_dim, where)
@@ -318,47 +386,56 @@ def resolve(scaling, rotary_dim: int, where: str = "scaling", default_length: in
 def _check_restated(sc, rotary_dim, where, base, head_dim):
   """rope_theta must be the base; int(head_dim * partial_rotary_factor) must be rotary_dim."""
   if sc.rope_theta is not None and base is not None and float(sc.rope_theta) != float(base):
-    raise ValueError(f"{where}.rope_theta={sc.rope_theta!r} differs from "
-                     f"{_sibling(where, 'base')}={base!r}; the base is a trained field: set "
-                     f"{where}.rope_theta to it or leave it unset")
+    raise ValueError(
+      f"{where}.rope_theta={sc.rope_theta!r} differs from "
+      f"{_sibling(where, 'base')}={base!r}; the base is a trained field: set "
+      f"{where}.rope_theta to it or leave it unset"
+    )
   prf = sc.partial_rotary_factor
   if prf is not None and not 0 < prf <= 1:
-    raise ValueError(f"{where}.partial_rotary_factor={prf!r} must be in (0, 1]")
+    raise errors.not_allowed(f"{where}.partial_rotary_factor", prf, "in (0, 1]")
   if prf is not None and head_dim is not None and int(head_dim * prf) != rotary_dim:
-    raise ValueError(f"{where}.partial_rotary_factor={prf!r} gives a rotary dim of "
-                     f"int({head_dim} * {prf!r}) = {int(head_dim * prf)}, but "
-                     f"{_sibling(where, 'rotary_dim')} gives {rotary_dim}; the rotary dim is "
-                     f"trained: make them agree or leave {where}.partial_rotary_factor unset")
+    raise ValueError(
+      f"{where}.partial_rotary_factor={prf!r} gives a rotary dim of "
+      f"int({head_dim} * {prf!r}) = {int(head_dim * prf)}, but "
+      f"{_sibling(where, 'rotary_dim')} gives {rotary_dim}; the rotary dim is "
+      f"trained: make them agree or leave {where}.partial_rotary_factor unset"
+    )
 
 
 def check_rotary_dim(head_dim: int, rotary_dim: int | None, where: str = "rotary_dim") -> int:
   """The rotary dim (head_dim when None); it must be even and in [2, head_dim]."""
   rotary_dim = head_dim if rotary_dim is None else rotary_dim
   if rotary_dim % 2 or not 2 <= rotary_dim <= head_dim:
-    raise ValueError(f"{where}={rotary_dim} must be an even number in [2, head_dim={head_dim}] "
-                     "(None: head_dim)")
+    raise errors.not_allowed(
+      where, rotary_dim, f"even numbers in [2, head_dim={head_dim}] (None: head_dim)"
+    )
   return rotary_dim
 
 
-def frequencies(rotary_dim: int, base: float, sc: Scaling,
-                seq_len: int | None) -> tuple[np.ndarray, float]:
+def frequencies(
+  rotary_dim: int, base: float, sc: Scaling, seq_len: int | None
+) -> tuple[np.ndarray, float]:
   """`rope_frequencies` for a checked rotary dim and an already validated `Scaling`.
 
   numpy float64, at trace time; seq_len None counts as no longer than L (as in HF).
   """
   len_S = np.asarray(0 if seq_len is None else seq_len, np.float64)
-  inv_freq_R, factor = ROPE_TYPES[sc.rope_type].fn(theta(rotary_dim, base), rotary_dim, base, sc,
-                                                   len_S, np)
+  inv_freq_R, factor = ROPE_TYPES[sc.rope_type].fn(
+    theta(rotary_dim, base), rotary_dim, base, sc, len_S, np
+  )
   return np.asarray(inv_freq_R, np.float64), float(factor)
 
 
-def token_frequencies(rotary_dim: int, base: float, sc: Scaling,
-                      len_BxL: jax.Array) -> tuple[jax.Array, float]:
+def token_frequencies(
+  rotary_dim: int, base: float, sc: Scaling, len_BxL: jax.Array
+) -> tuple[jax.Array, float]:
   """Each token's inverse frequencies for its own sequence length: float32 BxLxR, and the
   attention factor. For the per_length types; the same formulas as `frequencies`, traced."""
   theta_R = jnp.asarray(theta(rotary_dim, base), jnp.float32)
   inv_freq_BxLxR, factor = ROPE_TYPES[sc.rope_type].fn(
-      theta_R, rotary_dim, base, sc, jnp.asarray(len_BxL, jnp.float32), jnp)
+    theta_R, rotary_dim, base, sc, jnp.asarray(len_BxL, jnp.float32), jnp
+  )
   return inv_freq_BxLxR, float(factor)
 
 
@@ -381,8 +458,9 @@ def rope_frequencies(head_dim, base=None, scaling=None, seq_len=None, rotary_dim
   return frequencies(d, float(base), sc, seq_len)
 
 
-def rope_angles(pos_BxL: jax.Array, rotary_dim: int, base: float, sc: Scaling,
-                length) -> tuple[jax.Array, float]:
+def rope_angles(
+  pos_BxL: jax.Array, rotary_dim: int, base: float, sc: Scaling, length
+) -> tuple[jax.Array, float]:
   """Rotation angles pos * inv_freq, float32 BxLxR, and the attention factor.
 
   `length` is the current sequence length that dynamic and longrope read: an int (None: no
@@ -399,8 +477,10 @@ def rope_angles(pos_BxL: jax.Array, rotary_dim: int, base: float, sc: Scaling,
   per_token = length is not None and not isinstance(length, (int, np.integer))
   per_row = isinstance(sc.n_hat, jax.Array)  # with_row_factors: the LongRoPE search
   if per_row and not per_token:
-    raise ValueError("LongRoPE factors per batch row (with_row_factors) need each token's "
-                     f"sequence length, got the static length {length!r}")
+    raise ValueError(
+      "LongRoPE factors per batch row (with_row_factors) need each token's "
+      f"sequence length, got the static length {length!r}"
+    )
   pos_BxLx1 = jnp.asarray(pos_BxL, jnp.float32)[..., None]
   if per_token and ROPE_TYPES[sc.rope_type].per_length:
     len_BxL = jnp.broadcast_to(jnp.asarray(length), pos_BxLx1.shape[:-1])
@@ -411,9 +491,11 @@ def rope_angles(pos_BxL: jax.Array, rotary_dim: int, base: float, sc: Scaling,
   angle_BxLxR = pos_BxLx1 * inv_freq
   if per_row or sc.n_hat:
     unscaled_R = jnp.asarray(theta(rotary_dim, base), jnp.float32)
-    angle_BxLxR = jnp.where(pos_BxLx1 < sc.n_hat,
-                            pos_BxLx1 * unscaled_R.reshape((1,) * jnp.ndim(pos_BxL) + (-1,)),
-                            angle_BxLxR)
+    angle_BxLxR = jnp.where(
+      pos_BxLx1 < sc.n_hat,
+      pos_BxLx1 * unscaled_R.reshape((1,) * jnp.ndim(pos_BxL) + (-1,)),
+      angle_BxLxR,
+    )
   return angle_BxLxR, factor
 
 
@@ -427,8 +509,11 @@ def with_row_factors(sc: Scaling, long_factor_BxR, n_hat_B) -> Scaling:
   """
   if sc.rope_type != "longrope":
     raise ValueError(f"with_row_factors needs rope_type 'longrope', got {sc.rope_type!r}")
-  return dataclasses.replace(sc, long_factor=jnp.asarray(long_factor_BxR)[:, None, :],
-                             n_hat=jnp.asarray(n_hat_B)[:, None, None])
+  return dataclasses.replace(
+    sc,
+    long_factor=jnp.asarray(long_factor_BxR)[:, None, :],
+    n_hat=jnp.asarray(n_hat_B)[:, None, None],
+  )
 
 
 # Where a rope type reads L from a HF config.json: yarn, llama3 and longrope from
@@ -459,8 +544,10 @@ def read_hf_scaling(path: str) -> dict:
   except json.JSONDecodeError as error:
     raise ValueError(f"{path}: not JSON ({error})") from None
   if not isinstance(data, dict):
-    raise ValueError(f"{path}: expected a JSON object (a HF config.json or a rope scaling "
-                     f"dict), got {type(data).__name__}")
+    raise ValueError(
+      f"{path}: expected a JSON object (a HF config.json or a rope scaling "
+      f"dict), got {type(data).__name__}"
+    )
   if "rope_scaling" in data or "rope_parameters" in data:
     top, given = data, data.get("rope_scaling") or data.get("rope_parameters")
   elif "rope_type" in data or "type" in data:
@@ -468,17 +555,20 @@ def read_hf_scaling(path: str) -> dict:
   else:
     top, given = data, None
   if not given or not isinstance(given, dict):
-    raise ValueError(f"{path}: no rope scaling in it: no `rope_scaling` or `rope_parameters` "
-                     "object (a HF config.json) and no `rope_type` (a bare scaling dict)")
+    raise ValueError(
+      f"{path}: no rope scaling in it: no `rope_scaling` or `rope_parameters` "
+      "object (a HF config.json) and no `rope_type` (a bare scaling dict)"
+    )
   if all(isinstance(v, dict) for v in given.values()):
-    raise ValueError(f"{path}: rope parameters per layer type ({sorted(given)}) are not "
-                     "supported; give one layer type's dict")
+    raise ValueError(
+      f"{path}: rope parameters per layer type ({sorted(given)}) are not "
+      "supported; give one layer type's dict"
+    )
   out = {k: v for k, v in given.items() if k != "type"}
   out.setdefault("rope_type", given.get("type", "default"))
   rope_type = out["rope_type"]
   if rope_type not in ROPE_TYPES:
-    raise ValueError(f"{path}: rope_type={rope_type!r} is not known; allowed: "
-                     f"{sorted(ROPE_TYPES)}")
+    raise errors.not_allowed(f"{path}: rope_type", rope_type, sorted(ROPE_TYPES))
   for key in ("rope_theta", "partial_rotary_factor"):
     if out.get(key) is None and top.get(key) is not None:
       out[key] = top[key]
@@ -493,6 +583,5 @@ def read_hf_scaling(path: str) -> dict:
     out[LENGTH] = max_len
   unknown = sorted(set(out) - set(SCALING_DEFAULTS))
   if unknown:
-    raise ValueError(f"{path}: {unknown[0]!r} is not a known rope scaling key; known: "
-                     f"{sorted(HF_KEYS | set(SCALING_DEFAULTS))}")
+    raise errors.unknown_field(f"{path}: {unknown[0]}", HF_KEYS | set(SCALING_DEFAULTS))
   return {k: tuple(v) if isinstance(v, list) else v for k, v in out.items() if v is not None}

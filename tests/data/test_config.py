@@ -1,7 +1,6 @@
 import pytest
 
-from lcx.data import config
-from lcx.data import sources
+from lcx.data import config, sources
 
 
 def _cfg(**overrides):
@@ -19,29 +18,47 @@ def test_every_text_source_is_a_valid_name():
 
 
 @pytest.mark.parametrize(
-    "overrides, message",
-    [
-        ({"name": "wikipedia"}, r"data.name='wikipedia' is not one of stdlib, books"),
-        ({"tokenizer": "bpe"}, r"data.tokenizer='bpe' is not one of byte, sentencepiece"),
-        ({"packing": "greedy"}, r"data.packing='greedy' is not one of auto, concat"),
-        ({"seq_len": 0}, r"data.seq_len=0 must be >= 1"),
-        ({"batch_size": 0}, r"data.batch_size=0 must be >= 1"),
-        ({"validation_fraction": 1.0}, r"data.validation_fraction=1.0"),
-        ({"tokenizer": "sentencepiece", "vocab_size": 100}, r"data.vocab_size=100"),
-        ({"name": "text_files"}, r"data.text_files must name"),
-        ({"name": "text_files", "text_files": "x", "text_files_split": "random"},
-         r"data.text_files_split='random' is not one of hash, folders"),
-        ({"name": "tfds"}, r"data.tfds_name must name"),
-        ({"name": "task", "task": "chess"}, r"data.task='chess' is not one of copy"),
-        ({"name": "task", "tokenizer": "sentencepiece"}, r"tasks are defined over bytes"),
-        ({"name": "task", "task_min_len": 5, "task_max_len": 4}, r"data.task_min_len=5"),
-        ({"name": "task", "task_eval_factor": 0}, r"data.task_eval_factor=0"),
-        ({"name": "task", "task_eval_examples": 0}, r"data.task_eval_examples=0 must be"),
-        ({"name": "task", "task_eval_depths": (0.5,)},
-         r"data.task_eval_depths=\(0.5,\) needs a task with a needle depth \(passkey\)"),
-        ({"name": "task", "task": "passkey", "task_eval_depths": (0.5, 2.0)},
-         r"data.task_eval_depths=\(0.5, 2.0\) must all be in \[0, 1\]"),
-    ],
+  "overrides, message",
+  [
+    ({"name": "wikipedia"}, r"^data.name='wikipedia' is not allowed; allowed: stdlib, books, "),
+    ({"tokenizer": "bpe"}, r"^data.tokenizer='bpe' is not allowed; allowed: byte, sentencepiece$"),
+    ({"packing": "greedy"}, r"^data.packing='greedy' is not allowed; allowed: auto, concat"),
+    ({"seq_len": 0}, r"^data.seq_len=0 is not allowed; allowed: >= 1$"),
+    ({"batch_size": 0}, r"^data.batch_size=0 is not allowed; allowed: >= 1$"),
+    (
+      {"validation_fraction": 1.0},
+      r"^data.validation_fraction=1.0 is not allowed; allowed: in \(0, 1\)$",
+    ),
+    (
+      {"tokenizer": "sentencepiece", "vocab_size": 100},
+      r"^data.vocab_size=100 is not allowed; allowed: >= 260 for sentencepiece",
+    ),
+    ({"name": "text_files"}, r"data.text_files must name"),
+    (
+      {"name": "text_files", "text_files": "x", "text_files_split": "random"},
+      r"^data.text_files_split='random' is not allowed; allowed: hash, folders$",
+    ),
+    ({"name": "tfds"}, r"data.tfds_name must name"),
+    ({"name": "task", "task": "chess"}, r"^data.task='chess' is not allowed; allowed: copy, "),
+    ({"name": "task", "tokenizer": "sentencepiece"}, r"tasks are defined over bytes"),
+    ({"name": "task", "task_min_len": 5, "task_max_len": 4}, r"data.task_min_len=5"),
+    (
+      {"name": "task", "task_eval_factor": 0},
+      r"^data.task_eval_factor=0 is not allowed; allowed: >= 1$",
+    ),
+    (
+      {"name": "task", "task_eval_examples": 0},
+      r"^data.task_eval_examples=0 is not allowed; allowed: >= 1$",
+    ),
+    (
+      {"name": "task", "task_eval_depths": (0.5,)},
+      r"data.task_eval_depths=\(0.5,\) needs a task with a needle depth \(passkey\)",
+    ),
+    (
+      {"name": "task", "task": "passkey", "task_eval_depths": (0.5, 2.0)},
+      r"^data.task_eval_depths=\(0.5, 2.0\) is not allowed; allowed: depths in \[0, 1\]$",
+    ),
+  ],
 )
 def test_bad_values_name_the_field_and_the_allowed_values(overrides, message):
   with pytest.raises(ValueError, match=message):
@@ -69,8 +86,7 @@ def test_auto_packing_keeps_task_examples_whole():
 
 
 def test_checked_names_match_the_registries():
-  from lcx.data import packing
-  from lcx.data import pipeline
+  from lcx.data import packing, pipeline
 
   assert set(pipeline.TRAIN_EXAMPLES) == set(config.SOURCE_CHECKS)
   assert set(pipeline.TOKENIZERS) == set(config.TOKENIZERS)

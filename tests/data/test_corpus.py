@@ -10,7 +10,7 @@ def _spec(calls):
     calls.append(1)
     documents = [corpus.Document(f"doc{i}", f"text {i}") for i in range(20)]
     return corpus.CorpusContents(
-        splits=corpus.split_by_hash(documents, 0.3), metadata={"sha256": {"a": "b"}}
+      splits=corpus.split_by_hash(documents, 0.3), metadata={"sha256": {"a": "b"}}
     )
 
   return corpus.CorpusSpec("unit_test", "twenty short documents", collect)

@@ -16,17 +16,19 @@ def _documents():
 
 def _batches(documents, packing_name, loss_masks=None, batch_size=2):
   examples = [
-      {"ids": ids, "loss_mask": np.ones(len(ids), np.float32) if loss_masks is None
-       else loss_masks[i]}
-      for i, ids in enumerate(documents)
+    {
+      "ids": ids,
+      "loss_mask": np.ones(len(ids), np.float32) if loss_masks is None else loss_masks[i],
+    }
+    for i, ids in enumerate(documents)
   ]
   batches = packing.pack_and_batch(
-      grain.MapDataset.source(examples).to_iter_dataset(),
-      packing=packing_name,
-      seq_len=SEQ_LEN,
-      batch_size=batch_size,
-      pad_id=PAD,
-      seed=0,
+    grain.MapDataset.source(examples).to_iter_dataset(),
+    packing=packing_name,
+    seq_len=SEQ_LEN,
+    batch_size=batch_size,
+    pad_id=PAD,
+    seed=0,
   )
   return list(batches)
 
@@ -41,19 +43,17 @@ def _rows(batches):
 def test_rows_have_contract_shapes_and_dtypes(packing_name):
   batch = _batches([d[:SEQ_LEN] for d in _documents()], packing_name)[0]
   assert {name: (v.shape, v.dtype.name) for name, v in batch.items()} == {
-      "inputs": ((2, SEQ_LEN), "int32"),
-      "targets": ((2, SEQ_LEN), "int32"),
-      "segment_ids": ((2, SEQ_LEN), "int32"),
-      "positions": ((2, SEQ_LEN), "int32"),
-      "loss_mask": ((2, SEQ_LEN), "float32"),
+    "inputs": ((2, SEQ_LEN), "int32"),
+    "targets": ((2, SEQ_LEN), "int32"),
+    "segment_ids": ((2, SEQ_LEN), "int32"),
+    "positions": ((2, SEQ_LEN), "int32"),
+    "loss_mask": ((2, SEQ_LEN), "float32"),
   }
 
 
 @pytest.mark.parametrize("packing_name", ["concat", "first_fit"])
 def test_positions_restart_and_targets_are_next_tokens_within_a_segment(packing_name):
-  documents = _documents() if packing_name == "concat" else [
-      d[: SEQ_LEN + 1] for d in _documents()
-  ]
+  documents = _documents() if packing_name == "concat" else [d[: SEQ_LEN + 1] for d in _documents()]
   for row in _rows(_batches(documents, packing_name)):
     segment_ids = row["segment_ids"]
     for segment in set(segment_ids[segment_ids > 0].tolist()):

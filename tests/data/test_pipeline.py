@@ -6,8 +6,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import lcx.data
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import corpus, sources
 
 
 def _take(iterator, k):
@@ -49,9 +48,7 @@ def test_same_seed_same_batches_other_seed_other_batches(fake_stdlib_cfg):
 
 def test_iterator_repeats_epochs_forever(fake_stdlib_cfg):
   iterator = lcx.data.make_train_iterator(fake_stdlib_cfg)
-  num_train_tokens = sum(
-      len(doc) + 2 for doc in sources.split_texts(fake_stdlib_cfg, corpus.TRAIN)
-  )
+  num_train_tokens = sum(len(doc) + 2 for doc in sources.split_texts(fake_stdlib_cfg, corpus.TRAIN))
   batch_tokens = fake_stdlib_cfg.batch_size * fake_stdlib_cfg.seq_len
   batches = _take(iterator, 3 * num_train_tokens // batch_tokens)  # ~3 epochs.
   assert all(b["inputs"].shape == (4, 64) for b in batches)
@@ -71,15 +68,11 @@ def test_iterator_resumes_through_orbax_grain_handlers(fake_stdlib_cfg, tmp_path
   iterator = lcx.data.make_train_iterator(fake_stdlib_cfg)
   _take(iterator, 3)
   with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
-    manager.save(
-        3, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(iterator))
-    )
+    manager.save(3, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(iterator)))
     manager.wait_until_finished()
     expected = _take(iterator, 3)
     resumed = lcx.data.make_train_iterator(fake_stdlib_cfg)
-    manager.restore(
-        3, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed))
-    )
+    manager.restore(3, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed)))
   _assert_same_batches(expected, _take(resumed, 3))
 
 
@@ -88,7 +81,7 @@ def test_processes_get_their_share_of_rows_from_disjoint_documents(fake_stdlib_c
   per_process = []
   for process_index in range(2):
     iterator = lcx.data.make_train_iterator(
-        fake_stdlib_cfg, process_index=process_index, process_count=2
+      fake_stdlib_cfg, process_index=process_index, process_count=2
     )
     batches = _take(iterator, 20)
     assert all(b["inputs"].shape == (2, 64) for b in batches)
@@ -123,9 +116,7 @@ def test_validation_tokens_are_deterministic_documents_in_key_order(fake_stdlib_
   total = sum(len(d) for d in documents)
   tokens_T = lcx.data.validation_tokens(fake_stdlib_cfg, total - 5)
   np.testing.assert_array_equal(tokens_T, np.concatenate(documents)[: total - 5])
-  np.testing.assert_array_equal(
-      tokens_T, lcx.data.validation_tokens(fake_stdlib_cfg, total - 5)
-  )
+  np.testing.assert_array_equal(tokens_T, lcx.data.validation_tokens(fake_stdlib_cfg, total - 5))
 
 
 def test_validation_tokens_refuses_to_return_fewer_than_asked(fake_stdlib_cfg):
@@ -135,11 +126,8 @@ def test_validation_tokens_refuses_to_return_fewer_than_asked(fake_stdlib_cfg):
     lcx.data.validation_tokens(fake_stdlib_cfg, total + 1)
 
 
-def test_sentencepiece_is_trained_once_on_train_and_used_for_batches(
-    fake_stdlib_cfg, monkeypatch
-):
-  from lcx.data import pipeline
-  from lcx.data import tokenizers
+def test_sentencepiece_is_trained_once_on_train_and_used_for_batches(fake_stdlib_cfg, monkeypatch):
+  from lcx.data import pipeline, tokenizers
 
   fake_stdlib_cfg.update(tokenizer="sentencepiece", vocab_size=300)
   tokenizer = lcx.data.get_tokenizer(fake_stdlib_cfg)

@@ -2,15 +2,19 @@ import pytest
 import tensorflow_datasets as tfds
 
 import lcx.data
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
+from lcx.data import config, corpus, sources
 
 
 def _tfds_cfg(tmp_path, **overrides):
   data_cfg = config.default_config()
-  data_cfg.update(name="tfds", tfds_name="lm1b", data_dir=str(tmp_path),
-                  validation_split="test", seq_len=16, batch_size=2)
+  data_cfg.update(
+    name="tfds",
+    tfds_name="lm1b",
+    data_dir=str(tmp_path),
+    validation_split="test",
+    seq_len=16,
+    batch_size=2,
+  )
   data_cfg.update(overrides)
   return data_cfg
 

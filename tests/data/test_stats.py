@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from lcx.data import corpus
-from lcx.data import stats
+from lcx.data import corpus, stats
 
 
 def test_length_stats_counts_documents_reaching_each_threshold():
@@ -32,11 +31,14 @@ def test_main_prints_each_split_of_a_text_files_corpus(tmp_path):
     for i, n in enumerate(lengths):
       (tmp_path / "in" / split / f"{i}.txt").write_text("x" * n)
   out = run_lcx(
-      ["--config=configs/base.py", "--config.data.name=text_files",
-       f"--config.data.text_files={tmp_path / 'in'}",
-       "--config.data.text_files_split=folders",
-       f"--config.data.data_dir={tmp_path / 'datasets'}"],
-      module="lcx.data.stats",
+    [
+      "--config=configs/base.py",
+      "--config.data.name=text_files",
+      f"--config.data.text_files={tmp_path / 'in'}",
+      "--config.data.text_files_split=folders",
+      f"--config.data.data_dir={tmp_path / 'datasets'}",
+    ],
+    module="lcx.data.stats",
   ).stdout
   assert "text_files train: 3 documents, 6116 tokens (median 1102, max 5002)" in out
   assert "documents reaching >=1k: 2  >=4k: 1  >=16k: 0  >=64k: 0" in out

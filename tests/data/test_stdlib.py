@@ -2,9 +2,7 @@ import pathlib
 import sys
 import sysconfig
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import stdlib
+from lcx.data import config, corpus, stdlib
 
 
 def _records(corpus_builder, split):
@@ -19,14 +17,14 @@ def _array_record_bytes(corpus_builder):
 
 def test_python_files_skips_tests_installed_packages_and_codec_tables(tmp_path):
   for relative in [
-      "os.py",
-      "json/decoder.py",
-      "test/test_os.py",
-      "idlelib/idle_test/test_x.py",
-      "site-packages/numpy/core.py",
-      "encodings/cp1252.py",
-      "json/tests/test_json.py",
-      "notes.txt",
+    "os.py",
+    "json/decoder.py",
+    "test/test_os.py",
+    "idlelib/idle_test/test_x.py",
+    "site-packages/numpy/core.py",
+    "encodings/cp1252.py",
+    "json/tests/test_json.py",
+    "notes.txt",
   ]:
     (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / relative).write_text("x = 1\n")

@@ -3,10 +3,7 @@ import logging
 
 import pytest
 
-from lcx.data import config
-from lcx.data import corpus
-from lcx.data import sources
-from lcx.data import text_files
+from lcx.data import config, corpus, sources, text_files
 
 
 def _write_folder(root):
@@ -17,15 +14,15 @@ def _write_folder(root):
   (root / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
   (root / "notes.md").write_text("not a text file for lcx\n")
   lines = [
-      json.dumps({"text": "line one", "id": 1}),
-      "",
-      json.dumps({"body": "no text field"}),
-      json.dumps({"text": "line four"}),
-      # Valid JSON with raw U+2028 / U+0085 inside a string: one line, one document.
-      json.dumps({"text": "five\u2028still five\x85end"}, ensure_ascii=False),
-      json.dumps({"text": "   "}),
-      json.dumps({"text": 7}),
-      json.dumps({"text": None}),
+    json.dumps({"text": "line one", "id": 1}),
+    "",
+    json.dumps({"body": "no text field"}),
+    json.dumps({"text": "line four"}),
+    # Valid JSON with raw U+2028 / U+0085 inside a string: one line, one document.
+    json.dumps({"text": "five\u2028still five\x85end"}, ensure_ascii=False),
+    json.dumps({"text": "   "}),
+    json.dumps({"text": 7}),
+    json.dumps({"text": None}),
   ]
   (root / "sub" / "c.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
   return root
@@ -34,8 +31,12 @@ def _write_folder(root):
 def _cfg(tmp_path, files, **overrides):
   data_cfg = config.default_config()
   data_cfg.update(
-      name="text_files", text_files=str(files), data_dir=str(tmp_path / "datasets"),
-      seq_len=16, batch_size=2, validation_fraction=0.4,
+    name="text_files",
+    text_files=str(files),
+    data_dir=str(tmp_path / "datasets"),
+    seq_len=16,
+    batch_size=2,
+    validation_fraction=0.4,
   )
   data_cfg.update(overrides)
   return data_cfg
@@ -46,8 +47,7 @@ def _documents(data_cfg):
   for split in (corpus.TRAIN, corpus.VALIDATION):
     records = sources.split_records(data_cfg, split).records
     found[split] = {
-        records[i]["key"].decode(): records[i]["text"].decode()
-        for i in range(len(records))
+      records[i]["key"].decode(): records[i]["text"].decode() for i in range(len(records))
     }
   return found
 
@@ -57,11 +57,11 @@ def test_folder_round_trips_and_warns_about_the_files_it_skips(tmp_path, caplog)
   with caplog.at_level(logging.WARNING):
     found = _documents(data_cfg)
   assert {**found[corpus.TRAIN], **found[corpus.VALIDATION]} == {
-      "a.txt": "first document\n",
-      "sub/b.txt": "second document ✓\n",
-      "sub/c.jsonl:1": "line one",
-      "sub/c.jsonl:4": "line four",
-      "sub/c.jsonl:5": "five\u2028still five\x85end",
+    "a.txt": "first document\n",
+    "sub/b.txt": "second document ✓\n",
+    "sub/c.jsonl:1": "line one",
+    "sub/c.jsonl:4": "line four",
+    "sub/c.jsonl:5": "five\u2028still five\x85end",
   }
   assert found[corpus.TRAIN].keys().isdisjoint(found[corpus.VALIDATION].keys())
   assert "empty.txt, empty" in caplog.text
@@ -77,7 +77,9 @@ def test_a_glob_selects_files(tmp_path):
   data_cfg = _cfg(tmp_path, root / "sub" / "*.jsonl")
   found = _documents(data_cfg)
   assert set(found[corpus.TRAIN]) | set(found[corpus.VALIDATION]) == {
-      "c.jsonl:1", "c.jsonl:4", "c.jsonl:5"
+    "c.jsonl:1",
+    "c.jsonl:4",
+    "c.jsonl:5",
   }
 
 
@@ -119,10 +121,7 @@ def test_builds_twice_byte_identical_and_rebuilds_when_files_change(tmp_path):
   second = _cfg(tmp_path, root, data_dir=str(tmp_path / "two"))
   spec = text_files.spec(first)
   built = [corpus.builder(spec, config.data_dir(c)) for c in (first, second)]
-  shards = [
-      {f.name: f.read_bytes() for f in b.data_path.glob("*.array_record*")}
-      for b in built
-  ]
+  shards = [{f.name: f.read_bytes() for f in b.data_path.glob("*.array_record*")} for b in built]
   assert shards[0] and shards[0] == shards[1]
   (root / "a.txt").write_text("first document, edited and longer\n")
   assert text_files.spec(first).config_name != spec.config_name

@@ -16,17 +16,14 @@ def test_byte_tokenizer_round_trips_utf8_and_keeps_specials_apart():
   specials = [tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id]
   assert sorted(specials) == [256, 257, 258] and tokenizer.vocab_size == 259
   assert tokenizer.decode([tokenizer.bos_id, 104, 105, tokenizer.eos_id]) == "hi"
-  assert json.loads(json.dumps(tokenizer.metadata())) == {
-      "kind": "byte", "vocab_size": 259
-  }
+  assert json.loads(json.dumps(tokenizer.metadata())) == {"kind": "byte", "vocab_size": 259}
 
 
 def _documents():
   words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
   rng = np.random.default_rng(0)
   return [
-      " ".join(rng.choice(words, size=30)).encode() + b"\n" + str(i).encode()
-      for i in range(200)
+    " ".join(rng.choice(words, size=30)).encode() + b"\n" + str(i).encode() for i in range(200)
   ]
 
 
@@ -51,5 +48,7 @@ def test_sentencepiece_trains_deterministically_and_records_its_hash(tmp_path):
   moved.parent.mkdir()
   moved.write_bytes(first.read_bytes())
   assert tokenizers.identity(tokenizers.SentencePieceTokenizer(moved).metadata()) == {
-      "kind": "sentencepiece", "vocab_size": 350, "sha256": metadata["sha256"]
+    "kind": "sentencepiece",
+    "vocab_size": 350,
+    "sha256": metadata["sha256"],
   }

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from lcx import config as config_lib, evaluate, prepare, train
+from lcx import evaluate, prepare, train
 from lcx.data import pipeline, tokenizers
 from lcx.evaluate import lengths, runner as runner_lib, samples
 from tests.helpers import DATA_DIR, run_lcx, tiny_config
@@ -33,8 +33,13 @@ def _runner(config, workdir):
 
 def _sequences(config, runner, longest):
   ev = config.eval
-  return samples.select(pipeline.validation_documents(runner.config.data), ev.documents,
-                        longest, ev.num_tokens, ev.sample_seed)
+  return samples.select(
+    pipeline.validation_documents(runner.config.data),
+    ev.documents,
+    longest,
+    ev.num_tokens,
+    ev.sample_seed,
+  )
 
 
 @pytest.mark.slow
@@ -46,8 +51,13 @@ def test_one_file_per_variant_with_numbers_and_settings(rope_run, capsys):
     saved = json.load(open(f"{workdir}/eval/{evaluate.variants.file_name(spec)}"))
     assert saved == json.loads(json.dumps(r, default=list))
     assert (saved["schema"], saved["kind"], saved["step"], saved["train_len"]) == (
-        "lcx.eval/1", "lengths", 30, 32)
-    assert saved["protocol"]["protocol"] == "windows" and saved["versions"]["jax"] == jax.__version__
+      "lcx.eval/1",
+      "lengths",
+      30,
+      32,
+    )
+    assert saved["protocol"]["protocol"] == "windows"
+    assert saved["versions"]["jax"] == jax.__version__
     assert sorted(saved["lengths"], key=int) == ["32", "64", "128", "256"]
     tokens = {v["tokens"] for v in saved["lengths"].values()}
     assert tokens == {2048}  # the same tokens at every length
@@ -60,7 +70,8 @@ def test_one_file_per_variant_with_numbers_and_settings(rope_run, capsys):
       buckets = v["loss_by_position"]
       assert buckets[0]["start"] == 0 and sum(b["tokens"] for b in buckets) == v["tokens"]
   assert results["yarn@4"]["overrides"] == {
-      "model.position.scaling": {"rope_type": "yarn", "factor": 4.0}}
+    "model.position.scaling": {"rope_type": "yarn", "factor": 4.0}
+  }
   assert results["yarn@4"]["lengths"]["256"]["loss"] != results["none"]["lengths"]["256"]["loss"]
   out = capsys.readouterr().out
   assert "## Perplexity by evaluation length" in out and "| yarn@4 " in out
@@ -83,8 +94,10 @@ def test_a_result_is_reused_unless_forced_or_settings_change(rope_run, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol, documents", [("windows", "stream"), ("sliding", "stream"),
-                                                 ("windows", "long"), ("last_k", "long")])
+@pytest.mark.parametrize(
+  "protocol, documents",
+  [("windows", "stream"), ("sliding", "stream"), ("windows", "long"), ("last_k", "long")],
+)
 def test_chunked_equals_dense_under_every_protocol(rope_run, protocol, documents):
   config, workdir = rope_run
   config = config.copy_and_resolve_references()
@@ -129,12 +142,12 @@ def test_stream_windows_never_attend_across_documents(rope_run):
     for segment in np.unique(w.segments_NxT[row]):
       cols = np.flatnonzero(w.segments_NxT[row] == segment)
       alone = np.zeros((1, 128), np.int32)
-      alone[0, :len(cols)] = w.inputs_NxT[row, cols]
+      alone[0, : len(cols)] = w.inputs_NxT[row, cols]
       targets = np.zeros((1, 128), np.int32)
-      targets[0, :len(cols)] = w.targets_NxT[row, cols]
+      targets[0, : len(cols)] = w.targets_NxT[row, cols]
       seg = (np.arange(128) < len(cols)).astype(np.int32)[None]
       pos = np.arange(128, dtype=np.int32)[None]
-      single = runner.nll(alone, targets, pos, seg)[0, :len(cols)]
+      single = runner.nll(alone, targets, pos, seg)[0, : len(cols)]
       np.testing.assert_allclose(nll[row, cols], single, rtol=2e-5, atol=2e-5)
       pieces += 1
   assert pieces > 4  # the windows did hold several documents
@@ -144,8 +157,11 @@ def test_stream_windows_never_attend_across_documents(rope_run):
 def test_nothing_recompiles_across_lengths_and_variants(rope_run):
   config, workdir = rope_run
   compiles = []
-  listener = lambda event, duration, **kw: compiles.append(event) if event.endswith(
-      "backend_compile_duration") else None
+
+  def listener(event, duration, **kw):
+    if event.endswith("backend_compile_duration"):
+      compiles.append(event)
+
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     runner = _runner(config, workdir)
@@ -162,8 +178,11 @@ def test_nothing_recompiles_across_lengths_and_variants(rope_run):
 def test_trained_fields_are_refused_eval_time_ones_accepted(rope_run):
   config, workdir = rope_run
   other = tiny_config("alibi")
-  with pytest.raises(ValueError, match=r"model.position.name='alibi' differs from the "
-                     r"checkpoint's 'rope': it is a trained field"):
+  with pytest.raises(
+    ValueError,
+    match=r"model.position.name='alibi' differs from the "
+    r"checkpoint's 'rope': it is a trained field",
+  ):
     evaluate.evaluate(other, workdir)
   wider = config.copy_and_resolve_references()
   wider.model.d_model = 128
@@ -180,17 +199,34 @@ def test_eval_from_the_workdir_alone_on_the_command_line(rope_run, tmp_path):
   _, workdir = rope_run
   shutil.copytree(workdir, tmp_path / "run")
   shutil.rmtree(tmp_path / "run" / "eval", ignore_errors=True)
-  out = run_lcx(["--mode=eval", f"--workdir={tmp_path / 'run'}",
-                 "--config.eval.variants=none,dynamic@4,rerope@16",
-                 "--config.eval.multipliers=(1,2)"])
+  out = run_lcx(
+    [
+      "--mode=eval",
+      f"--workdir={tmp_path / 'run'}",
+      "--config.eval.variants=none,dynamic@4,rerope@16",
+      "--config.eval.multipliers=(1,2)",
+    ]
+  )
   assert sorted(os.listdir(tmp_path / "run" / "eval")) == [
-      "dynamic@4.json", "none.json", "rerope@16.json"]
+    "dynamic@4.json",
+    "none.json",
+    "rerope@16.json",
+  ]
   assert "| rerope@16 " in out.stdout
-  proc = run_lcx(["--mode=eval", f"--workdir={tmp_path / 'run'}", "--force",
-                  "--config=configs/base.py:pos=alibi,size=tiny",
-                  f"--config.data.data_dir={DATA_DIR}", "--config.data.seq_len=32"], check=False)
+  proc = run_lcx(
+    [
+      "--mode=eval",
+      f"--workdir={tmp_path / 'run'}",
+      "--force",
+      "--config=configs/base.py:pos=alibi,size=tiny",
+      f"--config.data.data_dir={DATA_DIR}",
+      "--config.data.seq_len=32",
+    ],
+    check=False,
+  )
   assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
-      "error: model.position.name='alibi' differs from the checkpoint's 'rope'")
+    "error: model.position.name='alibi' differs from the checkpoint's 'rope'"
+  )
   assert "Traceback" not in proc.stderr
   assert len(os.listdir(tmp_path / "run" / "eval")) == 3  # nothing written
 
@@ -207,8 +243,13 @@ def _texts(words, num=200):
 
 def _sentencepiece_config(corpus, data_dir):
   config = tiny_config("alibi", steps=2, checkpoint_every=1000)
-  config.data.update(name="text_files", text_files=str(corpus), data_dir=str(data_dir),
-                     tokenizer="sentencepiece", vocab_size=300)
+  config.data.update(
+    name="text_files",
+    text_files=str(corpus),
+    data_dir=str(data_dir),
+    tokenizer="sentencepiece",
+    vocab_size=300,
+  )
   config.eval.multipliers = (1,)
   config.eval.num_tokens = 256
   return config
@@ -219,8 +260,9 @@ def sentencepiece_run(tmp_path_factory):
   """A 2-step run with a SentencePiece model trained in its data dir."""
   root = tmp_path_factory.mktemp("sp")
   (root / "corpus").mkdir()
-  (root / "corpus" / "docs.jsonl").write_text("".join(
-      json.dumps({"text": t}) + "\n" for t in _texts(["alpha", "beta", "gamma", "delta"])))
+  (root / "corpus" / "docs.jsonl").write_text(
+    "".join(json.dumps({"text": t}) + "\n" for t in _texts(["alpha", "beta", "gamma", "delta"]))
+  )
   config = _sentencepiece_config(root / "corpus", root / "data")
   train.train(config, str(root / "run"))
   return root, config
@@ -247,10 +289,14 @@ def test_a_different_tokenizer_is_refused_naming_both(sentencepiece_run):
   other_texts = [t.encode() for t in _texts(["one", "two", "three", "four", "five"])]
   tokenizers.train_sentencepiece(other_texts, 300, pipeline.sentencepiece_path(other.data), 0)
   sha = r"'sha256': '[0-9a-f]{64}'"
-  with pytest.raises(ValueError, match=(
+  with pytest.raises(
+    ValueError,
+    match=(
       rf"trained with tokenizer \{{'kind': 'sentencepiece', 'vocab_size': 300, {sha}\}}, "
       rf"data\.\* gives \{{'kind': 'sentencepiece', 'vocab_size': 300, {sha}\}}: "
-      r"set data\.tokenizer, data\.vocab_size")):
+      r"set data\.tokenizer, data\.vocab_size"
+    ),
+  ):
     evaluate.evaluate(other, str(root / "run"))
 
 
@@ -284,8 +330,10 @@ def test_task_training_length_is_the_longest_trained_position():
 
 def nnx_model(prepared):
   from flax import nnx
-  return nnx.merge(prepared.graphdef, jax.tree.map(
-      lambda a: np.zeros(a.shape, a.dtype), prepared.abstract_params))
+
+  return nnx.merge(
+    prepared.graphdef, jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), prepared.abstract_params)
+  )
 
 
 @pytest.mark.slow
@@ -301,13 +349,84 @@ def test_text_lengths_past_a_learned_table_are_skipped_with_the_reason(tmp_path)
 def test_several_protocols_and_document_sets_in_one_call_never_overwrite(rope_run):
   config, workdir = rope_run
   config = config.copy_and_resolve_references()
-  config.eval.update(variants="none", protocol="windows,sliding,last_k",
-                     documents="stream,long", stride=16, multipliers=(1, 2))
+  config.eval.update(
+    variants="none",
+    protocol="windows,sliding,last_k",
+    documents="stream,long",
+    stride=16,
+    multipliers=(1, 2),
+  )
   results = evaluate.evaluate(config, workdir)
-  assert set(results) >= {"none", "none.sliding-stream", "none.windows-long",
-                          "none.sliding-long", "none.last_k-long"}
+  assert set(results) >= {
+    "none",
+    "none.sliding-stream",
+    "none.windows-long",
+    "none.sliding-long",
+    "none.last_k-long",
+  }
   assert "none.last_k-stream" not in results  # last_k scores long documents only
   for name, r in results.items():
     assert os.path.exists(f"{workdir}/eval/{name}.json")
-    assert name == "none" or name.split(".")[1] == f"{r['protocol']['protocol']}-" \
-        f"{r['protocol']['documents']}"
+    assert (
+      name == "none"
+      or name.split(".")[1] == f"{r['protocol']['protocol']}-{r['protocol']['documents']}"
+    )
+
+
+def _untrained_runner(config):
+  """A Runner over freshly initialized parameters (no training: the positions are the point)."""
+  from flax import nnx
+
+  from lcx.model import Decoder
+
+  prepared = prepare.prepare(config)
+  params = nnx.state(Decoder(prepared.config.model, rngs=nnx.Rngs(0)), nnx.Param)
+  return runner_lib.Runner(prepared, params)
+
+
+def test_eval_random_positions_change_what_the_model_sees_and_are_seeded():
+  """Two packed documents (12 + 20 tokens) per row: with eval.random_positions each gets a
+  sorted sample of [0, 1024), the same on every call and in any batching; ALiBi's loss moves."""
+  rng = np.random.default_rng(0)
+  inputs, targets = (rng.integers(0, 256, (6, 32)).astype(np.int32) for _ in range(2))
+  pos = np.tile(np.concatenate([np.arange(12), np.arange(20)]), (6, 1)).astype(np.int32)
+  seg = np.tile(np.array([1] * 12 + [2] * 20, np.int32), (6, 1))
+  config = tiny_config("alibi")
+  plain = _untrained_runner(config)
+  config.eval.random_positions = 1024
+  sampled = _untrained_runner(config)
+  seen = sampled.model_positions(pos, seg)
+  np.testing.assert_array_equal(plain.model_positions(pos, seg), pos)
+  assert seen.min() >= 0 and seen.max() < 1024 and seen.max() > 32
+  for doc in (seen[:, :12], seen[:, 12:]):
+    assert np.all(np.diff(doc, axis=1) > 0)
+  np.testing.assert_array_equal(seen, sampled.model_positions(pos, seg))
+  nll = sampled.nll(inputs, targets, pos, seg)
+  assert np.abs(nll - plain.nll(inputs, targets, pos, seg)).max() > 1e-3
+  np.testing.assert_array_equal(nll, sampled.nll(inputs, targets, pos, seg))
+  config.eval.batch_tokens = 64  # two rows per batch instead of all six
+  np.testing.assert_allclose(
+    _untrained_runner(config).nll(inputs, targets, pos, seg), nll, rtol=1e-5, atol=1e-6
+  )
+  config.eval.sample_seed = 1
+  assert not np.array_equal(_untrained_runner(config).model_positions(pos, seg), seen)
+
+
+def test_eval_random_positions_name_the_results_and_enter_their_overrides():
+  config = tiny_config("rope")
+  config.eval.variants = "none,yarn@4"
+  config.eval.random_positions = 256
+  todo = evaluate.plan(prepare.prepare(config))
+  assert [name for name, *_ in todo] == ["none.random256", "yarn@4.random256"]
+  for _, _, changes, variant_cfg in todo:
+    assert changes["eval.random_positions"] == 256
+    assert variant_cfg.eval.random_positions == 256
+  changes, passkey_cfg = evaluate._plain_positions(todo[1][2], todo[1][3])
+  assert "eval.random_positions" not in changes and passkey_cfg.eval.random_positions == 0
+  assert changes[evaluate.variants.SCALING]["rope_type"] == "yarn"
+  config.eval.random_positions = 0
+  plain = evaluate.plan(prepare.prepare(config))
+  assert [name for name, *_ in plain] == ["none", "yarn@4"]
+  assert evaluate._settings("lengths", todo[0][3], "none", todo[0][2], [32]) != (
+    evaluate._settings("lengths", plain[0][3], "none", plain[0][2], [32])
+  )

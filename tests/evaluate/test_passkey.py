@@ -27,7 +27,7 @@ def test_prompt_has_the_exact_length_and_the_needle_at_its_depth(length):
     assert text.endswith(passkey.QUESTION) and text.count(needle) == 1
     assert "12345" not in text.replace(needle, "")
     at = text.index(needle)
-    filler = text[:at] + text[at + len(needle):-len(passkey.QUESTION)]
+    filler = text[:at] + text[at + len(needle) : -len(passkey.QUESTION)]
     assert filler == "" or filler.endswith(". ")  # whole sentences up to the question
     assert at == 0 or text[:at].endswith(". ")  # the needle sits between sentences
     starts.append(at)
@@ -61,8 +61,11 @@ def test_config_checks_name_the_field():
     config_lib.validate_eval(config)
   config = tiny_config()
   config.eval.passkey.lengths = (200, 64)
-  with pytest.raises(ValueError, match=r"eval.passkey.lengths=\(200, 64\): 64 tokens cannot "
-                                       r"hold .* use lengths >= 97"):
+  with pytest.raises(
+    ValueError,
+    match=r"eval.passkey.lengths=\(200, 64\): 64 tokens cannot "
+    r"hold .* use lengths >= 97",
+  ):
     passkey.check_lengths(config, BYTES)
 
 
@@ -70,9 +73,14 @@ def _fake_runner(config, too_long=None):
   def check_length(n):
     if too_long and n > too_long:
       raise ValueError(f"the learned table has {too_long} positions")
-  return types.SimpleNamespace(config=config, prepared=types.SimpleNamespace(graphdef=None),
-                               params=None, check_length=check_length,
-                               kernel=lambda n: "dense")
+
+  return types.SimpleNamespace(
+    config=config,
+    prepared=types.SimpleNamespace(graphdef=None),
+    params=None,
+    check_length=check_length,
+    kernel=lambda n: "dense",
+  )
 
 
 @pytest.mark.parametrize("oracle,accuracy", [(True, 1.0), (False, 0.0)])
@@ -96,7 +104,8 @@ def test_sweep_scores_each_cell_by_exact_match(monkeypatch, oracle, accuracy):
   body = passkey.sweep(_fake_runner(config, too_long=200), BYTES)
   assert body["lengths"] == [100, 120, 300] and body["depths"] == [0.0, 0.5, 1.0]
   assert [(c["length"], c["depth"]) for c in body["cells"]] == [
-      (n, d) for n in (100, 120) for d in (0.0, 0.5, 1.0)]
+    (n, d) for n in (100, 120) for d in (0.0, 0.5, 1.0)
+  ]
   assert all(c["accuracy"] == accuracy and c["examples"] == 3 for c in body["cells"])
   assert list(body["skipped"]) == ["300"] and "learned table" in body["skipped"]["300"]
   assert body["protocol"]["new_tokens"] == 7
@@ -104,8 +113,7 @@ def test_sweep_scores_each_cell_by_exact_match(monkeypatch, oracle, accuracy):
 
 
 @pytest.mark.slow
-def test_evaluation_writes_a_passkey_result_per_variant_that_the_report_renders(tmp_path,
-                                                                              capsys):
+def test_evaluation_writes_a_passkey_result_per_variant_that_the_report_renders(tmp_path, capsys):
   workdir = str(tmp_path / "run")
   config = tiny_config("rope", steps=10, checkpoint_every=1000)
   config.eval.update(multipliers=(1,), num_tokens=256, bootstrap=10, variants="none,yarn@2")
@@ -119,7 +127,9 @@ def test_evaluation_writes_a_passkey_result_per_variant_that_the_report_renders(
   assert result["overrides"] == {"model.position.scaling": {"rope_type": "yarn", "factor": 2.0}}
   assert result["step"] == 10 and result["train_len"] == 32 and result["lengths"] == [100]
   assert [(c["length"], c["depth"], c["examples"]) for c in result["cells"]] == [
-      (100, 0.0, 2), (100, 1.0, 2)]
+    (100, 0.0, 2),
+    (100, 1.0, 2),
+  ]
   common = set(results["none"]) - {"protocol", "lengths", "skipped"}
   assert common <= set(result)  # the same common keys as the length sweep's
   # Another passkey setting: the length results are reused, the passkey ones recomputed.
@@ -130,7 +140,8 @@ def test_evaluation_writes_a_passkey_result_per_variant_that_the_report_renders(
   assert "reusing" in err and err.count("reusing") == 2 and "none.json (same step" in err
   assert "passkey@none.json (same step" not in err
   assert again["passkey@none"]["cells"][0]["examples"] == 3
-  proc = run_lcx([os.path.join(workdir, "eval"), f"--out={tmp_path / 'report'}"],
-                 module="lcx.report")
+  proc = run_lcx(
+    [os.path.join(workdir, "eval"), f"--out={tmp_path / 'report'}"], module="lcx.report"
+  )
   assert "Passkey retrieval" in proc.stdout and "| 100 (3.125x) |" in proc.stdout
   assert (tmp_path / "report" / "passkey.png").exists()

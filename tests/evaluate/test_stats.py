@@ -42,6 +42,6 @@ def test_position_edges_are_log_spaced_per_octave():
   edges = stats.position_edges(256, 4)
   assert edges[:9] == [0, 1, 2, 3, 4, 5, 6, 7, 8] and edges[-1] == 256
   for octave in range(4, 8):  # [16, 32), [32, 64), ...: 4 buckets each
-    assert sum(2 ** octave <= e < 2 ** (octave + 1) for e in edges) == 4
+    assert sum(2**octave <= e < 2 ** (octave + 1) for e in edges) == 4
   assert stats.position_edges(100, 4)[-1] == 100
   assert stats.position_edges(1, 4) == [0, 1]

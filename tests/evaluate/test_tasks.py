@@ -3,7 +3,6 @@
 import json
 import os
 
-import numpy as np
 import pytest
 
 from lcx import evaluate, prepare, train
@@ -16,10 +15,18 @@ from tests.helpers import tiny_config
 def copy_run(tmp_path_factory):
   """A tiny RoPE model trained on `copy` with sizes 1..6."""
   workdir = tmp_path_factory.mktemp("copy")
-  config = tiny_config("rope", steps=600, warmup_steps=30, lr=3e-3, log_every=100,
-                       checkpoint_every=1000)
-  config.data.update(name="task", task="copy", task_min_len=1, task_max_len=6, seq_len=32,
-                     batch_size=16, task_eval_examples=120)
+  config = tiny_config(
+    "rope", steps=600, warmup_steps=30, lr=3e-3, log_every=100, checkpoint_every=1000
+  )
+  config.data.update(
+    name="task",
+    task="copy",
+    task_min_len=1,
+    task_max_len=6,
+    seq_len=32,
+    batch_size=16,
+    task_eval_examples=120,
+  )
   train.train(config, str(workdir))
   return config, str(workdir)
 
@@ -51,7 +58,11 @@ def test_task_eval_writes_accuracy_per_size_bucket(copy_run, monkeypatch, capsys
   saved = json.load(open(f"{workdir}/eval/none.json"))
   assert saved == json.loads(json.dumps(result, default=list))
   assert (saved["kind"], saved["task"], saved["step"], saved["depths"]) == (
-      "tasks", "copy", 600, {})
+    "tasks",
+    "copy",
+    600,
+    {},
+  )
   assert saved["train_len"] == 14  # BOS + 6 + '=' + 6 + EOS: positions 0..13
   buckets = saved["buckets"]
   assert list(buckets) == ["1-6", "7-12", "13-24"]  # task_eval_factor 4 x task_max_len 6
@@ -70,8 +81,14 @@ def test_passkey_is_evaluated_at_each_configured_depth(copy_run):
   """Same architecture and tokenizer, so the copy checkpoint scores passkey (badly)."""
   config, workdir = copy_run
   config = config.copy_and_resolve_references()
-  config.data.update(task="passkey", task_min_len=1, task_max_len=2, task_eval_factor=2,
-                     task_eval_examples=6, task_eval_depths=(0.0, 1.0))
+  config.data.update(
+    task="passkey",
+    task_min_len=1,
+    task_max_len=2,
+    task_eval_factor=2,
+    task_eval_examples=6,
+    task_eval_depths=(0.0, 1.0),
+  )
   config.eval.variants = "none"
   with pytest.raises(ValueError, match=r"model.max_len=\d+ differs from the checkpoint's 14"):
     evaluate.evaluate(config, workdir)  # another task trains another length
@@ -83,8 +100,11 @@ def test_passkey_is_evaluated_at_each_configured_depth(copy_run):
     assert sum(b["examples"] for b in by_bucket.values()) == 6
   assert sum(b["examples"] for b in results["buckets"].values()) == 12
   config.data.task = "copy"
-  with pytest.raises(ValueError, match=r"data.task_eval_depths=\(0.0, 1.0\) needs a task "
-                     r"with a needle depth \(passkey\); data.task='copy' has none"):
+  with pytest.raises(
+    ValueError,
+    match=r"data.task_eval_depths=\(0.0, 1.0\) needs a task "
+    r"with a needle depth \(passkey\); data.task='copy' has none",
+  ):
     evaluate.evaluate(config, workdir)
 
 
@@ -92,8 +112,15 @@ def test_passkey_is_evaluated_at_each_configured_depth(copy_run):
 def test_task_buckets_past_a_learned_table_are_skipped_not_fatal(tmp_path, capsys):
   """A learned table of 14 positions scores the sizes it covers; longer buckets say why not."""
   config = tiny_config("learned", steps=20, checkpoint_every=1000)
-  config.data.update(name="task", task="copy", task_min_len=1, task_max_len=6, seq_len=16,
-                     batch_size=8, task_eval_examples=40)
+  config.data.update(
+    name="task",
+    task="copy",
+    task_min_len=1,
+    task_max_len=6,
+    seq_len=16,
+    batch_size=8,
+    task_eval_examples=40,
+  )
   train.train(config, str(tmp_path))
   result = evaluate.evaluate(config, str(tmp_path))["none"]
   buckets = result["buckets"]

@@ -14,8 +14,7 @@ from tests.helpers import tiny_config
 
 def test_each_document_gets_distinct_increasing_positions():
   pos_BxL = jnp.array([[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7]])
-  out = jax.jit(positions.randomized_positions, static_argnums=2)(jax.random.key(0), pos_BxL,
-                                                                  1000)
+  out = jax.jit(positions.randomized_positions, static_argnums=2)(jax.random.key(0), pos_BxL, 1000)
   out = np.asarray(out)
   assert out.dtype == np.int32 and out.shape == (2, 8)
   assert out.min() >= 0 and out.max() < 1000
@@ -31,8 +30,9 @@ def test_short_document_packed_with_a_long_one_is_not_squeezed():
   n, long, m, keys = 40, 2000, 8192, 64
   pos = jnp.tile(jnp.concatenate([jnp.arange(n), jnp.arange(long)]), (keys, 1))
   packed = np.asarray(positions.randomized_positions(jax.random.key(0), pos, m))
-  alone = np.asarray(positions.randomized_positions(jax.random.key(1),
-                                                    jnp.tile(jnp.arange(n), (keys, 1)), m))
+  alone = np.asarray(
+    positions.randomized_positions(jax.random.key(1), jnp.tile(jnp.arange(n), (keys, 1)), m)
+  )
   short, rest = packed[:, :n], packed[:, n:]
   for doc in (short, rest, alone):
     assert np.all(np.diff(doc, axis=1) > 0) and doc.min() >= 0 and doc.max() < m
@@ -46,8 +46,7 @@ def test_segment_ids_split_documents_and_padding():
   """Padding (segment 0) after a document is not part of it, though its positions run on."""
   pos = jnp.array([[0, 1, 2, 3, 4, 5]])
   seg = jnp.array([[1, 1, 1, 1, 0, 0]])
-  np.testing.assert_array_equal(positions.randomized.document_ids(pos, seg),
-                                [[1, 1, 1, 1, 2, 2]])
+  np.testing.assert_array_equal(positions.randomized.document_ids(pos, seg), [[1, 1, 1, 1, 2, 2]])
   np.testing.assert_array_equal(positions.randomized.document_ids(pos), [[1] * 6])
   out = np.asarray(positions.randomized_positions(jax.random.key(0), pos, 64, seg))[0]
   assert np.all(np.diff(out[:4]) > 0) and np.all(np.diff(out[4:]) > 0)
@@ -74,10 +73,13 @@ def test_too_few_positions_is_an_error():
 def _learnable_batch(b=4, t=16):
   """A fixed batch of repeating byte patterns: a few steps on it lower the loss."""
   tokens = (np.arange(b * (t + 1)).reshape(b, t + 1) % 7 * 31 + np.arange(b)[:, None]) % 256
-  return {"inputs": tokens[:, :-1].astype(np.int32), "targets": tokens[:, 1:].astype(np.int32),
-          "segment_ids": np.ones((b, t), np.int32),
-          "positions": np.tile(np.arange(t, dtype=np.int32), (b, 1)),
-          "loss_mask": np.ones((b, t), np.float32)}
+  return {
+    "inputs": tokens[:, :-1].astype(np.int32),
+    "targets": tokens[:, 1:].astype(np.int32),
+    "segment_ids": np.ones((b, t), np.int32),
+    "positions": np.tile(np.arange(t, dtype=np.int32), (b, 1)),
+    "loss_mask": np.ones((b, t), np.float32),
+  }
 
 
 RANDOM_MAX, STEPS = 128, 6
@@ -94,8 +96,7 @@ def runs():
   batch = _learnable_batch()
   graphdefs, steps, states = {}, {}, {}
   for name in sorted(positions.SCHEMES):
-    config = tiny_config(name, random_positions=RANDOM_MAX, lr=1e-2, warmup_steps=0,
-                         steps=STEPS)
+    config = tiny_config(name, random_positions=RANDOM_MAX, lr=1e-2, warmup_steps=0, steps=STEPS)
     config.data.seq_len = 16
     config.model.vocab_size = 259
     config.model.num_layers = 1
@@ -106,17 +107,22 @@ def runs():
     steps[name] = train.make_step(graphdefs[name], tx, config)
     states[name] = (params, tx.init(params))
   initial = {name: params for name, (params, _) in states.items()}
-  losses_at = jax.jit(lambda params, pos: {name: train.loss_fn(
-      nnx.merge(graphdefs[name], p), batch, pos) for name, p in params.items()},
-                      compiler_options=FAST_COMPILE)
-  step_all = jax.jit(lambda states, i: {name: steps[name](*state, batch, i)
-                                         for name, state in states.items()},
-                     compiler_options=FAST_COMPILE)
+  losses_at = jax.jit(
+    lambda params, pos: {
+      name: train.loss_fn(nnx.merge(graphdefs[name], p), batch, pos) for name, p in params.items()
+    },
+    compiler_options=FAST_COMPILE,
+  )
+  step_all = jax.jit(
+    lambda states, i: {name: steps[name](*state, batch, i) for name, state in states.items()},
+    compiler_options=FAST_COMPILE,
+  )
   plain = jnp.asarray(batch["positions"])
   first_key = jax.random.fold_in(jax.random.key(0), 0)  # make_step's key at step 0, seed 0
-  out = {"plain_before": losses_at(initial, plain),
-         "sampled": losses_at(initial, positions.randomized_positions(first_key, plain,
-                                                                      RANDOM_MAX))}
+  out = {
+    "plain_before": losses_at(initial, plain),
+    "sampled": losses_at(initial, positions.randomized_positions(first_key, plain, RANDOM_MAX)),
+  }
   losses = {name: [] for name in states}
   for i in range(STEPS):
     results = step_all(states, jnp.int32(i))
@@ -125,8 +131,9 @@ def runs():
       losses[name].append(float(metrics["loss"]))
   out["plain_after"] = losses_at(initial, plain)
   out["trained_plain"] = losses_at({name: s[0] for name, s in states.items()}, plain)
-  return {name: {"losses": losses[name], **{k: float(v[name]) for k, v in out.items()}}
-          for name in states}
+  return {
+    name: {"losses": losses[name], **{k: float(v[name]) for k, v in out.items()}} for name in states
+  }
 
 
 @pytest.mark.slow
@@ -143,3 +150,81 @@ def test_train_step_randomizes_and_plain_forward_is_untouched(runs, name):
     assert abs(run["sampled"] - run["plain_before"]) > 1e-4
   assert run["plain_after"] == run["plain_before"]
   assert np.isfinite(run["trained_plain"])
+
+
+def _runs(row):
+  """Maximal runs of consecutive positions (steps of exactly 1) in a row, as (start, length)."""
+  breaks = np.flatnonzero(np.diff(row) != 1) + 1
+  return [(int(r[0]), len(r)) for r in np.split(row, breaks)]
+
+
+def test_pose_two_contiguous_chunks_per_document_below_the_target():
+  """Documents of 9, 5 and 1 tokens, then 3 padding tokens (segment 0) in one row."""
+  pos = jnp.array([[*range(9), *range(5), 0, 0, 1, 2]] * 64)
+  seg = jnp.array([[1] * 9 + [2] * 5 + [3] + [0] * 3] * 64)
+  out = np.asarray(
+    jax.jit(positions.pose_positions, static_argnums=2)(jax.random.key(0), pos, 100, seg)
+  )
+  assert out.dtype == np.int32 and out.shape == (64, 18)
+  firsts, skips = [], []
+  for row in out:
+    for doc in (row[:9], row[9:14]):
+      assert doc[0] == 0 and np.all(np.diff(doc) > 0) and doc[-1] < 100
+      runs = _runs(doc)
+      assert len(runs) <= 2 and runs[0][0] == 0  # a chunk at 0, then one skipped chunk
+      first = runs[0][1] if len(runs) == 2 else None
+      if first is not None:
+        assert 1 <= first <= (len(doc) + 1) // 2
+        assert runs[1][0] - first <= 100 - len(doc)  # skip u <= target - n
+      if len(doc) == 9:
+        firsts.append(first)
+        skips.append(doc[-1] - 8)
+    assert row[14] == 0  # a one-token document stays at 0
+  # Over 64 rows: every first-chunk length 1..5 occurs, and skips cover [0, 91].
+  assert {f for f in firsts if f is not None} == {1, 2, 3, 4, 5}
+  assert min(skips) < 10 and max(skips) > 80 and max(skips) <= 91
+
+
+def test_pose_documents_draw_their_own_chunks_and_are_seeded():
+  pos = jnp.tile(jnp.concatenate([jnp.arange(16), jnp.arange(16)]), (8, 1))
+  a = np.asarray(positions.pose_positions(jax.random.key(1), pos, 256))
+  np.testing.assert_array_equal(a, positions.pose_positions(jax.random.key(1), pos, 256))
+  assert not np.array_equal(a, positions.pose_positions(jax.random.key(2), pos, 256))
+  assert not np.array_equal(a[:, :16], a[:, 16:])  # the two documents of a row differ
+  assert len({tuple(r) for r in a[:, :16]}) > 4  # and so do rows
+
+
+def test_pose_target_equal_to_length_gives_plain_positions():
+  pos = jnp.tile(jnp.arange(8), (4, 1))
+  np.testing.assert_array_equal(positions.pose_positions(jax.random.key(0), pos, 8), pos)
+
+
+def test_pose_too_small_target_is_an_error():
+  with pytest.raises(ValueError, match="train.pose_target=4 must be >= the row length 8"):
+    positions.pose_positions(jax.random.key(0), jnp.zeros((1, 8), jnp.int32), 4)
+
+
+def test_train_step_with_pose_learns_and_sees_skipped_positions():
+  """make_step with train.pose_target: finite, falling loss; its first loss is the model's at
+  the PoSE positions of step 0, not at plain positions."""
+  batch = _learnable_batch()
+  config = tiny_config("alibi", pose_target=RANDOM_MAX, lr=1e-2, warmup_steps=0, steps=STEPS)
+  config.data.seq_len = 16
+  config.model.vocab_size = 259
+  config.model.num_layers = 1
+  graphdef, params = nnx.split(Decoder(config.model, rngs=nnx.Rngs(0)), nnx.Param)
+  tx = train.optimizer(config.train)
+  step = jax.jit(train.make_step(graphdef, tx, config), compiler_options=FAST_COMPILE)
+  plain = jnp.asarray(batch["positions"])
+  skipped = positions.pose_positions(jax.random.fold_in(jax.random.key(0), 0), plain, RANDOM_MAX)
+  assert int(skipped.max()) > 16
+  model = nnx.merge(graphdef, params)
+  at_skipped = float(train.loss_fn(model, batch, skipped))
+  at_plain = float(train.loss_fn(model, batch, plain))
+  state, losses = (params, tx.init(params)), []
+  for i in range(STEPS):
+    *state, metrics = step(*state, batch, jnp.int32(i))
+    losses.append(float(metrics["loss"]))
+  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
+  assert losses[0] == pytest.approx(at_skipped, rel=1e-5)
+  assert abs(at_skipped - at_plain) > 1e-4

@@ -50,7 +50,7 @@ def reference_logits(sch, q, k, distance_QxK, q_scale_T=np.ones(T)):
   for i in range(T):
     for j in range(i + 1):
       d = jnp.array([[distance_QxK[i, j]]], jnp.float32)
-      qi, kj = sch.rotate(q[:, i:i + 1] * q_scale_T[i], k[:, j:j + 1], d, jnp.zeros_like(d))
+      qi, kj = sch.rotate(q[:, i : i + 1] * q_scale_T[i], k[:, j : j + 1], d, jnp.zeros_like(d))
       logit = jnp.einsum("bqhd,bkhd->bhqk", qi, kj)
       bias = sch.bias(d, jnp.zeros_like(d))
       out[0, :, i, j] = (logit if bias is None else logit + bias)[0, :, 0, 0]
@@ -107,8 +107,10 @@ def test_attention_kernels_apply_rerope_log_n(kernel):
   pos = jnp.arange(T)[None]
   seg = jnp.ones((1, T), jnp.int32)
   rmp = remap("rerope", window=5)
-  run = {"dense": attention.dense,
-         "chunked": lambda *a, **kw: attention.chunked(*a, **kw, chunk_size=8)}[kernel]
+  run = {
+    "dense": attention.dense,
+    "chunked": lambda *a, **kw: attention.chunked(*a, **kw, chunk_size=8),
+  }[kernel]
   got = np.asarray(run(q, k, v, pos, seg, scheme=sch, remap=rmp))
   logits = reference_logits(sch, q, k, distances(lambda i, j: min(i - j, 5)), LOG_N_T)[0]
   logits = np.where(np.tril(np.ones((T, T))) > 0, logits / np.sqrt(8), -np.inf)
@@ -124,19 +126,39 @@ def test_self_extend_groups_distances_beyond_the_window(name):
   q, k = qk()
   pos = jnp.arange(T)[None]
   w, g = 6, 4
-  grouped = lambda i, j: i - j if i - j < w else i // g + w - w // g - j // g
+
+  def grouped(i, j):
+    return i - j if i - j < w else i // g + w - w // g - j // g
+
   got = merged_logits(sch, remap("self_extend", window=w, group=g), q, k, pos)
   want = reference_logits(sch, q, k, distances(grouped))
   np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
 
 
 def test_self_extend_positions():
-  branches = remap("self_extend", window=4, group=2).branches(jnp.arange(10)[None],
-                                                             jnp.arange(10)[None])
+  branches = remap("self_extend", window=4, group=2).branches(
+    jnp.arange(10)[None], jnp.arange(10)[None]
+  )
   np.testing.assert_array_equal(branches[1].q_pos[0], np.arange(10) // 2 + 4 - 2)
   np.testing.assert_array_equal(branches[1].k_pos[0], np.arange(10) // 2)
   use = branches[0].use(jnp.array([[[9]]]), jnp.array([[[5, 6]]]))
   np.testing.assert_array_equal(use[0, 0], [False, True])
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_streaming_numbers_sink_keys_by_cache_slot(name):
+  """Sink 2, window 5: a cache of 7 slots; beyond the window the query sits at slot
+  min(i, 6) and the key at its own position."""
+  sch = scheme(name)
+  q, k = qk()
+
+  def slot(i, j):
+    return i - j if i - j < 5 else min(i, 6) - j
+
+  got = merged_logits(sch, remap("streaming", sink=2, window=5), q, k, jnp.arange(T)[None])
+  want = reference_logits(sch, q, k, distances(slot))
+  np.testing.assert_allclose(lower(got), want[0], atol=1e-4)
+  assert slot(20, 1) == 5 and slot(20, 17) == 3  # a sink key: 6 - 1, a window key: true
 
 
 def test_compress_is_identity_then_slope_alpha():
@@ -152,11 +174,16 @@ def test_compress_with_alibi_uses_compressed_distance():
   sch = scheme("alibi")
   pos = jnp.arange(T)[None]
   got = merged_logits(sch, remap("compress", alpha=0.5), *qk(), pos) - merged_logits(
-      sch, remap("none"), *qk(), pos)
-  squeeze = lambda p: p if p <= 16 else 16 + 0.5 * (p - 16)
+    sch, remap("none"), *qk(), pos
+  )
+
+  def squeeze(p):
+    return p if p <= 16 else 16 + 0.5 * (p - 16)
+
   shift = distances(lambda i, j: (i - j) - (squeeze(i) - squeeze(j)))
-  np.testing.assert_allclose(lower(got)[1], np.tril(positions.alibi_slopes(2)[1] * shift),
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    lower(got)[1], np.tril(positions.alibi_slopes(2)[1] * shift), atol=1e-5
+  )
 
 
 def test_none_is_one_unchanged_branch():
@@ -167,21 +194,38 @@ def test_none_is_one_unchanged_branch():
 
 def test_default_configs_list_every_field():
   assert remaps.default_config().to_dict() == {"name": "none"}
-  assert remaps.default_config("self_extend").to_dict() == {"name": "self_extend", "window": 128,
-                                                           "group": 4}
-  assert remaps.default_config("compress").to_dict() == {"name": "compress", "alpha": 0.5,
-                                                        "start": None}
+  assert remaps.default_config("self_extend").to_dict() == {
+    "name": "self_extend",
+    "window": 128,
+    "group": 4,
+  }
+  assert remaps.default_config("compress").to_dict() == {
+    "name": "compress",
+    "alpha": 0.5,
+    "start": None,
+  }
 
 
-@pytest.mark.parametrize("name, fields, message", [
-    ("yarn", {}, "model.remap.name='yarn' is not a known remap; allowed: ['compress', 'none', "
-     "'rerope', 'self_extend']"),
-    ("rerope", {"window": 0}, "model.remap.window=0 must be >= 1"),
-    ("self_extend", {"group": 0}, "model.remap.group=0 must be >= 1"),
-    ("compress", {"alpha": 1.5}, "model.remap.alpha=1.5 must be in (0, 1]"),
-    ("rerope", {"group": 2}, "model.remap.group is not a known field; allowed fields: "
-     "['log_n_scaling', 'window']"),
-])
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
+    (
+      "yarn",
+      {},
+      "model.remap.name='yarn' is not allowed; allowed: compress, none, rerope, "
+      "self_extend, streaming",
+    ),
+    ("streaming", {"sink": 0}, "model.remap.sink=0 is not allowed; allowed: >= 1"),
+    ("rerope", {"window": 0}, "model.remap.window=0 is not allowed; allowed: >= 1"),
+    ("self_extend", {"group": 0}, "model.remap.group=0 is not allowed; allowed: >= 1"),
+    ("compress", {"alpha": 1.5}, "model.remap.alpha=1.5 is not allowed; allowed: in (0, 1]"),
+    (
+      "rerope",
+      {"group": 2},
+      "model.remap.group is not a known field; allowed: log_n_scaling, window",
+    ),
+  ],
+)
 def test_invalid_remap_names_the_field(name, fields, message):
   cfg = remaps.default_config(name if name in remaps.REMAPS else "none")
   cfg.name = name

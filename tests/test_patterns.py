@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lcx.positions import patterns
+from lcx import patterns
 
 N = 12
 
@@ -26,8 +26,7 @@ def test_dense_has_no_mask():
 
 
 def test_sliding_window():
-  np.testing.assert_array_equal(mask("sliding_window", window=3),
-                                expected(lambda i, j: i - j < 3))
+  np.testing.assert_array_equal(mask("sliding_window", window=3), expected(lambda i, j: i - j < 3))
 
 
 def test_block_global():
@@ -42,14 +41,42 @@ def test_strided():
   assert np.flatnonzero(got[11]).tolist() == [3, 7, 10, 11]
 
 
-@pytest.mark.parametrize("name, fields, message", [
-    ("bigbird", {}, "model.attention.pattern.name='bigbird' is not a known pattern; allowed: "
-     "['block_global', 'dense', 'sliding_window', 'strided']"),
+def test_streaming_keeps_the_sinks_and_the_window():
+  got = mask("streaming", sink=2, window=3)
+  np.testing.assert_array_equal(got, expected(lambda i, j: j < 2 or i - j < 3))
+  assert np.flatnonzero(got[11]).tolist() == [0, 1, 9, 10, 11]
+
+
+def test_intersect_allows_what_every_pattern_allows():
+  window = patterns.build(patterns.default_config("sliding_window"))
+  block = patterns.build(patterns.default_config("block_global"))
+  assert patterns.intersect(None, None) is None and patterns.intersect(window, None) is window
+  idx = jnp.arange(300)
+  both = patterns.intersect(window, block)(idx[:, None], idx[None, :])
+  np.testing.assert_array_equal(
+    both, window(idx[:, None], idx[None, :]) & block(idx[:, None], idx[None, :])
+  )
+  assert not bool(both[299, 100]) and bool(window(299, 200)) and not bool(both[299, 180])
+
+
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
+    (
+      "bigbird",
+      {},
+      "model.attention.pattern.name='bigbird' is not a known pattern; allowed: "
+      "['block_global', 'dense', 'sliding_window', 'streaming', 'strided']",
+    ),
     ("sliding_window", {"window": 0}, "model.attention.pattern.window=0 must be an int >= 1"),
     ("strided", {"stride": -1}, "model.attention.pattern.stride=-1 must be an int >= 1"),
-    ("dense", {"window": 4}, "model.attention.pattern.window is not a known field; allowed "
-     "fields: []"),
-])
+    (
+      "dense",
+      {"window": 4},
+      "model.attention.pattern.window is not a known field; allowed fields: []",
+    ),
+  ],
+)
 def test_invalid_pattern_names_the_field(name, fields, message):
   cfg = patterns.default_config(name if name in patterns.PATTERNS else "dense")
   cfg.name = name

@@ -1,0 +1,119 @@
+"""Attention temperature: the factors' formulas, SSMax learns, dense == chunked, beta@C."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lcx import defaults, temperature
+from lcx.evaluate import variants
+from lcx.model import Decoder
+from tests.helpers import set_fields, tiny_config
+
+L = 32  # the tiny config's training length
+
+
+def test_log_n_is_one_up_to_the_training_length_then_ln_n_over_ln_l():
+  pos_1xN = jnp.arange(4 * L)[None]
+  got = np.asarray(temperature.query_factor("log_n", pos_1xN, None, train_len=L))[0, :, 0]
+  n = np.arange(1, 4 * L + 1)
+  np.testing.assert_array_equal(got[:L], 1.0)  # n = pos + 1 <= L
+  np.testing.assert_allclose(got[L:], np.log(n[L:]) / math.log(L), rtol=1e-6)
+  assert got[-1] == pytest.approx(math.log(128) / math.log(32))  # 1.4
+
+
+def test_none_is_no_factor_and_ssmax_is_s_times_ln_n():
+  pos_1xN = jnp.arange(10)[None]
+  assert temperature.query_factor("none", pos_1xN, None, train_len=L) is None
+  s_H = jnp.asarray([0.5, 2.0])
+  got = np.asarray(temperature.query_factor("ssmax", pos_1xN, None, train_len=L, ssmax_H=s_H))
+  np.testing.assert_allclose(got[0], np.log(np.arange(1, 11))[:, None] * [0.5, 2.0], rtol=1e-6)
+  assert temperature.ssmax_init(L) * math.log(L) == pytest.approx(1.0)
+
+
+def test_beta_is_one_up_to_the_training_length_then_one_plus_c_ln_t_over_l():
+  len_1xN = jnp.asarray([[1, 16, 32, 64, 128]])
+  got = np.asarray(
+    temperature.query_factor("none", jnp.zeros((1, 5), jnp.int32), len_1xN, train_len=L, beta_c=0.4)
+  )[0, :, 0]
+  np.testing.assert_allclose(
+    got, [1, 1, 1, 1 + 0.4 * math.log(2), 1 + 0.4 * math.log(4)], rtol=1e-6
+  )
+  both = temperature.query_factor(
+    "log_n", jnp.asarray([[127]]), jnp.asarray([[128]]), train_len=L, beta_c=0.4
+  )
+  assert float(both[0, 0, 0]) == pytest.approx(1.4 * (1 + 0.4 * math.log(4)), rel=1e-6)
+
+
+def _model(**options):
+  config = tiny_config("rope")
+  config.model.vocab_size = 259
+  config.model.attention.chunk_size = 8
+  set_fields(config, options)
+  return Decoder(config.model, rngs=nnx.Rngs(0))
+
+
+def _args(t):
+  return jnp.arange(t)[None] * 7 % 259, jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
+
+
+@pytest.mark.parametrize(
+  "options, per_query",
+  [({"model.attention.temperature": "log_n"}, True), ({"model.attention.beta_c": 0.5}, False)],
+)
+def test_length_temperatures_leave_the_training_length_alone(options, per_query):
+  """Within L = 32 the logits are the plain model's; at T = 48 they are not past position 31
+  (log_n reads each query's position: the first 32 are unchanged), or anywhere (beta reads
+  the sequence's length T)."""
+  plain, tempered = _model(), _model(**options)
+  np.testing.assert_allclose(tempered(*_args(32)), plain(*_args(32)), atol=1e-6)
+  a, b = tempered(*_args(48)), plain(*_args(48))
+  assert np.abs(a[:, 32:] - b[:, 32:]).max() > 1e-3
+  assert np.allclose(a[:, 1:32], b[:, 1:32], atol=1e-6) == per_query
+
+
+@pytest.mark.parametrize(
+  "options",
+  [
+    {"model.attention.temperature": "log_n"},
+    {"model.attention.temperature": "ssmax"},
+    {"model.attention.beta_c": 0.5},
+  ],
+)
+def test_temperature_chunked_equals_dense(options):
+  model = _model(**options)
+  np.testing.assert_allclose(
+    model(*_args(45), kernel="chunked"), model(*_args(45)), atol=2e-4, rtol=2e-4
+  )
+
+
+def test_ssmax_s_gets_a_gradient_in_every_layer():
+  model = _model(**{"model.attention.temperature": "ssmax"})
+  tokens, pos, seg = _args(20)
+
+  def loss(m):
+    logits = m(tokens, pos, seg)
+    return -jnp.mean(jax.nn.log_softmax(logits)[0, :-1, :][jnp.arange(19), tokens[0, 1:]])
+
+  grads = nnx.to_pure_dict(nnx.grad(loss)(model))
+  for block in grads["blocks"].values():
+    g = np.asarray(block["attn"]["ssmax_H"])
+    assert g.shape == (4,) and np.isfinite(g).all() and np.abs(g).min() > 0
+
+
+def test_beta_variant_sets_the_eval_time_field():
+  assert variants.overrides("beta@0.4", {}) == {"model.attention.beta_c": 0.4}
+  config = variants.apply(defaults.get_config("pos=rope"), variants.overrides("beta@0.4", {}))
+  assert config.model.attention.beta_c == 0.4
+  with pytest.raises(ValueError, match=r"'beta@-1' needs C >= 0"):
+    variants.overrides("beta@-1", {})
+  with pytest.raises(ValueError, match=r"'beta@x' needs a number after '@'"):
+    variants.overrides("beta@x", {})
+  trained = defaults.get_config("pos=rope").to_dict()
+  variants.check_trained(config.to_dict(), trained)  # eval-time: allowed
+  config.model.attention.temperature = "ssmax"
+  with pytest.raises(ValueError, match=r"model.attention.temperature='ssmax' differs"):
+    variants.check_trained(config.to_dict(), trained)  # trained: refused
