@@ -65,15 +65,23 @@ def test_intersect_allows_what_every_pattern_allows():
     (
       "bigbird",
       {},
-      "model.attention.pattern.name='bigbird' is not a known pattern; allowed: "
-      "['block_global', 'dense', 'sliding_window', 'streaming', 'strided']",
+      "model.attention.pattern.name='bigbird' is not allowed; allowed: "
+      "block_global, dense, sliding_window, streaming, strided",
     ),
-    ("sliding_window", {"window": 0}, "model.attention.pattern.window=0 must be an int >= 1"),
-    ("strided", {"stride": -1}, "model.attention.pattern.stride=-1 must be an int >= 1"),
+    (
+      "sliding_window",
+      {"window": 0},
+      "model.attention.pattern.window=0 is not allowed; allowed: ints >= 1",
+    ),
+    (
+      "strided",
+      {"stride": -1},
+      "model.attention.pattern.stride=-1 is not allowed; allowed: ints >= 1",
+    ),
     (
       "dense",
       {"window": 4},
-      "model.attention.pattern.window is not a known field; allowed fields: []",
+      "model.attention.pattern.window is not a known field; allowed: (none)",
     ),
   ],
 )
