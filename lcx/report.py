@@ -709,6 +709,20 @@ def _subplots(n: int, width: float = 6.0, height: float = 4.0, cols: int = 2):
   return fig, list(axes.flat[:n])
 
 
+def _line_panels(groups):
+  """A panel per group of lines: two columns, or past MANY_LINES one wider column tall enough
+  for the legend outside the axes."""
+  most = max(map(len, groups))
+  many = most > MANY_LINES
+  height = max(4.0, 0.18 * (most + 1))  # room for an outside legend
+  return _subplots(len(groups), width=8.0 if many else 6.0, height=height, cols=1 if many else 2)
+
+
+def _band_alpha(count: int) -> float:
+  """CI band opacity: many overlapping bands turn to mud."""
+  return 0.2 if count <= MANY_LINES else 0.06
+
+
 def _save(fig, path: str) -> str:
   fig.tight_layout()
   fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")  # keeps outside legends
@@ -756,7 +770,7 @@ def _line_style(i: int, count: int) -> dict:
 def _plot_metric_lines(ax, results, metric: str, row_label) -> None:
   """One line per result over its lengths, with its CI band where recorded."""
   lengths, values = set(), []
-  band = 0.2 if len(results) <= MANY_LINES else 0.06  # many overlapping bands turn to mud
+  band = _band_alpha(len(results))
   for i, r in enumerate(results):
     ns = sorted(int(n) for n in r["lengths"] if r["lengths"][n].get(metric) is not None)
     ys = [r["lengths"][str(n)][metric] for n in ns]
@@ -791,11 +805,7 @@ def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str 
   groups = _groups(_lengths_results(results), _length_group_key)
   if not groups:
     return None
-  many = max(map(len, groups)) > MANY_LINES
-  height = max(4.0, 0.18 * (max(map(len, groups)) + 1))  # room for an outside legend
-  fig, axes = _subplots(
-    len(groups), width=8.0 if many else 6.0, height=height, cols=1 if many else 2
-  )
+  fig, axes = _line_panels(groups)
   for ax, group in zip(axes, groups):
     _plot_metric_lines(ax, group, "perplexity", label)
     ax.set_title(title or f"perplexity by length, {_short_protocol(group[0])} (95% CI)", fontsize=9)
@@ -841,14 +851,10 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   groups = _groups(chosen, _length_group_key)
   if not groups:
     return None
-  many = max(map(len, groups)) > MANY_LINES
-  height = max(4.0, 0.18 * (max(map(len, groups)) + 1))
-  fig, axes = _subplots(
-    len(groups), width=8.0 if many else 6.0, height=height, cols=1 if many else 2
-  )
+  fig, axes = _line_panels(groups)
   for ax, group in zip(axes, groups):
     edges_all, values = set(), []
-    band = 0.2 if len(group) <= MANY_LINES else 0.06
+    band = _band_alpha(len(group))
     for i, r in enumerate(group):
       buckets = sorted(r["lengths"][_longest(r)]["loss_by_position"], key=lambda b: b["start"])
       edges = [max(1, buckets[0]["start"])] + [b["end"] for b in buckets]
