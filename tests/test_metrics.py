@@ -1,10 +1,15 @@
 """Metric logging: window means, the compile step kept out of throughput, files written."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
 from lcx import metrics
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_logged_values_are_window_means_and_skip_compile_time(tmp_path, monkeypatch):
@@ -22,3 +27,20 @@ def test_logged_values_are_window_means_and_skip_compile_time(tmp_path, monkeypa
   assert logged["tokens_per_sec"] == pytest.approx(100.0)
   line = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
   assert line["step"] == 4 and line["loss"] == pytest.approx(2.5)
+
+
+def test_entry_points_import_without_torch_and_the_writer_still_logs(tmp_path):
+  """tensorboardX would import torch (seconds) on every command; lcx keeps it out, and the
+  TensorBoard writer made on first use writes scalars, with torch importable afterwards."""
+  code = (
+    "import sys; import lcx.main\n"
+    "assert 'torch' not in sys.modules and 'tensorboardX' not in sys.modules, 'imported early'\n"
+    "from lcx import metrics\n"
+    f"w = metrics.summary_writer({str(tmp_path)!r}); w.add_scalar('loss', 1.5, 3); w.close()\n"
+    "assert 'torch' not in sys.modules\n"
+    "import importlib.util; assert importlib.util.find_spec('torch') is not None\n"
+    "import torch; assert torch.ones(2).sum().item() == 2\n"
+  )
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+  (events,) = tmp_path.glob("events.out.tfevents.*")
+  assert b"loss" in events.read_bytes()
