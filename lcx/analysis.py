@@ -5,9 +5,10 @@ Every function takes a restored checkpoint (`load`: the run's config and paramet
 else) and a batch of tokens, and works for every scheme and remap because nothing here
 re-derives attention: q and k are what the model's own blocks hand to the kernel (`qk` records
 them), and the logits come from `lcx.attention`'s own pieces (the plan of `prepare_dense`, or of
-`prepare_chunked` for chosen query rows, then `_rotated`, `_logits`, `_merge`, `_use`, `_mask`),
-so they are the numbers the kernels compute. Up to `DENSE_MAX` tokens every query row is
-computed; beyond, only chosen rows (`default_rows`), in blocks, so memory stays O(rows x T).
+`prepare_chunked` for chosen query rows, then `_rotated`, `_logits`, `_merge`, `_use`, `_mask`,
+`_with_contextual`), so they are the numbers the kernels compute. Up to `DENSE_MAX` tokens
+every query row is computed; beyond, only chosen rows (`default_rows`), in blocks, so memory
+stays O(rows x T).
 The statistics are numpy functions of those maps.
 
 Thresholds (`classify_heads`), mean attention mass over queries with at least `min_context`
@@ -216,7 +217,8 @@ def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
-  return logits, plan.extras["mask_BxTxT"]
+  mask = plan.extras["mask_BxTxT"]
+  return attention._with_contextual(scheme, rotated[-1][0], logits, mask), mask
 
 
 def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
@@ -250,7 +252,7 @@ def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
     plan.doc_BxT,
     pattern,
   )
-  return logits, mask
+  return attention._with_contextual(scheme, rows(rotated[-1][0]), logits, mask), mask
 
 
 def default_rows(length: int, count: int = DEFAULT_ROWS) -> np.ndarray:

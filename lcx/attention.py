@@ -9,7 +9,9 @@ there because it touches q and k. q and k come token-major (the rotary hooks' la
 and the output comes out head-major, the layouts the matmuls around them want (no copies).
 
 Both kernels take the same ingredients, so they agree to float precision:
-  - the scheme's `rotate` and `bias` hooks (positions in, no stored (T, T) tables),
+  - the scheme's `rotate` and `bias` hooks (positions in, no stored (T, T) tables), and its
+    `contextual` hook (CoPE: logits from q and the logits, no positions), which the dense kernel
+    calls once over all keys and the chunked kernel once per key block, nearest block first,
   - the remap's branches (Self-Extend, ReRoPE: several position views merged by a `use` mask),
   - a mask built from causality, packed-document segments and an optional sparse pattern, the
     pattern seeing each token's index within its own document (not its row index, nor its
@@ -143,6 +145,23 @@ def _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme):
   ]
 
 
+def _q_grouped(q_BxQxHxE, g):
+  """Token-major q as BxGxPxQxE times 1/sqrt(E): the layout and the scale of the logits."""
+  b, nq, h, d = q_BxQxHxE.shape
+  q_BxGxPxQxE = jnp.transpose(q_BxQxHxE.reshape(b, nq, g, h // g, d), (0, 2, 3, 1, 4))
+  return q_BxGxPxQxE * (d**-0.5)
+
+
+def _with_contextual(scheme, q_BxQxHxE, logits_BxGxPxQxS, mask_BxQxS):
+  """logits plus the scheme's contextual logits over every key in one call (the dense kernel,
+  a generation step, lcx.analysis); unchanged, at no cost, when the scheme has no such hook."""
+  if scheme.contextual is None:
+    return logits_BxGxPxQxS
+  q_BxGxPxQxE = _q_grouped(q_BxQxHxE, logits_BxGxPxQxS.shape[1])
+  extra_BxGxPxQxS, _ = scheme.contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, None)
+  return logits_BxGxPxQxS + extra_BxGxPxQxS
+
+
 def _scaled(q_BxTxHxE, q_scale_BxT):
   """q times the branch's per-query factor (ReRoPE's log-n), in q's dtype."""
   if q_scale_BxT is None:
@@ -237,7 +256,9 @@ def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
-  logits = jnp.where(plan.extras["mask_BxTxT"][:, None, None], logits, NEG_INF)
+  mask_BxQxS = plan.extras["mask_BxTxT"]
+  logits = _with_contextual(scheme, rotated[-1][0], logits, mask_BxQxS)  # the last branch's q
+  logits = jnp.where(mask_BxQxS[:, None, None], logits, NEG_INF)
   probs = _softmax(logits, sink_H).astype(v_BxGxTxE.dtype)
   out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", probs, v_BxGxTxE)
   return out_BxGxPxTxE.reshape(b, h, t, d)
@@ -258,6 +279,8 @@ def attend_chunked(
   q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, chunk_size=512
 ) -> jax.Array:
   """-> out_BxHxTxE. Query block i visits key blocks 0..i only (causality): half of dense's work.
+  It visits them from the diagonal outward (i, i-1, .., 0): the online softmax does not mind the
+  order, and a contextual hook (CoPE) then carries a sum over the nearer keys from block to block.
   A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
@@ -304,7 +327,7 @@ def attend_chunked(
     q_pos, q_seg, q_doc = (rows(x, i * c) for x in (pos_BxT, seg_BxT, doc_BxT))
 
     def key_block(j, carry):
-      m_prev, l_prev, acc = carry
+      m_prev, l_prev, acc, context = carry
       k_pos, k_seg, k_doc = (rows(x, j * c) for x in (pos_BxT, seg_BxT, doc_BxT))
       logits = _merge(
         [
@@ -321,6 +344,9 @@ def attend_chunked(
         ]
       )
       mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, plan.extras["pattern"])
+      if scheme.contextual is not None:  # with the last branch's q, as the dense kernel
+        extra, context = scheme.contextual(q_blocks[-1][0], logits, mask, context)
+        logits = logits + extra
       logits = jnp.where(mask[:, None, None], logits, NEG_INF)
       m_new = jnp.maximum(m_prev, logits.max(-1))
       p = jnp.exp(logits - m_new[..., None])
@@ -332,7 +358,7 @@ def attend_chunked(
         rows(v_BxGxTxE, j * c, 2),
         preferred_element_type=jnp.float32,
       )
-      return m_new, l_new, acc * corr[..., None] + pv
+      return m_new, l_new, acc * corr[..., None] + pv, context
 
     shape = (b, g, per, c)
     if sink_H is None:
@@ -340,8 +366,10 @@ def attend_chunked(
     else:
       m0 = jnp.broadcast_to(_sink_GxP(sink_H, g, per)[None, :, :, None], shape)
       denom0 = jnp.ones(shape, jnp.float32)
-    init = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32))
-    _, denom, acc = jax.lax.fori_loop(0, i + 1, key_block, init)
+    init, first = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32), None), 0
+    if scheme.contextual is not None:  # its carry starts as None, at the diagonal block
+      init, first = key_block(i, init), 1
+    _, denom, acc, _ = jax.lax.fori_loop(first, i + 1, lambda s, cr: key_block(i - s, cr), init)
     return (acc / denom[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
   out_NxBxGxPxCxE = jax.lax.map(query_block, jnp.arange(n))

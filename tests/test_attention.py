@@ -40,7 +40,7 @@ def _remap(name, **fields):
   return remaps.build(cfg, positions.Dims(32, 4, 8, 16))
 
 
-@pytest.mark.parametrize("name", ["nope", *schemes_with("rotate", "bias"), "dynamic"])
+@pytest.mark.parametrize("name", ["nope", *schemes_with("rotate", "bias", "contextual"), "dynamic"])
 @pytest.mark.parametrize("remap", ["none", "rerope", "self_extend"])
 def test_chunked_equals_dense(name, remap):
   """T=40 is not a multiple of the chunk: padding must not change dynamic scaling either."""

@@ -62,8 +62,9 @@ def _model(scheme, remap="none", rope_type="default", pattern="dense", options=N
   cfg.attention.pattern = patterns.default_config(pattern)
   cfg.attention.pattern.update(PATTERNS[pattern])
   model = Decoder(cfg, rngs=nnx.Rngs(0))
-  if scheme == "t5":  # zero at init: give the buckets values, so the bias matters
-    table = model.position.table_NxH
+  zero_at_init = {"t5": "table_NxH", "cope": "embedding_NxE"}
+  if scheme in zero_at_init:  # give the buckets (embeddings) values, so the scheme matters
+    table = getattr(model.position, zero_at_init[scheme])
     table[...] = jax.random.normal(jax.random.key(1), table[...].shape)
   return model
 
@@ -97,7 +98,7 @@ def _cases():
   out = []
   for scheme in positions.SCHEMES:
     for remap in remaps.REMAPS:
-      if remaps.REMAPS[remap].relative_only and positions.base.adds_embedding(scheme):
+      if not remaps.accepts(remap, scheme):
         continue
       for rope_type in SCALINGS if scheme in ROTARY else ("default",):
         out.append((scheme, remap, rope_type, "dense"))
@@ -171,7 +172,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 5 * 7 + 7 * 5 + 2 * 2 + 12 * 4
+  assert len(cases) == 3 * 5 * 7 + 7 * 5 + 2 * 2 + 1 * 1 + 13 * 4
   assert QUICK <= set(cases)
 
 

@@ -1,13 +1,18 @@
-"""The position-scheme plug-in: a registry of schemes, each an NNX module with three hooks.
+"""The position-scheme plug-in: a registry of schemes, each an NNX module with four hooks.
 
-A scheme touches the model in at most three places, each the identity unless it overrides it:
+A scheme touches the model in at most four places, each the identity unless it overrides it:
   embed(x_BxLxD, pos_BxL)                     additive absolute schemes (sinusoidal, learned)
   rotate(q_BxLxHxE, k_BxLxGxE, q_pos, k_pos, q_len_BxL=, k_len_BxL=)
                                               the rotary family (RoPE, p-RoPE, xPos, + scaling);
                                               *_len: each token's sequence length (None: L)
   bias(q_pos_BxQ, k_pos_BxS) -> BxHxQxS       attention-logit biases (ALiBi, T5, FIRE)
+  contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry)
+                                              logits from q and the logits themselves (CoPE);
+                                              None (the default) when the scheme has none
 Positions are always explicit inputs (int or float), so a bias is a function of positions, never
 a stored (T, T) matrix: the chunked attention kernel evaluates it block by block at any length.
+A contextual hook reads no positions; the chunked kernel calls it once per key block, nearest
+block first, threading `carry` (see `Scheme.contextual`).
 One scheme instance is shared by all layers (learned schemes hold one set of parameters).
 Shape letters (E head dim, S key length, R rotary pairs, ...): lcx/attention.py's docstring.
 """
@@ -57,6 +62,16 @@ class Scheme(nnx.Module):
     del q_pos_BxQ, k_pos_BxS
     return None
 
+  # contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry):
+  # float32 logits added before the softmax that depend on q and on the logits themselves, not
+  # on positions (CoPE counts gates). A method in a subclass; None here, so the kernels do no
+  # extra work (and compile the same programs) for every other scheme. q is scaled like the
+  # logits (by 1/sqrt(E)); logits are q.k plus the scheme's bias, unmasked; the keys S are
+  # consecutive. `carry` is None at a query block's first call, then what the previous call
+  # returned: the dense kernel makes one call over all keys, the chunked kernel one per key
+  # block from the diagonal outward (nearest keys first), so a carry can sum over the nearer keys.
+  contextual = None
+
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
@@ -82,6 +97,11 @@ validate = SCHEMES.validate  # validate(cfg, dims): raises ValueError naming the
 def adds_embedding(name: str) -> bool:
   """Whether the scheme adds absolute position embeddings (overrides the `embed` hook)."""
   return spec(name).cls.embed is not Scheme.embed
+
+
+def is_contextual(name: str) -> bool:
+  """Whether the scheme has a `contextual` hook (its positions come from the logits)."""
+  return spec(name).cls.contextual is not None
 
 
 def check_eval_length(cfg: ml_collections.ConfigDict, dims: Dims, seq_len: int) -> None:

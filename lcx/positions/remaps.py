@@ -6,7 +6,9 @@ merges them: start from the LAST branch's logits, then for each earlier branch
     logits = where(use(q_pos_true_BxQx1, k_pos_true_Bx1xS), logits_branch, logits)
 `use` is None only on the last branch. Additive absolute schemes (sinusoidal, learned) embed the
 positions of a one-branch remap (its only branch's); a remap of several branches is a rule on
-relative distances, so `check_scheme` refuses it with those schemes. Remaps (config `model.remap`):
+relative distances, so `check_scheme` refuses it with those schemes. A contextual scheme (CoPE)
+reads no position ids, so `check_scheme` refuses every remap but `none` with it. Remaps (config
+`model.remap`):
   none         one branch, positions unchanged
   self_extend  Jin 2024: exact positions where i - j < window; beyond, grouped positions
                query floor(i/group) + window - window//group, key floor(j/group)
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from lcx import errors
-from lcx.positions.base import Dims, adds_embedding
+from lcx.positions.base import Dims, adds_embedding, is_contextual
 from lcx.positions.registry import Entry, Registry, Unset
 
 PREFIX = "model.remap"
@@ -168,15 +170,35 @@ def default_config(name: str = "none") -> ml_collections.ConfigDict:
 validate = REMAPS.validate  # validate(cfg): raises ValueError naming the field
 
 
-def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
-  """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions."""
-  if REMAPS.entry(cfg.name).relative_only and adds_embedding(scheme_name):
+def _refusal(remap_name: str, scheme_name: str) -> str | None:
+  """Why the remap cannot go with the scheme, or None."""
+  if REMAPS.entry(remap_name).relative_only and adds_embedding(scheme_name):
     relative = sorted(n for n, e in REMAPS.items() if not e.relative_only)
-    raise ValueError(
-      f"{PREFIX}.name={cfg.name!r} remaps relative distances, but "
+    return (
+      f"{PREFIX}.name={remap_name!r} remaps relative distances, but "
       f"model.position.name={scheme_name!r} embeds absolute positions; with it "
       f"use {PREFIX}.name in {relative}, or a relative scheme"
     )
+  if remap_name != "none" and is_contextual(scheme_name):
+    return (
+      f"{PREFIX}.name={remap_name!r} moves position ids, but "
+      f"model.position.name={scheme_name!r} reads none (it counts positions from the attention "
+      f"logits); with it use {PREFIX}.name='none'"
+    )
+  return None
+
+
+def accepts(remap_name: str, scheme_name: str) -> bool:
+  """Whether `check_scheme` lets the remap go with the scheme."""
+  return _refusal(remap_name, scheme_name) is None
+
+
+def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
+  """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions,
+  and for any remap but `none` on a contextual scheme (CoPE), whose positions are not ids."""
+  refusal = _refusal(cfg.name, scheme_name)
+  if refusal is not None:
+    raise ValueError(refusal)
 
 
 def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:

@@ -1,0 +1,241 @@
+"""CoPE: positions counted from the gates (hand-counted), the interpolated position logits, the
+clamp, dense == chunked in values and gradients (uneven chunks, packed documents, a sparse
+pattern, a sink), the cache == the forward pass, and the errors naming the field."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lcx import attention, patterns, positions
+from lcx.model import Decoder
+from lcx.positions import cope, remaps
+from tests.helpers import tiny_config
+
+DIMS = positions.Dims(d_model=32, num_heads=4, head_dim=8, max_len=16)
+NO_REMAP = remaps.build(remaps.default_config("none"), DIMS)
+BIG = 100.0  # sigmoid(+-BIG) is 1 or 0 in float32
+
+
+def _scheme(seed=1, **fields):
+  """CoPE with random embeddings (they start at zero, where CoPE is NoPE)."""
+  cfg = positions.default_config("cope")
+  cfg.update(fields)
+  scheme = positions.build(cfg, DIMS, rngs=nnx.Rngs(0))
+  table = scheme.embedding_NxE
+  table[...] = jax.random.normal(jax.random.key(seed), table[...].shape)
+  return scheme
+
+
+def _causal(t):
+  return jnp.tril(jnp.ones((t, t), bool))[None]  # 1xQxS
+
+
+def test_default_table_covers_positions_up_to_the_training_length():
+  """npos_max = L + 1 as the paper's code (block size + 1): p lies in [0, L]; zero at init."""
+  scheme = positions.build(positions.default_config("cope"), DIMS, rngs=nnx.Rngs(0))
+  assert scheme.embedding_NxE[...].shape == (DIMS.max_len + 1, DIMS.head_dim)
+  assert not np.asarray(scheme.embedding_NxE[...]).any()
+  assert _scheme(npos_max=5).embedding_NxE[...].shape == (5, DIMS.head_dim)
+
+
+def test_all_gates_open_give_relative_positions():
+  """Every gate 1: p_ij = i - j + 1 on the allowed keys (CoPE reduces to relative positions)."""
+  t = 7
+  gates = cope.gates(jnp.full((1, 1, 1, t, t), BIG), _causal(t))
+  got = np.asarray(cope.contextual_positions(gates))[0, 0, 0]
+  i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+  np.testing.assert_array_equal(np.where(j <= i, got, -1), np.where(j <= i, i - j + 1, -1))
+
+
+def test_positions_count_only_the_open_gates():
+  """One query (the last of 6) with gates 1, 0, 1, 1, 0, 0.5 on keys 0..5: p_j sums them from
+  j up to the query; a masked key counts nothing (key 1 masked: same as a closed gate)."""
+  logits = jnp.asarray([BIG, BIG, BIG, BIG, -BIG, 0.0]).reshape(1, 1, 1, 1, 6)
+  mask = jnp.asarray([[[True, False, True, True, True, True]]])
+  pos = np.asarray(cope.contextual_positions(cope.gates(logits, mask)))[0, 0, 0, 0]
+  np.testing.assert_allclose(pos, [3.5, 2.5, 2.5, 1.5, 0.5, 0.5])
+  # Split into two blocks, nearer one first: the carry adds the nearer block's gates.
+  near = cope.contextual_positions(cope.gates(logits[..., 3:], mask[..., 3:]))
+  far = cope.contextual_positions(cope.gates(logits[..., :3], mask[..., :3]), near[..., 0])
+  np.testing.assert_allclose(np.concatenate([far, near], -1)[0, 0, 0, 0], pos)
+
+
+def test_interpolation_between_integer_positions_and_the_clamp():
+  """Table row t(n) = n^2: p = 2.5 reads (4 + 9) / 2; p = 1 reads 1; past N - 1 = 3, t(3)."""
+  table = (jnp.arange(4.0) ** 2).reshape(1, 1, 1, 1, 4)
+  pos = jnp.asarray([2.5, 1.0, 0.25, 3.0, 7.2]).reshape(1, 1, 1, 1, 5)
+  got = np.asarray(cope.interpolate(table, pos))[0, 0, 0, 0]
+  np.testing.assert_allclose(got, [6.5, 1.0, 0.25, 9.0, 9.0])
+  grad = jax.grad(lambda p: cope.interpolate(table, p).sum())(pos)[0, 0, 0, 0]
+  # The slope between the two rows read; 0 at an integer (floor = ceil, as the paper's code) and
+  # past the clamp.
+  np.testing.assert_allclose(grad, [9 - 4, 0, 1 - 0, 0, 0])
+
+
+def test_hook_adds_q_dot_embedding_at_the_counted_position():
+  """The hook's logits are (q / sqrt(E)) . e[p] interpolated, p counted from the gates; with
+  npos_max = 3 every key from distance 2 on reads e[2]."""
+  scheme = _scheme(npos_max=3)
+  t, e = 5, DIMS.head_dim
+  q = jax.random.normal(jax.random.key(2), (1, 1, 1, t, e))
+  logits = jnp.full((1, 1, 1, t, t), BIG)
+  extra, _ = scheme.contextual(q, logits, _causal(t), None)
+  dots = np.asarray(q[0, 0, 0] @ scheme.embedding_NxE[...].T)  # Q x N
+  i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+  want = np.take_along_axis(dots, np.minimum(i - j + 1, 2).clip(0), axis=1)
+  np.testing.assert_allclose(np.where(j <= i, extra[0, 0, 0], 0), np.where(j <= i, want, 0), 1e-5)
+  # Half-open gates: p = (i - j + 1) / 2, between two rows of the table.
+  extra, _ = scheme.contextual(q, jnp.zeros((1, 1, 1, t, t)), _causal(t), None)
+  p = np.minimum((i - j + 1) / 2, 2)
+  lo, hi = np.floor(p).astype(int).clip(0), np.ceil(p).astype(int).clip(0)
+  want = np.take_along_axis(dots, lo, 1) * (1 - (p - lo)) + np.take_along_axis(dots, hi, 1) * (
+    p - lo
+  )
+  np.testing.assert_allclose(np.where(j <= i, extra[0, 0, 0], 0), np.where(j <= i, want, 0), 1e-5)
+
+
+def _inputs(b=2, t=40, h=4, g=2, k=8, seed=0):
+  rng = np.random.default_rng(seed)
+  q, kk, v = (jnp.asarray(rng.normal(size=(b, t, n, k)), jnp.float32) for n in (h, g, g))
+  return q, kk, v, jnp.broadcast_to(jnp.arange(t), (b, t)), jnp.ones((b, t), jnp.int32)
+
+
+def _pattern(name, **fields):
+  cfg = patterns.default_config(name)
+  cfg.update(fields)
+  return patterns.build(cfg)
+
+
+CASES = {
+  "divides": dict(t=32, chunk=8),
+  "uneven": dict(t=37, chunk=16),
+  "packed": dict(t=37, chunk=8, seg=[1] * 13 + [2] * 20 + [0] * 4),
+  "strided": dict(t=37, chunk=8, pattern=("strided", {"window": 3, "stride": 4})),
+  "sink": dict(t=29, chunk=8, sink=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_chunked_equals_dense(case):
+  c = CASES[case]
+  q, k, v, pos, seg = _inputs(t=c["t"])
+  if "seg" in c:
+    seg = jnp.broadcast_to(jnp.asarray(c["seg"]), seg.shape)
+    pos = attention.document_index(seg)
+  pattern = _pattern(c["pattern"][0], **c["pattern"][1]) if "pattern" in c else None
+  kw = dict(
+    scheme=_scheme(),
+    remap=NO_REMAP,
+    pattern=pattern,
+    sink_H=jnp.asarray([0.3, -0.2, 1.5, 0.0]) if c.get("sink") else None,
+  )
+  args = (q, k, v, pos, seg)
+  dense = jax.jit(lambda *a: attention.dense(*a, **kw))(*args)
+  chunked = jax.jit(lambda *a: attention.chunked(*a, chunk_size=c["chunk"], **kw))(*args)
+  np.testing.assert_allclose(chunked, dense, atol=3e-5, rtol=3e-5)
+  # The embeddings matter: CoPE with them is not NoPE.
+  nope = attention.dense(q, k, v, pos, seg, **{**kw, "scheme": positions.Scheme()})
+  assert np.abs(np.asarray(dense) - np.asarray(nope)).max() > 1e-2
+
+
+def test_the_hook_by_blocks_equals_one_call_in_values_and_gradients(chunk=5):
+  """Key blocks visited nearest first with the carry (the chunked kernel's calls) give the
+  one-call (dense) logits and the same gradients in q, the logits and the embeddings. (The
+  chunked kernel itself is for evaluation: its loop bounds depend on the query block, which
+  reverse-mode differentiation does not support, for any scheme.)"""
+  t, e = 13, DIMS.head_dim
+  graphdef, params = nnx.split(_scheme())
+  q = jax.random.normal(jax.random.key(4), (2, 2, 2, t, e))
+  logits = 2 * jax.random.normal(jax.random.key(5), (2, 2, 2, t, t))
+  seg = jnp.asarray([[1] * 6 + [2] * 7, [1] * 13])
+  mask = _causal(t) & (seg[:, :, None] == seg[:, None, :])
+  w = jax.random.normal(jax.random.key(6), logits.shape)
+
+  def one_call(params, q, logits):
+    extra, _ = nnx.merge(graphdef, params).contextual(q, logits, mask, None)
+    return (jnp.where(mask[:, None, None], extra, 0) * w).sum()
+
+  def by_blocks(params, q, logits):
+    scheme, carry, total = nnx.merge(graphdef, params), None, 0.0
+    for end in range(t, 0, -chunk):  # the nearest keys (the last ones) first
+      keys = slice(max(end - chunk, 0), end)
+      extra, carry = scheme.contextual(q, logits[..., keys], mask[..., keys], carry)
+      total += (jnp.where(mask[:, None, None, :, keys], extra, 0) * w[..., keys]).sum()
+    return total
+
+  want, want_grads = jax.jit(jax.value_and_grad(one_call, (0, 1, 2)))(params, q, logits)
+  got, got_grads = jax.jit(jax.value_and_grad(by_blocks, (0, 1, 2)))(params, q, logits)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  for g, w_ in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    assert np.abs(w_).max() > 1e-3  # every input really gets a gradient
+    np.testing.assert_allclose(g, w_, atol=1e-4, rtol=1e-4)
+
+
+def test_a_packed_document_counts_as_if_alone():
+  """Gates of other documents are masked, so a document's positions start at its own tokens."""
+  q, k, v, _, _ = _inputs(b=1, t=21)
+  seg = jnp.asarray([[1] * 5 + [2] * 16])
+  pos = attention.document_index(seg)
+  scheme = _scheme()
+  packed = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, chunk_size=8)
+  alone = attention.dense(
+    q[:, 5:], k[:, 5:], v[:, 5:], pos[:, 5:], seg[:, 5:], scheme=scheme, remap=NO_REMAP
+  )
+  np.testing.assert_allclose(packed[:, 5:], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_other_schemes_compile_the_same_dense_program():
+  """The hook is None for other schemes: no contextual work enters their programs."""
+  q, k, v, pos, seg = _inputs(t=8)
+
+  def hlo(scheme):
+    fn = jax.jit(lambda *a: attention.dense(*a, scheme=scheme, remap=NO_REMAP))
+    return fn.lower(q, k, v, pos, seg).as_text()
+
+  rope = positions.build(positions.default_config("rope"), DIMS, rngs=nnx.Rngs(0))
+  assert "cumsum" in hlo(_scheme()) and "cumsum" not in hlo(rope)
+  assert positions.base.is_contextual("cope") and not positions.base.is_contextual("rope")
+
+
+def test_bad_npos_max_names_the_field():
+  cfg = positions.default_config("cope")
+  cfg.npos_max = 1
+  with pytest.raises(
+    ValueError, match=r"^model\.position\.npos_max=1 is not allowed; allowed: >= 2 \(None: "
+  ):
+    positions.validate(cfg, DIMS)
+
+
+@pytest.mark.parametrize("remap", ["rerope", "self_extend", "compress", "streaming"])
+def test_remaps_are_refused_naming_the_field(remap):
+  """CoPE reads no position ids: a remap would change nothing (or only ReRoPE's q scale)."""
+  config = tiny_config("cope")
+  config.model.vocab_size = 259
+  config.model.remap = remaps.default_config(remap)
+  assert not remaps.accepts(remap, "cope") and remaps.accepts("none", "cope")
+  message = f"model.remap.name='{remap}' moves position ids, but model.position.name='cope'"
+  with pytest.raises(ValueError, match="^" + re.escape(message)):
+    Decoder(config.model, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_model_past_the_training_length_chunked_equals_dense(dtype):
+  """A 2-layer model at 2.5x L (positions clamp at L): the kernels agree; bfloat16 is finite."""
+  config = tiny_config("cope")
+  cfg = config.model
+  cfg.vocab_size, cfg.dtype, cfg.attention.chunk_size = 259, dtype, 16
+  model = Decoder(cfg, rngs=nnx.Rngs(0))
+  table = model.position.embedding_NxE
+  table[...] = jax.random.normal(jax.random.key(1), table[...].shape)
+  t = 80
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 259, (1, t)))
+  pos, seg = jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
+  run = nnx.jit(lambda m, kernel: m(tokens, pos, seg, kernel=kernel), static_argnums=1)
+  dense, chunked = np.asarray(run(model, "dense")), np.asarray(run(model, "chunked"))
+  assert np.isfinite(dense).all() and np.isfinite(chunked).all()
+  if dtype == "float32":
+    np.testing.assert_allclose(chunked, dense, atol=1e-4, rtol=1e-4)
