@@ -32,7 +32,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from lcx import attention, checkpoint, errors, positions, prepare as prepare_lib
+from lcx import attention, checkpoint, errors, positions, prepare as prepare_lib, stick_breaking
 from lcx.model import Decoder
 from lcx.positions.rotary import PAIRINGS
 
@@ -147,7 +147,7 @@ def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
 
 def _forward(decoder: Decoder, tokens_BxT, pos_BxT, seg_BxT, kernel_name: str):
   """Decoder.__call__ with a recording kernel: ([(q, k) per layer], logits_BxTxV)."""
-  kernel = attention.get_kernel(kernel_name, decoder.chunk_size)
+  kernel = decoder.kernel(kernel_name)
   plans = decoder.plans(functools.partial(kernel.prepare, pos_BxT, seg_BxT))
   record = []
   logits = decoder.forward(tokens_BxT, pos_BxT, _recording(kernel, record), plans)
@@ -338,9 +338,12 @@ def attention_maps(
         b, g, r, nq, nk = lg.shape
         lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
         sink = decoder.blocks[layer].attn.sink_H
-        probs.append(
-          attention._softmax(lg, None if sink is None else sink[...]).reshape(b, g * r, nq, nk)
-        )
+        if decoder.attention_kind == "stick_breaking":  # weights sum to <= 1, no diagonal
+          q_idx = jnp.arange(nq) if dense else rows_Q
+          p = stick_breaking.weights(lg, mask, q_idx, jnp.arange(nk))
+        else:
+          p = attention._softmax(lg, None if sink is None else sink[...])
+        probs.append(p.reshape(b, g * r, nq, nk))
         lg = lg.reshape(b, g * r, nq, nk)
         logits.append(jnp.where(mask[:, None], lg, jnp.nan))
         masks.append(mask)

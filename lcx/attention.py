@@ -384,15 +384,25 @@ class Kernel:
   attend: Callable[..., jax.Array]
 
 
-def _kernels(chunk_size: int) -> dict[str, Kernel]:
+KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
+
+
+def _kernels(chunk_size: int, kind: str = "softmax") -> dict[str, Kernel]:
+  dense, chunked = attend_dense, attend_chunked
+  if kind == "stick_breaking":  # same plans; lcx/stick_breaking.py imports this module's helpers
+    from lcx import stick_breaking
+
+    dense, chunked = stick_breaking.attend_dense, stick_breaking.attend_chunked
   return {
-    "dense": Kernel(prepare_dense, attend_dense),
-    "chunked": Kernel(prepare_chunked, functools.partial(attend_chunked, chunk_size=chunk_size)),
+    "dense": Kernel(prepare_dense, dense),
+    "chunked": Kernel(prepare_chunked, functools.partial(chunked, chunk_size=chunk_size)),
   }
 
 
-def get_kernel(name: str, chunk_size: int) -> Kernel:
-  kernels = _kernels(chunk_size)
+def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> Kernel:
+  if kind not in KINDS:
+    raise errors.not_allowed("model.attention.kind", kind, KINDS)
+  kernels = _kernels(chunk_size, kind)
   if name not in kernels:
     raise errors.not_allowed("kernel", name, sorted(kernels))
   return kernels[name]

@@ -13,7 +13,16 @@ import os
 import jax
 import ml_collections
 
-from lcx import data, errors, model as model_lib, patterns, positions, sharding, temperature
+from lcx import (
+  attention,
+  data,
+  errors,
+  model as model_lib,
+  patterns,
+  positions,
+  sharding,
+  temperature,
+)
 from lcx.model import DTYPES, is_variable
 from lcx.positions import remaps
 
@@ -119,6 +128,7 @@ OPTIONS = [
   ),
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
+  ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
 ]
 
 
@@ -177,6 +187,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       raise errors.not_allowed(field, value, allowed)
   m = config.model
   _check_position_fields(m)
+  if m.attention.kind == "stick_breaking" and m.attention.sink != "none":
+    raise ValueError(
+      f"model.attention.sink={m.attention.sink!r} is not allowed with "
+      "model.attention.kind='stick_breaking', whose weights already sum to <= 1 (the rest "
+      "goes to no key, as a sink's would); allowed: 'none'"
+    )
   if m.num_heads % m.num_kv_heads:
     raise ValueError(
       f"model.num_kv_heads={m.num_kv_heads} must divide model.num_heads={m.num_heads}"

@@ -67,6 +67,9 @@ def get_config(arg=None):
   config.model.attention.temperature = "none"
   config.model.attention.beta_c = 0.0
   config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
+  # softmax | stick_breaking (lcx/stick_breaking.py: each query breaks a stick over its keys
+  # from the nearest back, weights summing to <= 1; no sink).
+  config.model.attention.kind = "softmax"
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000

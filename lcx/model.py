@@ -232,6 +232,7 @@ class Decoder(nnx.Module):
       else _param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
     )
     self.chunk_size = cfg.attention.chunk_size
+    self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
@@ -241,10 +242,14 @@ class Decoder(nnx.Module):
         f"a model with a KV cache of {size} slots runs all of them at once "
         f"(prefill) or `decode` steps, not {tokens_BxL.shape[1]} tokens"
       )
-    kernel = attention.get_kernel(kernel, self.chunk_size)
+    kernel = self.kernel(kernel)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
     plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
     return self.forward(tokens_BxL, pos_BxL, kernel, plans)
+
+  def kernel(self, name: str) -> attention.Kernel:
+    """The kernel `name` (dense | chunked) running this model's `model.attention.kind`."""
+    return attention.get_kernel(name, self.chunk_size, self.attention_kind)
 
   def has_positions(self, layer: int) -> bool:
     """Whether block `layer` (from 0) gets the position signal: all but every nope_every-th."""
@@ -285,7 +290,7 @@ class Decoder(nnx.Module):
     forward pass over tokens 0..start+N-1 gives them (`attention.prepare_step`).
     """
     b, n = tokens_BxN.shape
-    kernel = attention.get_kernel("dense", self.chunk_size)
+    kernel = self.kernel("dense")
     plans = self.plans(functools.partial(attention.prepare_step, start, n, self.cache_size(), b))
     pos_BxN = jnp.broadcast_to(start + jnp.arange(n), (b, n))
     return self.forward(tokens_BxN, pos_BxN, kernel, plans)

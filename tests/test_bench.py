@@ -84,6 +84,20 @@ def test_flags_quick_full_and_overrides():
     _options("--eval_lengths=1k")
 
 
+def test_attention_kinds_flag_builds_nope_rows_with_that_kind():
+  assert _options().attention_kinds == _options("--quick").attention_kinds == ["stick_breaking"]
+  opts = _options("--attention_kinds=")
+  assert opts.attention_kinds == []
+  config = workload.options_config(opts, "nope+stick_breaking", "tiny")
+  assert (config.model.position.name, config.model.attention.kind) == ("nope", "stick_breaking")
+  assert workload.options_config(opts, "nope", "tiny").model.attention.kind == "softmax"
+  with pytest.raises(
+    ValueError,
+    match=r"^--attention_kinds='softmax' is not allowed; allowed: comma lists of stick_breaking$",
+  ):
+    _options("--attention_kinds=softmax")
+
+
 def test_unregistered_schemes_are_skipped_with_a_note(capsys):
   have, missing = workload.registered(["nope", "no_such_scheme"])
   assert (have, missing) == (["nope"], ["no_such_scheme"])
@@ -116,6 +130,7 @@ def test_tiny_end_to_end_run_writes_every_section(tmp_path):
       "--batch_size=2",
       "--seq_len=16",
       "--schemes=nope,rope",
+      "--attention_kinds=stick_breaking",
       "--rounds=2",
       "--steps=1",
       "--train_steps=2",
@@ -138,7 +153,7 @@ def test_tiny_end_to_end_run_writes_every_section(tmp_path):
     train["flops_per_token"] * train["tokens_per_s"] / s["peak"]["roofline_float32"]
   )
   assert s["positions"]["schemes"]["nope"]["ratio_to_nope"] == 1.0
-  assert set(s["positions"]["schemes"]) == {"nope", "rope"}
+  assert set(s["positions"]["schemes"]) == {"nope", "rope", "nope+stick_breaking"}
   assert s["positions"]["skipped"] == {}
   rope = s["peers"]["schemes"]["rope"]
   assert rope["lcx"]["step_s"] > 0

@@ -328,6 +328,13 @@ def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths
       "attention",
       r"model.attention.sink='attention' is not allowed; allowed: one of \('none', 'learned'\)",
     ),
+    (
+      "rope",
+      "model.attention.kind",
+      "stickbreaking",
+      r"model.attention.kind='stickbreaking' is not allowed; allowed: one of \('softmax', "
+      r"'stick_breaking'\)",
+    ),
   ],
 )
 def test_attention_options_name_the_field(pos, field, value, message):

@@ -154,6 +154,7 @@ OPTIONS = {
     "attention.beta_c": 0.5,
     "attention.sink": "learned",
   },
+  "stick_breaking_log_n": {"attention.kind": "stick_breaking", "attention.temperature": "log_n"},
 }
 
 

@@ -179,6 +179,7 @@ def test_every_scheme_trains_without_nan_and_learns(name, tmp_path):
     {"model.attention.temperature": "ssmax"},
     {"model.qk_norm": True},
     {"model.attention.sink": "learned"},
+    {"model.attention.kind": "stick_breaking"},
   ],
 )
 def test_attention_options_train_without_nan(options):

@@ -1,5 +1,6 @@
 """Section `positions`: the train-step time of every scheme as a ratio to NoPE, all interleaved
-on the default model."""
+on the default model, and of NoPE with each other attention kind (`--attention_kinds`, rows
+nope+KIND: e.g. stick-breaking's cost over softmax, with no position work in either)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ TITLE = "Position overhead: train-step time / NoPE (interleaved)"
 
 
 def run(opts, results) -> dict:
-  """Train-step time of every scheme over NoPE on the default model, all interleaved."""
+  """Train-step time of every scheme (and nope+KIND) over NoPE on the default model, all
+  interleaved."""
   del results
   schemes, missing = registered(["nope"] + [s for s in opts.schemes if s != "nope"])
-  programs, failed = buildable(opts, schemes)
+  programs, failed = buildable(opts, schemes + [f"nope+{k}" for k in opts.attention_kinds])
   rounds = interleaved(programs, opts.rounds, opts.steps)
   return {
     "schemes": {

@@ -21,8 +21,13 @@ def bench_config(scheme: str, size: str, batch_size: int, seq_len: int):
 
 
 def options_config(opts, scheme: str, size: str | None = None):
-  """bench_config at the flags' batch and length; `size` defaults to --model_size."""
-  return bench_config(scheme, size or opts.model_size, opts.batch_size, opts.seq_len)
+  """bench_config at the flags' batch and length; `size` defaults to --model_size. `scheme`
+  may be SCHEME+KIND: with model.attention.kind=KIND (the positions section's kind rows)."""
+  scheme, _, kind = scheme.partition("+")
+  config = bench_config(scheme, size or opts.model_size, opts.batch_size, opts.seq_len)
+  if kind:
+    config.model.attention.kind = kind
+  return config
 
 
 def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> dict:
