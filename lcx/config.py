@@ -193,6 +193,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       "model.attention.kind='stick_breaking', whose weights already sum to <= 1 (the rest "
       "goes to no key, as a sink's would); allowed: 'none'"
     )
+  if m.attention.kind == "stick_breaking" and positions.base.is_contextual(m.position.name):
+    raise ValueError(  # the stick-breaking kernels call no contextual hook: CoPE would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking': its positions come from softmax logits; "
+      "allowed: a scheme without a contextual hook"
+    )
   if m.num_heads % m.num_kv_heads:
     raise ValueError(
       f"model.num_kv_heads={m.num_kv_heads} must divide model.num_heads={m.num_heads}"

@@ -162,6 +162,14 @@ def test_a_learned_sink_with_stick_breaking_is_one_error_naming_both_fields():
   config_lib.validate(config)
 
 
+def test_a_contextual_scheme_with_stick_breaking_is_refused():
+  """CoPE's positions come from softmax logits, which the stick-breaking kernels never make."""
+  config = tiny_config("cope")
+  set_fields(config, {"model.attention.kind": "stick_breaking"})
+  with pytest.raises(ValueError, match=r"^model.position.name='cope' is not allowed with "):
+    config_lib.validate(config)
+
+
 def test_analysis_maps_are_the_kernels_weights():
   """An SB model's attention maps are its stick-breaking weights (no diagonal, rows summing to
   <= 1), the same on all rows at once and on chosen rows."""
