@@ -1,6 +1,9 @@
 """The quickstart end to end at a reduced size: every family trains, evaluates, reports."""
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -31,3 +34,28 @@ def test_reduced_quickstart_trains_evaluates_and_reports(tmp_path):
     timeout=600,
   )
   assert "reusing" in again.stderr  # finished runs are not trained or evaluated again
+
+
+@pytest.mark.slow
+def test_launch_quickstart_runs_from_a_fresh_clone(tmp_path):
+  """`./launch.sh quickstart` in a clone of this checkout's HEAD: everything it needs is
+  committed, and the launcher dispatches. The clone borrows the tests' venv (its stamp matches the
+  same pyproject.toml, so nothing installs) and the built dataset; `python -m` in the clone's
+  root imports the clone's lcx, not this checkout's."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  clone = tmp_path / "lcx"
+  subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
+  (clone / ".venv").symlink_to(sys.prefix)  # the venv running these tests
+  out = subprocess.run(
+    ["./launch.sh", "quickstart", f"--workdir={tmp_path / 'runs'}", "--schemes=nope", "--steps=2"]
+    + ["--eval_tokens=512"],
+    cwd=clone,
+    env=dict(os.environ, LCX_DATA_DIR=DATA_DIR, PYTHONUNBUFFERED="1"),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "installing" not in out.stderr
+  assert any(line.startswith("| nope/none ") for line in out.stdout.splitlines())
+  assert (tmp_path / "runs" / "report.md").stat().st_size > 0
