@@ -9,7 +9,9 @@ only the prompt determines them.
 SCAN and PCFG cannot keep that property (what a command or a function composition
 produces varies with the draw), so their answers end with `.` (a model must say where
 an answer stops) and `MAX_BYTES` declares the most bytes their examples can take at a
-length; `document_tokens` uses it, so the training bound stays a token bound.
+length; `document_tokens` uses it, so the training bound stays a token bound. `niah`
+(a uniform mix of the three NIAH variants, each of one size) declares its bound too; its
+question says which variant, hence how long the answer is.
 
 Training draws sizes uniformly from [task_min_len, task_max_len]; evaluation draws
 them uniformly up to task_eval_factor * task_max_len and reports exact match per size
@@ -118,6 +120,78 @@ def passkey_at_depth(rng: np.random.Generator, length: int, depth: float) -> Exa
 def passkey(rng: np.random.Generator, length: int) -> Example:
   """`passkey_at_depth` at a uniformly random depth."""
   return passkey_at_depth(rng, length, float(rng.uniform()))
+
+
+# Needle-in-a-haystack variants after RULER (Hsieh et al. 2024), as DroPE reports them
+# (Gelberg et al. 2025): NIAH_NEEDLES needles `key is value. ` (3-letter keys, 3-digit
+# values) at uniform sentence boundaries of `length` filler sentences, then a question.
+NIAH_NEEDLES = 2
+
+
+def _niah_prompt(rng: np.random.Generator, length: int, needles: list[bytes], question: bytes):
+  """`length` filler sentences with `needles` at sorted uniform boundaries, then `question`."""
+  at = np.sort(rng.integers(0, length + 1, size=len(needles)))
+  parts = []
+  for i in range(length + 1):
+    parts += [n for n, a in zip(needles, at) if a == i]
+    if i < length:
+      parts.append(FILLER[i % len(FILLER)])
+  return b"".join(parts) + question
+
+
+def _distinct_keys(rng: np.random.Generator, n: int) -> list[bytes]:
+  keys: list[bytes] = []
+  while len(keys) < n:
+    key = _letters(rng, 3)
+    keys += [] if key in keys else [key]
+  return keys
+
+
+def _distinct_values(rng: np.random.Generator, n: int) -> list[bytes]:
+  return [str(v).encode() for v in rng.choice(np.arange(100, 1000), size=n, replace=False)]
+
+
+def niah_multikey(rng: np.random.Generator, length: int) -> Example:
+  """Needles of distinct keys; one key is asked: `... What is abc? ` -> `123`."""
+  keys, values = _distinct_keys(rng, NIAH_NEEDLES), _distinct_values(rng, NIAH_NEEDLES)
+  needles = [k + b" is " + v + b". " for k, v in zip(keys, values)]
+  query = int(rng.integers(NIAH_NEEDLES))
+  return Example(
+    _niah_prompt(rng, length, needles, b"What is " + keys[query] + b"? "), values[query]
+  )
+
+
+def niah_multiquery(rng: np.random.Generator, length: int) -> Example:
+  """Needles of distinct keys; all are asked, in a random order: `What are abc and xyz? `
+  -> `123,456` (values in the asked order)."""
+  keys, values = _distinct_keys(rng, NIAH_NEEDLES), _distinct_values(rng, NIAH_NEEDLES)
+  needles = [k + b" is " + v + b". " for k, v in zip(keys, values)]
+  order = rng.permutation(NIAH_NEEDLES)
+  question = b"What are " + b" and ".join(keys[i] for i in order) + b"? "
+  return Example(_niah_prompt(rng, length, needles, question), b",".join(values[i] for i in order))
+
+
+def niah_multivalue(rng: np.random.Generator, length: int) -> Example:
+  """Needles of one key with distinct values: `What are all values of abc? ` -> `123,456`
+  (in the order they appear)."""
+  (key,), values = _distinct_keys(rng, 1), _distinct_values(rng, NIAH_NEEDLES)
+  needles = [key + b" is " + v + b". " for v in values]
+  question = b"What are all values of " + key + b"? "
+  return Example(_niah_prompt(rng, length, needles, question), b",".join(values))
+
+
+NIAH = {"multikey": niah_multikey, "multiquery": niah_multiquery, "multivalue": niah_multivalue}
+
+
+def niah(rng: np.random.Generator, length: int) -> Example:
+  """One of the three NIAH variants, drawn uniformly: a model trained on all three."""
+  return tuple(NIAH.values())[int(rng.integers(len(NIAH)))](rng, length)
+
+
+def _niah_max_bytes(length: int) -> int:
+  """The longest variant's prompt + answer (each variant has one size at a length)."""
+  rng = np.random.default_rng(0)
+  return max(len(e.prompt) + len(e.answer) for e in (f(rng, length) for f in NIAH.values()))
 
 
 # Tasks whose evaluation can place the needle at chosen depths (data.task_eval_depths).
@@ -353,6 +427,10 @@ TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
   "lego": lego,
   "scan": scan,
   "pcfg": pcfg,
+  "niah_multikey": niah_multikey,
+  "niah_multiquery": niah_multiquery,
+  "niah_multivalue": niah_multivalue,
+  "niah": niah,
 }
 
 # Tasks whose example size varies at a given length: the most bytes prompt + answer
@@ -360,6 +438,7 @@ TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
 MAX_BYTES: dict[str, Callable[[int], int]] = {
   "scan": _scan_max_bytes,
   "pcfg": _pcfg_max_bytes,
+  "niah": _niah_max_bytes,
 }
 
 

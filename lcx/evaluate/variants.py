@@ -38,6 +38,9 @@ EVAL_TIME = (
   "model.dtype",
 )
 TRAINED = ("model", "data.seq_len")
+# What a variant may set besides EVAL_TIME: evaluation settings, and the task a task model is
+# tested on (experiments/drope: one model trained on a mix, tested per NIAH variant).
+VARIANT_FIELDS = EVAL_TIME + ("eval", "data.task")
 
 SCALING = "model.position.scaling"
 PATTERN = "model.attention.pattern"
@@ -193,10 +196,24 @@ def names(spec_list: str) -> list[str]:
   return out
 
 
+def _dotted(tree: dict, prefix: str = "") -> dict:
+  """A named variant's fields as dotted paths: nested dicts (a config file's form, since a
+  ConfigDict key holds no dot) are walked down to a value or to a whole scaling, remap or
+  pattern dict; dotted keys pass as they are."""
+  out = {}
+  for key, value in tree.items():
+    field = prefix + key
+    if isinstance(value, dict) and field not in (SCALING, *SECTIONS):
+      out.update(_dotted(value, field + "."))
+    else:
+      out[field] = value
+  return out
+
+
 def overrides(spec: str, named: dict) -> dict:
   """The dotted overrides of one variant: built-in `name@arg`, or a named one from the config."""
   if spec in named:
-    return {k: plain(v) for k, v in dict(named[spec]).items()}
+    return _dotted(plain(named[spec]))
   name, _, arg = spec.partition("@")
   if name not in VARIANTS:
     raise errors.not_allowed(
@@ -222,10 +239,10 @@ def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.Co
   """
   config = ml_collections.ConfigDict(config.to_dict())
   for field, value in changes.items():
-    if not _is(field, EVAL_TIME + ("eval",)):
+    if not _is(field, VARIANT_FIELDS):
       raise ValueError(
         f"variant override {field}: only eval-time fields may change at "
-        f"evaluation: {', '.join(EVAL_TIME)}, eval.*"
+        f"evaluation: {', '.join(EVAL_TIME)}, eval.*, data.task"
       )
     if field == SCALING:
       if "scaling" not in config.model.position:

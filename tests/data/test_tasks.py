@@ -47,6 +47,21 @@ def _lego(prompt):
   return b"+1" if values[query] == 1 else b"-1"
 
 
+def _niah(prompt):
+  """Needles `key is value. ` collected in order; the question at the end says which."""
+  table = collections.defaultdict(list)
+  for key, value in re.findall(rb"\b([a-z]{3}) is (\d{3})\. ", prompt):
+    table[key].append(value)
+  if m := re.search(rb"What is ([a-z]{3})\? $", prompt):
+    (value,) = table[m.group(1)]
+    return value
+  if m := re.search(rb"What are ([a-z]{3}) and ([a-z]{3})\? $", prompt):
+    return b",".join(v for k in m.groups() for v in table[k])
+  key = re.search(rb"What are all values of ([a-z]{3})\? $", prompt).group(1)
+  assert len(table) == 1
+  return b",".join(table[key])
+
+
 _SCAN_DOES = {"walk": "W", "run": "R", "jump": "J", "look": "L", "turn": ""}
 _SCAN_TURNS = {"left": "<", "right": ">"}
 
@@ -137,6 +152,10 @@ ORACLES = {
   "lego": _lego,
   "scan": _scan,
   "pcfg": _pcfg,
+  "niah_multikey": _niah,
+  "niah_multiquery": _niah,
+  "niah_multivalue": _niah,
+  "niah": _niah,
 }
 
 # How the size `length` shows in a prompt, checked independently of the generator.
@@ -154,6 +173,10 @@ SIZES = {
   "lego": lambda p, a: p.count(b",") + 1,
   "scan": lambda p, a: len(re.findall(rb" (?:and|after) ", p)) + 1,
   "pcfg": lambda p, a: sum(word[:1].islower() for word in p.split()),
+  **{
+    task: lambda p, a: sum(p.count(s) for s in tasks.FILLER)
+    for task in ("niah_multikey", "niah_multiquery", "niah_multivalue", "niah")
+  },
 }
 # The paper's tasks (Kazemnejad et al. 2023) that lcx generates besides the classics.
 PAPER_TASKS = ("polynomial", "summation", "lego", "scan", "pcfg")
@@ -237,6 +260,11 @@ def test_varying_documents_stay_within_the_declared_bound(task):
 LONGEST = {
   "scan": lambda n: " after ".join(["jump around right thrice"] * n) + "=",
   "pcfg": lambda n: "remove_second " * n + "ABC" + " , DEF" * n + "=",
+  # multivalue: the longest question and answer.
+  "niah": lambda n: (
+    b"".join(tasks.FILLER[i % 5] for i in range(n)).decode()
+    + "abc is 123. abc is 456. What are all values of abc? "
+  ),
 }
 
 
@@ -247,6 +275,26 @@ def test_the_declared_bound_is_reached(task):
     prompt = LONGEST[task](length).encode()
     assert SIZES[task](prompt, b"") == length
     assert len(prompt) + len(ORACLES[task](prompt)) + 2 == tasks.document_tokens(task, length)
+
+
+def test_niah_needles_land_at_every_sentence_boundary_and_keep_their_order():
+  length, starts = 3, collections.Counter()
+  for seed in range(300):
+    prompt = tasks.niah_multivalue(np.random.default_rng(seed), length).prompt
+    sentences = re.split(rb"(?<=\. )", prompt)
+    needles = [i for i, s in enumerate(sentences) if re.fullmatch(rb"[a-z]{3} is \d{3}\. ", s)]
+    assert len(needles) == tasks.NIAH_NEEDLES
+    starts[sum(not re.match(rb"[a-z]{3} is", s) for s in sentences[: needles[0]])] += 1
+  assert sorted(starts) == list(range(length + 1))  # before the first sentence ... after the last
+
+
+def test_niah_mixes_its_three_variants():
+  questions = collections.Counter(
+    re.search(rb"What (is|are all|are)", tasks.niah(np.random.default_rng(s), 2).prompt).group(1)
+    for s in range(600)
+  )
+  assert set(questions) == {b"is", b"are all", b"are"}
+  assert min(questions.values()) > 150
 
 
 def test_lego_refuses_more_variables_than_names():

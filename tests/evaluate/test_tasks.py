@@ -77,6 +77,20 @@ def test_task_eval_writes_accuracy_per_size_bucket(copy_run, monkeypatch, capsys
 
 
 @pytest.mark.slow
+def test_a_named_variant_tests_the_model_on_another_task(copy_run):
+  """One evaluation, two tasks: the copy model is right on copy and wrong on reverse."""
+  config, workdir = copy_run
+  config = config.copy_and_resolve_references()
+  config.eval.named_variants = {"reversed": {"data": {"task": "reverse"}}}
+  config.eval.variants = "none,reversed"
+  results = evaluate.evaluate(config, workdir)
+  assert (results["none"]["task"], results["reversed"]["task"]) == ("copy", "reverse")
+  assert json.load(open(f"{workdir}/eval/reversed.json"))["task"] == "reverse"
+  seen = [r["buckets"]["1-6"]["accuracy"] for r in (results["none"], results["reversed"])]
+  assert seen[0] >= 0.8 and seen[1] < 0.5, seen  # reverse = copy only for palindromes
+
+
+@pytest.mark.slow
 def test_passkey_is_evaluated_at_each_configured_depth(copy_run):
   """Same architecture and tokenizer, so the copy checkpoint scores passkey (badly)."""
   config, workdir = copy_run

@@ -2,6 +2,7 @@
 
 import json
 
+import ml_collections
 import pytest
 
 from lcx import defaults, patterns
@@ -87,6 +88,28 @@ def test_apply_refuses_trained_fields_and_scaling_without_rotary():
     variants.apply(defaults.get_config("pos=rope"), {"model.d_model": 8})
   with pytest.raises(ValueError, match=r"model.position.name='alibi' has no RoPE scaling"):
     variants.apply(defaults.get_config("pos=alibi"), variants.overrides("yarn@2", {}))
+
+
+def test_a_named_variant_may_test_another_task_but_not_retrain_one():
+  config = defaults.get_config("pos=rope")
+  config.data.update(name="task", task="niah")
+  named = ml_collections.ConfigDict(  # as a config file holds it: nested, no dotted keys
+    {
+      "mk": {"data": {"task": "niah_multikey"}},
+      "mk_yarn": {
+        "data": {"task": "niah_multikey"},
+        "model": {"position": {"scaling": {"rope_type": "yarn", "factor": 4.0}}},
+      },
+    }
+  )
+  assert variants.overrides("mk_yarn", named) == {
+    "data.task": "niah_multikey",
+    "model.position.scaling": {"rope_type": "yarn", "factor": 4.0},  # whole, not per field
+  }
+  changed = variants.apply(config, variants.overrides("mk", named))
+  assert (changed.data.task, config.data.task) == ("niah_multikey", "niah")
+  with pytest.raises(ValueError, match=r"variant override data.seq_len: only eval-time fields"):
+    variants.apply(config, {"data.seq_len": 8})
 
 
 def test_check_trained_names_the_field_scheme_first():

@@ -1,0 +1,45 @@
+"""DroPE analog (Gelberg et al. 2025): train with RoPE, drop every position signal, recalibrate
+briefly at the training length, then retrieve needles past it, zero-shot; against RoPE (plain
+and YaRN), ALiBi, NoPE and RNoPE-SWA trained from scratch, and RoPE trained as many steps more.
+
+Every model learns the NIAH mix of `configs/niah.py` (multi-key, multi-query, multi-value; up to
+8 filler sentences, two needles) and is tested on each variant up to 4x the sentences.
+`./launch.sh sweep experiments/drope` (CPU: the small model, 2 seeds) or
+`experiments/drope:full` (the default model, 3 seeds, longer training).
+Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.3.
+"""
+
+from lcx.sweep import Run
+
+NIAH = "multikey,multiquery,multivalue"
+WINDOW = 64  # RNoPE-SWA: the RoPE layers' sliding window, about a third of the longest document
+
+
+def get_runs(arg=""):
+  full = arg == "full"
+  if full:
+    size, steps, recalibrate, seeds = "default", 4000, 800, (0, 1, 2)
+  else:
+    size, steps, recalibrate, seeds = "small", 1200, 240, (0, 1)
+
+  def config(pos, n=steps):
+    return f"configs/niah.py:pos={pos},size={size},steps={n}"
+
+  runs = {}
+  for seed in seeds:
+    rope, plain = f"rope-s{seed}", {"seed": seed, "eval.variants": NIAH}
+    runs[rope] = Run(config("rope"), {"seed": seed})  # also YaRN, training-free
+    runs[f"alibi-s{seed}"] = Run(config("alibi"), plain)
+    runs[f"nope-s{seed}"] = Run(config("nope"), plain)
+    runs[f"rnope_swa-s{seed}"] = Run(
+      config("rope"), {**plain, "model.nope_every": 4, "model.position_window": WINDOW}
+    )
+    # From the RoPE checkpoint, fresh optimizer, `recalibrate` steps at the same length.
+    start = {**plain, "train.init_from": f"{{runs}}/{rope}", "train.warmup_steps": 20}
+    drop = {**start, "train.init_from_any_scheme": True}
+    runs[f"drope-s{seed}"] = Run(
+      config("nope", recalibrate), {**drop, "model.attention.temperature": "log_n"}, needs=(rope,)
+    )
+    runs[f"drope_no_temp-s{seed}"] = Run(config("nope", recalibrate), drop, needs=(rope,))
+    runs[f"rope_more-s{seed}"] = Run(config("rope", recalibrate), start, needs=(rope,))
+  return runs
