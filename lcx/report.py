@@ -463,10 +463,15 @@ def task_tables(results: Sequence[dict]) -> str:
 
 def system(r: dict) -> str:
   """What a task result ranks as: its run name without the task (`copy-alibi-s1` -> `alibi`)
-  and seed suffix, joined with its variant unless `none` (sweeps name runs TASK-LABEL-sSEED)."""
+  and seed suffix, joined with its variant unless `none` (sweeps name runs TASK-LABEL-sSEED).
+  A variant that picks the task (`data.task`) ranks without the words of its name that name
+  the task: `multikey_yarn` on niah_multikey is `yarn`, `multikey` is the run itself."""
   name = re.sub(r"-s\d+$", "", r["run"])
   name = name[len(r["task"]) + 1 :] if name.startswith(r["task"] + "-") else name
-  return name if r.get("variant", "none") == "none" else f"{name}/{r['variant']}"
+  variant = r.get("variant", "none")
+  if "data.task" in (r.get("overrides") or {}):
+    variant = "_".join(w for w in variant.split("_") if w not in r["task"].split("_")) or "none"
+  return name if variant == "none" else f"{name}/{variant}"
 
 
 def extrapolation_accuracy(r: dict) -> float | None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from lcx import bench, positions
+from lcx import bench, config as config_lib, positions
 from lcx.bench import long_eval, options, throughput, timing, workload
 from lcx.evaluate.runner import Runner
 from tests.helpers import run_lcx
@@ -84,18 +84,36 @@ def test_flags_quick_full_and_overrides():
     _options("--eval_lengths=1k")
 
 
-def test_attention_kinds_flag_builds_nope_rows_with_that_kind():
-  assert _options().attention_kinds == _options("--quick").attention_kinds == ["stick_breaking"]
-  opts = _options("--attention_kinds=")
-  assert opts.attention_kinds == []
+def test_options_flag_builds_rows_of_the_option_on_its_scheme():
+  assert _options().options == list(workload.MODEL_OPTIONS)
+  assert _options("--quick").options == ["stick_breaking"]
+  opts = _options("--options=")
+  assert opts.options == [] and workload.option_rows(opts.options) == []
+  assert workload.option_rows(["stick_breaking", "qk_norm"]) == [
+    "nope+stick_breaking",
+    "rope+qk_norm",
+  ]
   config = workload.options_config(opts, "nope+stick_breaking", "tiny")
   assert (config.model.position.name, config.model.attention.kind) == ("nope", "stick_breaking")
-  assert workload.options_config(opts, "nope", "tiny").model.attention.kind == "softmax"
+  config = workload.options_config(opts, "rope+ssmax", "tiny")
+  assert (config.model.position.name, config.model.attention.temperature) == ("rope", "ssmax")
+  assert workload.options_config(opts, "rope+nope_every", "tiny").model.nope_every == 2
+  plain = workload.options_config(opts, "nope", "tiny").model
+  assert (plain.attention.kind, plain.qk_norm, plain.nope_every) == ("softmax", False, 0)
   with pytest.raises(
     ValueError,
-    match=r"^--attention_kinds='softmax' is not allowed; allowed: comma lists of stick_breaking$",
+    match=r"^--options='softmax' is not allowed; allowed: comma lists of stick_breaking, qk_norm",
   ):
-    _options("--attention_kinds=softmax")
+    _options("--options=softmax")
+
+
+def test_every_option_row_sets_a_valid_config_that_differs_from_its_scheme():
+  opts = _options()
+  for row in workload.option_rows(list(workload.MODEL_OPTIONS)):
+    scheme = row.partition("+")[0]
+    config = workload.options_config(opts, row, "tiny")
+    assert config.model.to_dict() != workload.options_config(opts, scheme, "tiny").model.to_dict()
+    config_lib.validate(config)  # ValueError naming the field if an option sets a wrong one
 
 
 def test_unregistered_schemes_are_skipped_with_a_note(capsys):
@@ -130,7 +148,7 @@ def test_tiny_end_to_end_run_writes_every_section(tmp_path):
       "--batch_size=2",
       "--seq_len=16",
       "--schemes=nope,rope",
-      "--attention_kinds=stick_breaking",
+      "--options=stick_breaking,qk_norm",
       "--rounds=2",
       "--steps=1",
       "--train_steps=2",
@@ -153,7 +171,9 @@ def test_tiny_end_to_end_run_writes_every_section(tmp_path):
     train["flops_per_token"] * train["tokens_per_s"] / s["peak"]["roofline_float32"]
   )
   assert s["positions"]["schemes"]["nope"]["ratio_to_nope"] == 1.0
-  assert set(s["positions"]["schemes"]) == {"nope", "rope", "nope+stick_breaking"}
+  assert set(s["positions"]["schemes"]) == {"nope", "rope", "nope+stick_breaking", "rope+qk_norm"}
+  qk_norm = s["positions"]["schemes"]["rope+qk_norm"]
+  assert qk_norm["ratio_to_scheme"] > 0 and "x scheme" in proc.stdout
   assert s["positions"]["skipped"] == {}
   rope = s["peers"]["schemes"]["rope"]
   assert rope["lcx"]["step_s"] > 0

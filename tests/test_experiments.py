@@ -28,8 +28,14 @@ def test_tables_finds_each_pipe_table():
   assert _tables(text) == ["| a | b |\n|:--|--:|\n| 1 | 2 |", "| c |\n|:--|"]
 
 
-def test_there_are_four_experiments():
-  assert {p.name for p in EXPERIMENTS} >= {"alibi_table", "rope_extension", "nope_tasks", "prope"}
+def test_every_reproduction_is_there():
+  assert {p.name for p in EXPERIMENTS} >= {
+    "alibi_table",
+    "rope_extension",
+    "nope_tasks",
+    "prope",
+    "drope",
+  }
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)

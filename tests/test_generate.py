@@ -92,15 +92,26 @@ def _prompt(batch=2):
   return np.random.default_rng(0).integers(0, 256, (batch, P)).astype(np.int32)
 
 
+def _rotary_scheme(remap: str, rope_type: str) -> str:
+  """The one rotary scheme a (remap, scaling) pair is tested with: a Latin square over the
+  pairs, so every (scheme, remap), (scheme, scaling) and (remap, scaling) pair occurs (the
+  three act on different things: which rotation, which positions, which frequencies)."""
+  i, j = list(REMAPS).index(remap), list(SCALINGS).index(rope_type)
+  return ROTARY[(i + j) % len(ROTARY)]
+
+
 def _cases():
-  """Every scheme x every remap it accepts x every scaling (rotary schemes) with a dense
-  pattern, and every sparse pattern with every scheme."""
+  """Every non-rotary scheme x every remap it accepts, every (remap, scaling) pair with a
+  rotary scheme (`_rotary_scheme`), all with a dense pattern; and every sparse pattern with
+  every scheme."""
   out = []
   for scheme in positions.SCHEMES:
     for remap in remaps.REMAPS:
       if not remaps.accepts(remap, scheme):
         continue
       for rope_type in SCALINGS if scheme in ROTARY else ("default",):
+        if scheme in ROTARY and scheme != _rotary_scheme(remap, rope_type):
+          continue
         out.append((scheme, remap, rope_type, "dense"))
     for pattern in PATTERNS:
       if pattern != "dense":
@@ -108,20 +119,24 @@ def _cases():
   return out
 
 
+def _rotary(remap, rope_type):
+  return (_rotary_scheme(remap, rope_type), remap, rope_type, "dense")
+
+
 # Run by default: every scheme, remap, scaling and pattern at least once, and crossings of each
 # kind of hook (embedding, rotation, bias) with the remaps; the rest of the matrix is slow.
 QUICK = (
-  {(s, "none", "default", "dense") for s in positions.SCHEMES}
-  | {("rope", r, "default", "dense") for r in REMAPS}
-  | {("rope", "none", t, "dense") for t in SCALINGS}
+  {(s, "none", "default", "dense") for s in positions.SCHEMES if s not in ROTARY}
+  | {_rotary(r, "default") for r in REMAPS}
+  | {_rotary("none", t) for t in SCALINGS}
   | {("rope", "none", "default", p) for p in PATTERNS}
   | {
     ("sinusoidal", "compress", "default", "dense"),
     ("learned", "compress", "default", "dense"),
     ("alibi", "self_extend", "default", "dense"),
     ("t5", "rerope", "default", "dense"),
-    ("xpos", "self_extend", "longrope", "dense"),
-    ("p_rope", "rerope", "dynamic", "dense"),
+    _rotary("self_extend", "longrope"),
+    _rotary("rerope", "dynamic"),
   }
 )
 
@@ -173,7 +188,12 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 3 * 5 * 7 + 7 * 5 + 2 * 2 + 1 * 1 + 13 * 4
+  assert len(cases) == 5 * 7 + 7 * 5 + 2 * 2 + 1 * 1 + 13 * 4
+  dense = {c[:3] for c in cases if c[0] in ROTARY}
+  for a, b in ((0, 1), (0, 2), (1, 2)):  # every pair of scheme, remap and scaling occurs
+    assert len({(c[a], c[b]) for c in dense}) == len({c[a] for c in dense}) * len(
+      {c[b] for c in dense}
+    )
   assert QUICK <= set(cases)
 
 

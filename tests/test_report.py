@@ -468,6 +468,20 @@ def test_mean_reciprocal_rank_across_tasks():
   assert report.rank_tables(results[:4]) == ""  # one task: no ranking
 
 
+def test_a_variant_that_picks_the_task_ranks_as_its_run_or_its_method():
+  def result(run, variant, task, overrides):
+    r = tasks_result(run)
+    r.update(task=task, variant=variant, overrides=overrides)
+    return r
+
+  picks = {"data.task": "niah_multikey"}
+  assert report.system(result("rope-s0", "multikey", "niah_multikey", picks)) == "rope"
+  yarn = dict(picks, **{"model.position.scaling": {"rope_type": "yarn"}})
+  assert report.system(result("rope-s1", "multikey_yarn", "niah_multikey", yarn)) == "rope/yarn"
+  # A variant that does not pick the task keeps its whole name.
+  assert report.system(result("copy-rope-s0", "yarn@4", "copy", {})) == "rope/yarn@4"
+
+
 def test_seed_table_is_mean_and_range_over_seeds():
   results = [
     lengths_result(run=f"books-rope-s{seed}", losses={1: 2.0 + 0.1 * seed, 2: 2.5})

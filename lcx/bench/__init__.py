@@ -5,7 +5,7 @@ and `table(result)`:
   peak       (peak.py)        measured matmul throughput in float32 and bfloat16: the roofline
   train      (throughput.py)  train-step tokens/s, MFU and compile time, default and large model
   positions  (overhead.py)    train-step time of every registered scheme as a ratio to NoPE,
-                              and of NoPE with stick-breaking attention (--attention_kinds)
+                              and of model options such as rope+qk_norm (--options)
   eval       (long_eval.py)   forward time and peak memory at long lengths, dense vs chunked
                               (a subprocess each)
   peers      (peers.py)       lcx vs a plain `nnx.jit` step and vs x-transformers on PyTorch

@@ -10,16 +10,16 @@ import dataclasses
 
 from absl import flags
 
-from lcx import attention, defaults, errors, positions
+from lcx import defaults, errors, positions
+from lcx.bench.workload import MODEL_OPTIONS
 
 SECTION_NAMES = ("peak", "train", "positions", "eval", "peers")  # the order they run in
-KINDS = [k for k in attention.KINDS if k != "softmax"]  # --attention_kinds: rows nope+KIND
 # flag -> (type of an item or the value, full run's default, --quick's default). Every
 # registered scheme by default, so a new scheme is benchmarked without editing this.
 PLANS = {
   "sizes": (str, ["default", "large"], ["default"]),
   "schemes": (str, list(positions.SCHEMES), ["nope", "rope", "alibi"]),
-  "attention_kinds": (str, KINDS, KINDS),
+  "options": (str, list(MODEL_OPTIONS), ["stick_breaking"]),
   "rounds": (int, 5, 2),
   "steps": (int, 2, 1),
   "train_steps": (int, 10, 3),
@@ -30,8 +30,8 @@ PLANS = {
 PLAN_HELP = {
   "sizes": "Model sizes of the train section (comma list).",
   "schemes": "Position schemes of the positions and peers sections (comma list).",
-  "attention_kinds": "model.attention.kind values the positions section times with NoPE, as rows "
-  "nope+KIND over softmax NoPE (comma list; empty: none).",
+  "options": "Model options the positions section times, as rows SCHEME+OPTION beside their "
+  "scheme (lcx/bench/workload.py MODEL_OPTIONS; comma list; empty: none).",
   "rounds": "Interleaved rounds of every comparison.",
   "steps": "Steps of each program per round.",
   "train_steps": "Timed steps per model size in the train section.",
@@ -50,7 +50,7 @@ class Options:
   out: str
   sizes: list[str]
   schemes: list[str]
-  attention_kinds: list[str]
+  options: list[str]
   rounds: int
   steps: int
   train_steps: int
@@ -120,7 +120,7 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
   for name, allowed in (
     ("sections", SECTION_NAMES),
     ("schemes", positions.SCHEMES),
-    ("attention_kinds", KINDS),
+    ("options", MODEL_OPTIONS),
   ):
     if not set(values[name]) <= set(allowed):
       raise errors.not_allowed(

@@ -1,30 +1,37 @@
 """Section `positions`: the train-step time of every scheme as a ratio to NoPE, all interleaved
-on the default model, and of NoPE with each other attention kind (`--attention_kinds`, rows
-nope+KIND: e.g. stick-breaking's cost over softmax, with no position work in either)."""
+on the default model, and of each model option (`--options`, rows SCHEME+OPTION: QK-norm,
+temperatures, sinks, the per-layer schedule on RoPE; stick-breaking on NoPE) as a ratio to
+NoPE and to its own scheme without the option."""
 
 from __future__ import annotations
 
 import statistics
 
 from lcx.bench.timing import interleaved, ratio
-from lcx.bench.workload import buildable, registered, skipped_rows
+from lcx.bench.workload import buildable, option_rows, registered, skipped_rows
 from lcx.report import markdown_table
 
 TITLE = "Position overhead: train-step time / NoPE (interleaved)"
 
 
 def run(opts, results) -> dict:
-  """Train-step time of every scheme (and nope+KIND) over NoPE on the default model, all
-  interleaved."""
+  """Train-step time of every scheme (and SCHEME+OPTION) over NoPE on the default model, all
+  interleaved; an option row's scheme is timed too, whether asked for or not."""
   del results
-  schemes, missing = registered(["nope"] + [s for s in opts.schemes if s != "nope"])
-  programs, failed = buildable(opts, schemes + [f"nope+{k}" for k in opts.attention_kinds])
+  rows = option_rows(opts.options)
+  asked = ["nope"] + [s for s in opts.schemes if s != "nope"]
+  asked += [r.partition("+")[0] for r in rows if r.partition("+")[0] not in asked]
+  schemes, missing = registered(asked)
+  programs, failed = buildable(opts, schemes + rows)
   rounds = interleaved(programs, opts.rounds, opts.steps)
   return {
     "schemes": {
       s: {
         "step_s": statistics.median(rounds[s]),
         "ratio_to_nope": ratio(rounds[s], rounds["nope"]) if "nope" in rounds else None,
+        "ratio_to_scheme": (
+          ratio(rounds[s], rounds[base]) if (base := s.partition("+")[0]) in rounds else None
+        ),
         "compile_s": programs[s].compile_s,
         "rounds_s": rounds[s],
       }
@@ -40,7 +47,14 @@ def _ratio_cell(x: float | None) -> str:
 
 def table(result: dict) -> str:
   rows = [
-    [s, f"{v['step_s']:.3f}", _ratio_cell(v["ratio_to_nope"]), f"{v['compile_s']:.1f}"]
+    [
+      s,
+      f"{v['step_s']:.3f}",
+      _ratio_cell(v["ratio_to_nope"]),
+      _ratio_cell(v.get("ratio_to_scheme")) if "+" in s else "",
+      f"{v['compile_s']:.1f}",
+    ]
     for s, v in result["schemes"].items()
   ]
-  return markdown_table(["scheme", "s/step", "x NoPE", "compile s"], rows + skipped_rows(result, 4))
+  header = ["scheme", "s/step", "x NoPE", "x scheme", "compile s"]
+  return markdown_table(header, rows + skipped_rows(result, 5))

@@ -20,13 +20,35 @@ def bench_config(scheme: str, size: str, batch_size: int, seq_len: int):
   return config_lib.resolve(config, data.get_tokenizer(config.data).vocab_size)
 
 
+# Model options the positions section times as rows SCHEME+OPTION (`--options`): the scheme the
+# option is measured on, and the config fields it sets.
+MODEL_OPTIONS = {
+  "stick_breaking": ("nope", {"attention.kind": "stick_breaking"}),
+  "qk_norm": ("rope", {"qk_norm": True}),
+  "log_n": ("rope", {"attention.temperature": "log_n"}),
+  "ssmax": ("rope", {"attention.temperature": "ssmax"}),
+  "sink": ("rope", {"attention.sink": "learned"}),
+  "nope_every": ("rope", {"nope_every": 2}),
+  "position_window": ("rope", {"position_window": 64}),
+}
+
+
+def option_rows(options: list[str]) -> list[str]:
+  """`--options` as positions-section rows: ["nope+stick_breaking", "rope+qk_norm", ...]."""
+  return [f"{MODEL_OPTIONS[o][0]}+{o}" for o in options]
+
+
 def options_config(opts, scheme: str, size: str | None = None):
   """bench_config at the flags' batch and length; `size` defaults to --model_size. `scheme`
-  may be SCHEME+KIND: with model.attention.kind=KIND (the positions section's kind rows)."""
-  scheme, _, kind = scheme.partition("+")
+  may be SCHEME+OPTION: with that entry of MODEL_OPTIONS set under model."""
+  scheme, _, option = scheme.partition("+")
   config = bench_config(scheme, size or opts.model_size, opts.batch_size, opts.seq_len)
-  if kind:
-    config.model.attention.kind = kind
+  for field, value in (MODEL_OPTIONS[option][1] if option else {}).items():
+    *parents, leaf = field.split(".")
+    node = config.model
+    for key in parents:
+      node = node[key]
+    node[leaf] = value
   return config
 
 
