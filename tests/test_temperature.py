@@ -60,6 +60,11 @@ def _args(t):
   return jnp.arange(t)[None] * 7 % 259, jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
 
 
+def _logits(model, t, kernel="dense"):
+  """The forward pass over `_args(t)` as one compiled program (eager calls dispatch op by op)."""
+  return jax.jit(lambda *a: model(*a, kernel=kernel))(*_args(t))
+
+
 @pytest.mark.parametrize(
   "options, per_query",
   [({"model.attention.temperature": "log_n"}, True), ({"model.attention.beta_c": 0.5}, False)],
@@ -69,8 +74,8 @@ def test_length_temperatures_leave_the_training_length_alone(options, per_query)
   (log_n reads each query's position: the first 32 are unchanged), or anywhere (beta reads
   the sequence's length T)."""
   plain, tempered = _model(), _model(**options)
-  np.testing.assert_allclose(tempered(*_args(32)), plain(*_args(32)), atol=1e-6)
-  a, b = tempered(*_args(48)), plain(*_args(48))
+  np.testing.assert_allclose(_logits(tempered, 32), _logits(plain, 32), atol=1e-6)
+  a, b = _logits(tempered, 48), _logits(plain, 48)
   assert np.abs(a[:, 32:] - b[:, 32:]).max() > 1e-3
   assert np.allclose(a[:, 1:32], b[:, 1:32], atol=1e-6) == per_query
 
@@ -86,7 +91,7 @@ def test_length_temperatures_leave_the_training_length_alone(options, per_query)
 def test_temperature_chunked_equals_dense(options):
   model = _model(**options)
   np.testing.assert_allclose(
-    model(*_args(45), kernel="chunked"), model(*_args(45)), atol=2e-4, rtol=2e-4
+    _logits(model, 45, "chunked"), _logits(model, 45), atol=2e-4, rtol=2e-4
   )
 
 
@@ -98,7 +103,7 @@ def test_ssmax_s_gets_a_gradient_in_every_layer():
     logits = m(tokens, pos, seg)
     return -jnp.mean(jax.nn.log_softmax(logits)[0, :-1, :][jnp.arange(19), tokens[0, 1:]])
 
-  grads = nnx.to_pure_dict(nnx.grad(loss)(model))
+  grads = nnx.to_pure_dict(nnx.jit(nnx.grad(loss))(model))
   for block in grads["blocks"].values():
     g = np.asarray(block["attn"]["ssmax_H"])
     assert g.shape == (4,) and np.isfinite(g).all() and np.abs(g).min() > 0
