@@ -278,9 +278,11 @@ def prepare_chunked(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
 def attend_chunked(
   q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, chunk_size=512
 ) -> jax.Array:
-  """-> out_BxHxTxE. Query block i visits key blocks 0..i only (causality): half of dense's work.
-  It visits them from the diagonal outward (i, i-1, .., 0): the online softmax does not mind the
+  """-> out_BxHxTxE. Query block i visits key blocks 0..i only (causality): half of dense's work,
+  and only those from the start of its first query's document (packed documents: far less). It
+  visits them from the diagonal outward (i, i-1, ..): the online softmax does not mind the
   order, and a contextual hook (CoPE) then carries a sum over the nearer keys from block to block.
+  Segments must be contiguous runs of a row, as packing makes them (`lcx.data.pipeline`).
   A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
@@ -321,12 +323,18 @@ def attend_chunked(
     """The chunk of `c` rows of x from `start` along `axis`."""
     return jax.lax.dynamic_slice_in_dim(x, start, c, axis=axis)
 
+  pattern = plan.extras["pattern"]
+  plain = pattern is None and scheme.contextual is None  # may skip the mask of a whole block
+
   def query_block(i):
     q_idx = i * c + jnp.arange(c)
     q_blocks = [(rows(q, i * c, 3), k, rows(br.q_pos, i * c), br) for q, k, br in rotated]
     q_pos, q_seg, q_doc = (rows(x, i * c) for x in (pos_BxT, seg_BxT, doc_BxT))
+    # Documents are contiguous runs of a row: no query of the block sees a key before the
+    # start of its first query's document, so key blocks before it are never visited.
+    first_block = jnp.min(i * c - doc_BxT[:, i * c]) // c
 
-    def key_block(j, carry):
+    def key_block(j, carry, masked=True):
       m_prev, l_prev, acc, context = carry
       k_pos, k_seg, k_doc = (rows(x, j * c) for x in (pos_BxT, seg_BxT, doc_BxT))
       logits = _merge(
@@ -343,11 +351,12 @@ def attend_chunked(
           for qb, k, qb_pos, br in q_blocks
         ]
       )
-      mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, plan.extras["pattern"])
-      if scheme.contextual is not None:  # with the last branch's q, as the dense kernel
-        extra, context = scheme.contextual(q_blocks[-1][0], logits, mask, context)
-        logits = logits + extra
-      logits = jnp.where(mask[:, None, None], logits, NEG_INF)
+      if masked:
+        mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, pattern)
+        if scheme.contextual is not None:  # with the last branch's q, as the dense kernel
+          extra, context = scheme.contextual(q_blocks[-1][0], logits, mask, context)
+          logits = logits + extra
+        logits = jnp.where(mask[:, None, None], logits, NEG_INF)
       m_new = jnp.maximum(m_prev, logits.max(-1))
       p = jnp.exp(logits - m_new[..., None])
       corr = jnp.exp(m_prev - m_new)
@@ -369,7 +378,19 @@ def attend_chunked(
     init, first = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32), None), 0
     if scheme.contextual is not None:  # its carry starts as None, at the diagonal block
       init, first = key_block(i, init), 1
-    _, denom, acc, _ = jax.lax.fori_loop(first, i + 1, lambda s, cr: key_block(i - s, cr), init)
+
+    def visit(s, carry):
+      j = i - s
+      if not plain:
+        return key_block(j, carry)
+      # Below the diagonal, a key block whose first key shares the document of the query
+      # block's last query is all allowed (documents are contiguous): no mask to build.
+      inside = (j < i) & jnp.all(seg_BxT[:, j * c] == seg_BxT[:, i * c + c - 1])
+      return jax.lax.cond(
+        inside, lambda cr: key_block(j, cr, masked=False), lambda cr: key_block(j, cr), carry
+      )
+
+    _, denom, acc, _ = jax.lax.fori_loop(first, i + 1 - first_block, visit, init)
     return (acc / denom[..., None]).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
   out_NxBxGxPxCxE = jax.lax.map(query_block, jnp.arange(n))

@@ -78,6 +78,43 @@ def test_chunked_equals_dense_with_pattern_and_two_branches():
   assert not np.allclose(plain, dense, atol=1e-3)  # the far branch really changed something
 
 
+def _packed(lengths_per_row, t):
+  """pos and seg of rows packing documents of these lengths, the rest padding (segment 0)."""
+  pos, seg = (
+    np.zeros((len(lengths_per_row), t), np.int32),
+    np.zeros((len(lengths_per_row), t), np.int32),
+  )
+  for b, lengths in enumerate(lengths_per_row):
+    start = 0
+    for s, n in enumerate(lengths, 1):
+      pos[b, start : start + n], seg[b, start : start + n] = np.arange(n), s
+      start += n
+    pos[b, start:] = np.arange(start, t)
+  return jnp.asarray(pos), jnp.asarray(seg)
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "cope", "window"])
+def test_chunked_equals_dense_on_packed_documents(name):
+  """Chunked (the evaluation kernel) skips key blocks before a query block's first document and
+  unmasks blocks inside one document: documents across block edges, on them, within one block,
+  and padding (segment 0, whose outputs nobody reads)."""
+  t = 70
+  q, k, v, _, _ = _inputs(b=3, t=t)
+  pos, seg = _packed([[5, 40, 20], [70], [16, 16, 30, 8]], t)
+  kw = dict(
+    scheme=_scheme("rope" if name == "window" else name),
+    remap=NO_REMAP,
+    pattern=(lambda qi, ki: qi - ki < 20) if name == "window" else None,
+  )
+  real = np.asarray(seg > 0)
+  np.testing.assert_allclose(
+    np.asarray(_run_kernel("chunked", q, k, v, pos, seg, **kw))[real],
+    np.asarray(_run_kernel("dense", q, k, v, pos, seg, **kw))[real],
+    atol=3e-5,
+    rtol=3e-5,
+  )
+
+
 def test_segments_never_attend_across_documents():
   q, k, v, pos, seg = _inputs(b=1, t=20)
   seg = jnp.asarray([[1] * 12 + [2] * 8])
