@@ -238,6 +238,7 @@ def test_another_trained_field_is_refused(source, tmp_path):
   )
 
 
+@pytest.mark.slow  # a subprocess
 def test_the_cli_refuses_a_missing_source_before_writing(tmp_path):
   workdir = tmp_path / "run"
   proc = run_lcx(

@@ -78,6 +78,7 @@ def _installs(calls):
   return [c.split(" -e ")[1] for c in calls if "pip install" in c]
 
 
+@pytest.mark.slow  # the launcher in a subprocess, several times
 def test_each_command_installs_its_extras_once(checkout):
   def pip(*args, extras=None):
     return _installs(_launch(checkout, *args, extras=extras)[1])
@@ -102,6 +103,7 @@ def test_each_command_installs_its_extras_once(checkout):
   assert pip("quickstart") == ["."]  # a new pyproject.toml: install afresh
 
 
+@pytest.mark.slow  # the launcher in a subprocess, several times
 def test_concurrent_launches_install_once(checkout):
   procs = [_start(checkout, "test") for _ in range(3)]  # srun starts every task at once
   for proc in procs:

@@ -29,6 +29,7 @@ def test_logged_values_are_window_means_and_skip_compile_time(tmp_path, monkeypa
   assert line["step"] == 4 and line["loss"] == pytest.approx(2.5)
 
 
+@pytest.mark.slow  # a subprocess
 def test_entry_points_import_without_torch_and_the_writer_still_logs(tmp_path):
   """tensorboardX would import torch (seconds) on every command; lcx keeps it out, and the
   TensorBoard writer made on first use writes scalars, with torch importable afterwards."""
