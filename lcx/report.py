@@ -461,6 +461,44 @@ def task_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
+def task_seed_tables(results: Sequence[dict]) -> str:
+  """Task runs named STEM-s<seed> that differ only in the seed: per size bucket, the mean exact
+  match over seeds [min, max across seeds]. One table per task; stems with one seed are left out."""
+  out = []
+  chosen = [r for r in results if r["kind"] == "tasks"]
+  for group in _groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
+    by_stem: dict = {}
+    for r in group:
+      match = SEEDED_RUN.match(str(r["run"]))
+      if match:
+        by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
+    by_stem = {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+    if not by_stem:
+      continue
+    buckets = sorted(
+      {b for rs in by_stem.values() for r in rs for b in r["buckets"]}, key=_bucket_order
+    )
+    rows = []
+    for (stem, variant), rs in by_stem.items():
+      seeds = ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in rs), key=int))
+      row = [f"{stem}/{variant}", seeds]
+      for b in buckets:
+        values = [r["buckets"].get(b, {}).get("accuracy") for r in rs]
+        row.append(
+          "-"
+          if None in values
+          else _cell(sum(values) / len(values), [min(values), max(values)], _f3)
+        )
+      rows.append(row)
+    low, high = group[0]["train_sizes"]
+    out.append(
+      f"Task {group[0]['task']}: exact match by task size; trained on sizes {low}-{high}. "
+      "Cells: mean over seeds [min, max across seeds].\n\n"
+      + markdown_table(["runs/variant", "seeds"] + buckets, rows, align="ll" + "r" * len(buckets))
+    )
+  return "\n\n".join(out)
+
+
 def system(r: dict) -> str:
   """What a task result ranks as: its run name without the task (`copy-alibi-s1` -> `alibi`)
   and seed suffix, joined with its variant unless `none` (sweeps name runs TASK-LABEL-sSEED).
@@ -547,6 +585,7 @@ def sections(results: Sequence[dict]) -> list[tuple[str, str, str | None]]:
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),
     ("Task exact match by size", task_tables(results), "tasks"),
+    ("Task exact match across seeds", task_seed_tables(results), None),
     ("Ranking across tasks", rank_tables(results), None),
     ("Passkey retrieval", passkey_tables(results), "passkey"),
   ]

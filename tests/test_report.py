@@ -482,6 +482,27 @@ def test_a_variant_that_picks_the_task_ranks_as_its_run_or_its_method():
   assert report.system(result("copy-rope-s0", "yarn@4", "copy", {})) == "rope/yarn@4"
 
 
+def test_task_seed_table_is_mean_and_range_over_seeds():
+  results = []
+  for seed, accuracy in ((0, 0.2), (1, 0.5)):
+    r = tasks_result(run=f"copy-rope-s{seed}")
+    r["buckets"]["17-32"]["accuracy"] = accuracy
+    results.append(r)
+  results.append(tasks_result(run="copy-alibi-s0"))
+  text = report.task_seed_tables(results)
+  row = next(line for line in text.splitlines() if line.startswith("| copy-rope/none"))
+  assert [c.strip() for c in row.strip("|").split("|")] == [
+    "copy-rope/none",
+    "0,1",
+    "0.953 [0.953, 0.953]",
+    "0.350 [0.200, 0.500]",
+    "-",  # skipped in every seed
+  ]
+  assert "copy-alibi" not in text  # one seed: no spread to show
+  assert report.task_seed_tables([tasks_result(run="copy")]) == ""
+  assert "## Task exact match across seeds" in report.format_tables(results)
+
+
 def test_seed_table_is_mean_and_range_over_seeds():
   results = [
     lengths_result(run=f"books-rope-s{seed}", losses={1: 2.0 + 0.1 * seed, 2: 2.5})
