@@ -94,6 +94,7 @@ def get_config(arg=None):
   # fresh optimizer and schedule: fine-tuning at a new data.seq_len / position scaling.
   config.train.init_from = ""
   config.train.init_from_any_scheme = False  # True: init_from may change model.position.name
+  # and model.attention.temperature (DroPE)
   # A JSON file whose RoPE scaling replaces model.position.scaling before anything is built: a HF
   # config.json, a bare scaling dict, or the LongRoPE search's WORKDIR/longrope/factors.json (to
   # fine-tune with searched factors). "": off.

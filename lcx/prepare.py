@@ -251,7 +251,8 @@ def _init_from(config, workdir: str, tokenizer) -> tuple[Source | None, dict | N
 def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> None:
   """Every parameter's shape equals the source's, and every trained field matches but those
   fine-tuning may change: data.seq_len, model.max_len, eval-time fields, and with
-  train.init_from_any_scheme the position scheme."""
+  train.init_from_any_scheme the position scheme and the attention temperature (DroPE drops
+  RoPE and recalibrates with one; ssmax's own parameters fail the shape check first)."""
   from lcx.evaluate import variants  # lcx.evaluate imports this module
 
   where = f"train.init_from={config.train.init_from!r}"
@@ -278,7 +279,7 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
       )
   may_change = variants.EVAL_TIME + ("data.seq_len", "model.max_len")
   if config.train.init_from_any_scheme:
-    may_change += ("model.position",)
+    may_change += ("model.position", "model.attention.temperature")
   differs = variants.trained_difference(config.to_dict(), source_cfg, may_change)
   if differs:
     field, given, saved = differs
@@ -286,7 +287,7 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
       f"{field}={given!r} differs from the source's {saved!r} ({where}): "
       "fine-tuning may change only data.seq_len (model.max_len follows), "
       f"eval-time fields ({', '.join(variants.EVAL_TIME)}) and, with "
-      "train.init_from_any_scheme=True, model.position"
+      "train.init_from_any_scheme=True, model.position and model.attention.temperature"
     )
 
 

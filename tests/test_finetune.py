@@ -227,6 +227,22 @@ def test_another_scheme_needs_init_from_any_scheme(source, tmp_path):
   assert prepare.prepare(config, str(tmp_path)).init_from.step == SOURCE_STEPS
 
 
+def test_the_temperature_changes_only_with_init_from_any_scheme(source, tmp_path):
+  """DroPE recalibrates with a temperature; one with parameters (ssmax) is not the source's."""
+  config = _finetune_config(source)
+  config.model.attention.temperature = "log_n"
+  _refused(
+    config,
+    tmp_path,
+    r"^model\.attention\.temperature='log_n' differs from the source's 'none' \(train\.init_from=",
+  )
+  config.train.init_from_any_scheme = True
+  assert prepare.prepare(config, str(tmp_path / "log_n")).init_from.step == SOURCE_STEPS
+  config.model.attention.temperature = "ssmax"
+  (tmp_path / "ssmax").mkdir()
+  _refused(config, tmp_path / "ssmax", r"^train\.init_from='.*': parameter .*ssmax.* has shape")
+
+
 def test_another_trained_field_is_refused(source, tmp_path):
   config = _finetune_config(source)
   config.model.position.base = 500.0
