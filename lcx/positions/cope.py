@@ -17,6 +17,8 @@ its default, one table serves every layer (lcx: one scheme instance per model; i
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -40,13 +42,25 @@ def contextual_positions(gates_BxGxPxQxS, nearer_BxGxPxQ=None):
 
 def interpolate(table_BxGxPxQxN, pos_BxGxPxQxS):
   """Each query's table row read at fractional positions (clamped to N - 1): linear between
-  the floor and the ceiling, differentiable in the position (not through the indices)."""
-  pos = jnp.minimum(pos_BxGxPxQxS, table_BxGxPxQxN.shape[-1] - 1)
+  the floor and the ceiling, differentiable in the position (not through the indices). The
+  reads index the flattened table: XLA:CPU's 1-D gather and its scatter-add backward are 1.4x
+  faster than the batched gather of take_along_axis (16 x 4 x 256 x 256 reads)."""
+  n = table_BxGxPxQxN.shape[-1]
+  pos = jnp.minimum(pos_BxGxPxQxS, n - 1)
   low, high = jnp.floor(pos), jnp.ceil(pos)
   weight = pos - jax.lax.stop_gradient(low)
+  rows = table_BxGxPxQxN.shape[:-1]
+  if math.prod(rows) * n >= 2**31:  # int32 flat indices would overflow
 
-  def at(index):
-    return jnp.take_along_axis(table_BxGxPxQxN, index.astype(jnp.int32), axis=-1)
+    def at(index):
+      return jnp.take_along_axis(table_BxGxPxQxN, index.astype(jnp.int32), axis=-1)
+
+  else:
+    row_start = (jnp.arange(math.prod(rows), dtype=jnp.int32) * n).reshape(rows)[..., None]
+    flat = table_BxGxPxQxN.reshape(-1)
+
+    def at(index):
+      return flat.at[row_start + index.astype(jnp.int32)].get(mode="promise_in_bounds")
 
   return at(high) * weight + at(low) * (1 - weight)
 
