@@ -328,6 +328,21 @@ def variant_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
 SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
 
 
+def _seeded_stems(results: Sequence[dict]) -> dict[tuple[str, str], list[dict]]:
+  """(stem, variant) -> the results of runs named STEM-s<seed>, where two or more runs share it."""
+  by_stem: dict = {}
+  for r in results:
+    match = SEEDED_RUN.match(str(r["run"]))
+    if match:
+      by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
+  return {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+
+
+def _seeds(results: Sequence[dict]) -> str:
+  """The seeds of runs named STEM-s<seed>, ascending: "0,1,2"."""
+  return ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in results), key=int))
+
+
 def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   """Runs named STEM-s<seed> that differ only in the seed: per length, the mean over seeds and
   [min, max] across them (the run-to-run spread, where the per-run CIs above are the sampling
@@ -335,19 +350,13 @@ def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   fmt = _ppl if metric == "perplexity" else _f3
   out = []
   for group in _groups(_lengths_results(results), _length_group_key):
-    by_stem: dict = {}
-    for r in group:
-      match = SEEDED_RUN.match(str(r["run"]))
-      if match:
-        by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
-    by_stem = {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+    by_stem = _seeded_stems(group)
     if not by_stem:
       continue
     lengths = sorted({int(n) for rs in by_stem.values() for r in rs for n in r["lengths"]})
     rows = []
     for (stem, variant), rs in by_stem.items():
-      seeds = ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in rs), key=int))
-      row = [f"{stem}/{variant}", seeds]
+      row = [f"{stem}/{variant}", _seeds(rs)]
       for n in map(str, lengths):
         values = [r["lengths"][n][metric] for r in rs if n in r["lengths"]]
         row.append(
@@ -467,12 +476,7 @@ def task_seed_tables(results: Sequence[dict]) -> str:
   out = []
   chosen = [r for r in results if r["kind"] == "tasks"]
   for group in _groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
-    by_stem: dict = {}
-    for r in group:
-      match = SEEDED_RUN.match(str(r["run"]))
-      if match:
-        by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
-    by_stem = {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+    by_stem = _seeded_stems(group)
     if not by_stem:
       continue
     buckets = sorted(
@@ -480,8 +484,7 @@ def task_seed_tables(results: Sequence[dict]) -> str:
     )
     rows = []
     for (stem, variant), rs in by_stem.items():
-      seeds = ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in rs), key=int))
-      row = [f"{stem}/{variant}", seeds]
+      row = [f"{stem}/{variant}", _seeds(rs)]
       for b in buckets:
         values = [r["buckets"].get(b, {}).get("accuracy") for r in rs]
         row.append(

@@ -50,13 +50,14 @@ def interpolate(table_BxGxPxQxN, pos_BxGxPxQxS):
   low, high = jnp.floor(pos), jnp.ceil(pos)
   weight = pos - jax.lax.stop_gradient(low)
   rows = table_BxGxPxQxN.shape[:-1]
-  if math.prod(rows) * n >= 2**31:  # int32 flat indices would overflow
+  count = math.prod(rows)
+  if count * n >= 2**31:  # int32 flat indices would overflow
 
     def at(index):
       return jnp.take_along_axis(table_BxGxPxQxN, index.astype(jnp.int32), axis=-1)
 
   else:
-    row_start = (jnp.arange(math.prod(rows), dtype=jnp.int32) * n).reshape(rows)[..., None]
+    row_start = (jnp.arange(count, dtype=jnp.int32) * n).reshape(rows)[..., None]
     flat = table_BxGxPxQxN.reshape(-1)
 
     def at(index):
