@@ -17,6 +17,7 @@ its default, one table serves every layer (lcx: one scheme instance per model; i
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -36,34 +37,108 @@ def gates(logits_BxGxPxQxS, mask_BxQxS):
 def contextual_positions(gates_BxGxPxQxS, nearer_BxGxPxQ=None):
   """p_ij = sum of the gates from key j up to the last key of the block, plus `nearer`: the
   summed gates of the keys after the block (None: none, the block ends at the query)."""
-  pos = jax.lax.cumsum(gates_BxGxPxQxS, axis=gates_BxGxPxQxS.ndim - 1, reverse=True)
+  pos = reverse_cumsum(gates_BxGxPxQxS)
   return pos if nearer_BxGxPxQ is None else pos + nearer_BxGxPxQ[..., None]
 
 
-def interpolate(table_BxGxPxQxN, pos_BxGxPxQxS):
-  """Each query's table row read at fractional positions (clamped to N - 1): linear between
-  the floor and the ceiling, differentiable in the position (not through the indices). The
-  reads index the flattened table: XLA:CPU's 1-D gather and its scatter-add backward are 1.4x
-  faster than the batched gather of take_along_axis (16 x 4 x 256 x 256 reads)."""
-  n = table_BxGxPxQxN.shape[-1]
-  pos = jnp.minimum(pos_BxGxPxQxS, n - 1)
-  low, high = jnp.floor(pos), jnp.ceil(pos)
-  weight = pos - jax.lax.stop_gradient(low)
-  rows = table_BxGxPxQxN.shape[:-1]
-  count = math.prod(rows)
-  if count * n >= 2**31:  # int32 flat indices would overflow
+def reverse_cumsum(x_AxS, block: int = 32):
+  """Sums over the last axis from each entry to the end: within blocks of `block` entries a
+  triangular matmul, across blocks a cumulative sum of the block totals. Forward + backward
+  2.6x faster than lax.cumsum's on XLA:CPU at 16 x 4 x 256 x 256 (its reduce-window)."""
+  *lead, s = x_AxS.shape
+  x_AxS = jnp.pad(x_AxS, [(0, 0)] * len(lead) + [(0, -s % block)])
+  x_AxNxK = x_AxS.reshape(*lead, -1, block)
+  tri_KxK = jnp.tril(jnp.ones((block, block), x_AxS.dtype))  # 1 where the k-th entry >= the j-th
+  within_AxNxK = jnp.einsum(
+    "...nk,kj->...nj", x_AxNxK, tri_KxK, precision=jax.lax.Precision.HIGHEST
+  )
+  totals_AxN = within_AxNxK[..., 0]
+  after_AxN = jax.lax.cumsum(totals_AxN, axis=totals_AxN.ndim - 1, reverse=True) - totals_AxN
+  return (within_AxNxK + after_AxN[..., None]).reshape(*lead, -1)[..., :s]
+
+
+def position_table(q_BxGxPxQxE, embedding_NxE):
+  """q . e[n] for every integer position n < N, then a zero column: the padded table
+  `interpolate` reads, where the entry after the floor never leaves its row. One 2-D matmul
+  (the einsum over B, G, P, Q made XLA:CPU copy its gradient into a transposed layout)."""
+  *lead, e = q_BxGxPxQxE.shape
+  padded_MxE = jnp.pad(embedding_NxE, ((0, 1), (0, 0))).astype(q_BxGxPxQxE.dtype)
+  table = jnp.dot(q_BxGxPxQxE.reshape(-1, e), padded_MxE.T, preferred_element_type=jnp.float32)
+  return table.reshape(*lead, padded_MxE.shape[0])
+
+
+def interpolate(table_BxGxPxQxM, pos_BxGxPxQxS):
+  """Each query's table row read at fractional positions, clamped to the last position
+  N - 1 = M - 2 (the last column is `position_table`'s padding): linear between the floor and
+  the ceiling, differentiable in the position (not through the indices)."""
+  if table_BxGxPxQxM.size >= 2**31:  # int32 flat indices would overflow: the batched gather
+    pos = jnp.minimum(pos_BxGxPxQxS, table_BxGxPxQxM.shape[-1] - 2)
+    low, high = jnp.floor(pos), jnp.ceil(pos)
+    weight = pos - jax.lax.stop_gradient(low)
 
     def at(index):
-      return jnp.take_along_axis(table_BxGxPxQxN, index.astype(jnp.int32), axis=-1)
+      return jnp.take_along_axis(table_BxGxPxQxM, index.astype(jnp.int32), axis=-1)
 
-  else:
-    row_start = (jnp.arange(count, dtype=jnp.int32) * n).reshape(rows)[..., None]
-    flat = table_BxGxPxQxN.reshape(-1)
+    return at(high) * weight + at(low) * (1 - weight)
+  return _interpolate_flat(table_BxGxPxQxM.shape[-1], table_BxGxPxQxM, pos_BxGxPxQxS)
 
-    def at(index):
-      return flat.at[row_start + index.astype(jnp.int32)].get(mode="promise_in_bounds")
 
-  return at(high) * weight + at(low) * (1 - weight)
+def _window_numbers(rank: int):
+  """The floor and the entry after it as one 2-wide window of the flattened table, for
+  `rank`-D indices: one gather forward, one scatter-add backward, where autodiff of two reads
+  makes two of each. XLA:CPU's scatter is serial: this one is 2.6x faster than autodiff's pair
+  at 16 x 4 x 256 x 256."""
+  gather = jax.lax.GatherDimensionNumbers(
+    offset_dims=(rank,), collapsed_slice_dims=(), start_index_map=(0,)
+  )
+  scatter = jax.lax.ScatterDimensionNumbers(
+    update_window_dims=(rank,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
+  )
+  return gather, scatter
+
+
+def _reads(m, table_BxGxPxQxM, pos_BxGxPxQxS):
+  """-> (the interpolated reads, what the backward needs); `m`: the table's row length."""
+  rows = table_BxGxPxQxM.shape[:-1]
+  pos = jnp.minimum(pos_BxGxPxQxS, m - 2)
+  low = jnp.floor(pos)
+  weight = pos - low
+  row_start = (jnp.arange(math.prod(rows), dtype=jnp.int32) * m).reshape(rows)[..., None]
+  low_index = row_start + low.astype(jnp.int32)
+  pair = jax.lax.gather(
+    table_BxGxPxQxM.reshape(-1),
+    low_index[..., None],
+    _window_numbers(low_index.ndim)[0],
+    (2,),
+    mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+  )
+  read_low, read_next = pair[..., 0], pair[..., 1]
+  # The slope of autodiff's floor/ceiling reads: 0 at an integer and past the clamp, where
+  # floor = ceiling (and the weight is 0).
+  slope = jnp.where(weight > 0, read_next - read_low, 0.0)
+  return read_next * weight + read_low * (1 - weight), (low_index, weight, slope)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _interpolate_flat(m, table_BxGxPxQxM, pos_BxGxPxQxS):
+  return _reads(m, table_BxGxPxQxM, pos_BxGxPxQxS)[0]
+
+
+def _interpolate_flat_bwd(m, res, grad_BxGxPxQxS):
+  low_index, weight, slope = res
+  rows = low_index.shape[:-1]
+  shares = jnp.stack([grad_BxGxPxQxS * (1 - weight), grad_BxGxPxQxS * weight], axis=-1)
+  flat = jax.lax.scatter_add(
+    jnp.zeros(math.prod(rows) * m, shares.dtype),
+    low_index[..., None],
+    shares,
+    _window_numbers(low_index.ndim)[1],
+    mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+  )
+  return flat.reshape(*rows, m).astype(slope.dtype), (grad_BxGxPxQxS * slope).astype(weight.dtype)
+
+
+_interpolate_flat.defvjp(_reads, _interpolate_flat_bwd)
 
 
 def _check(cfg, dims):
@@ -89,15 +164,10 @@ class CoPE(Scheme):
     """carry: (the summed gates of the keys already visited, nearer than this block; q.e for
     every integer position, computed once per query block)."""
     if carry is None:
-      table_BxGxPxQxN = jnp.einsum(
-        "bgpqe,ne->bgpqn",
-        q_BxGxPxQxE,
-        self.embedding_NxE[...].astype(q_BxGxPxQxE.dtype),
-        preferred_element_type=jnp.float32,
-      )
+      table_BxGxPxQxM = position_table(q_BxGxPxQxE, self.embedding_NxE[...])
       nearer_BxGxPxQ = None
     else:
-      nearer_BxGxPxQ, table_BxGxPxQxN = carry
+      nearer_BxGxPxQ, table_BxGxPxQxM = carry
     pos_BxGxPxQxS = contextual_positions(gates(logits_BxGxPxQxS, mask_BxQxS), nearer_BxGxPxQ)
     # The block's first key is the farthest: its position sums every gate visited so far.
-    return interpolate(table_BxGxPxQxN, pos_BxGxPxQxS), (pos_BxGxPxQxS[..., 0], table_BxGxPxQxN)
+    return interpolate(table_BxGxPxQxM, pos_BxGxPxQxS), (pos_BxGxPxQxS[..., 0], table_BxGxPxQxM)

@@ -64,9 +64,31 @@ def test_positions_count_only_the_open_gates():
   np.testing.assert_allclose(np.concatenate([far, near], -1)[0, 0, 0, 0], pos)
 
 
+@pytest.mark.parametrize("s", [1, 5, 32, 37, 100])
+def test_reverse_cumsum_sums_from_each_key_to_the_last(s):
+  """The blocked sum (triangular matmul within blocks of 32, carried across) equals the plain
+  reverse cumulative sum, for lengths below, at and past a block, and its gradient too."""
+  x = jax.random.uniform(jax.random.key(s), (2, 3, s))
+  want = np.cumsum(np.asarray(x)[..., ::-1], axis=-1)[..., ::-1]
+  np.testing.assert_allclose(cope.reverse_cumsum(x), want, rtol=1e-6)
+  c = jax.random.normal(jax.random.key(7), x.shape)
+  grad = jax.grad(lambda x: jnp.sum(cope.reverse_cumsum(x) * c))(x)
+  np.testing.assert_allclose(grad, np.cumsum(np.asarray(c), axis=-1), rtol=1e-5, atol=1e-6)
+
+
+def test_position_table_is_q_dot_each_embedding_then_a_zero_column():
+  q = jax.random.normal(jax.random.key(3), (2, 1, 3, 5, 8))
+  e = jax.random.normal(jax.random.key(4), (6, 8))
+  table = np.asarray(cope.position_table(q, e))
+  assert table.shape == (2, 1, 3, 5, 7)
+  np.testing.assert_allclose(table[..., :6], np.einsum("bgpqe,ne->bgpqn", q, e), rtol=1e-5)
+  assert not table[..., 6].any()
+
+
 def test_interpolation_between_integer_positions_and_the_clamp():
-  """Table row t(n) = n^2: p = 2.5 reads (4 + 9) / 2; p = 1 reads 1; past N - 1 = 3, t(3)."""
-  table = (jnp.arange(4.0) ** 2).reshape(1, 1, 1, 1, 4)
+  """Table row t(n) = n^2 for n < 4, then the padding column: p = 2.5 reads (4 + 9) / 2;
+  p = 1 reads 1; past N - 1 = 3, t(3)."""
+  table = (jnp.arange(5.0) ** 2).at[4].set(0.0).reshape(1, 1, 1, 1, 5)
   pos = jnp.asarray([2.5, 1.0, 0.25, 3.0, 7.2]).reshape(1, 1, 1, 1, 5)
   got = np.asarray(cope.interpolate(table, pos))[0, 0, 0, 0]
   np.testing.assert_allclose(got, [6.5, 1.0, 0.25, 9.0, 9.0])
@@ -74,6 +96,33 @@ def test_interpolation_between_integer_positions_and_the_clamp():
   # The slope between the two rows read; 0 at an integer (floor = ceil, as the paper's code) and
   # past the clamp.
   np.testing.assert_allclose(grad, [9 - 4, 0, 1 - 0, 0, 0])
+  # Each read's weight lands on its rows; nothing on the padding.
+  grad = jax.grad(lambda t: cope.interpolate(t, pos).sum())(table)[0, 0, 0, 0]
+  np.testing.assert_allclose(grad, [0.75, 1.25, 0.5, 2.5, 0.0])
+
+
+def test_interpolation_gradients_equal_autodiff_of_the_two_reads():
+  """The hand-written backward (one scatter-add of 2-wide windows) equals autodiff of the
+  plain floor/ceiling reads, at fractional positions, integers and past the clamp; the rows'
+  last reads (the clamp) put nothing into the next row."""
+  m, s = 9, 12
+  table = jax.random.normal(jax.random.key(0), (2, 1, 3, 4, m)).at[..., -1].set(0.0)
+  pos = jax.random.uniform(jax.random.key(1), (2, 1, 3, 4, s), maxval=m + 3)
+  pos = pos.at[..., :3].set(jnp.round(pos[..., :3])).at[..., 3].set(m - 2.0)
+  cotangent = jax.random.normal(jax.random.key(2), pos.shape)
+
+  def reads(table, pos):
+    p = jnp.minimum(pos, m - 2)
+    low, high = jnp.floor(p), jnp.ceil(p)
+    w = p - jax.lax.stop_gradient(low)
+    at = lambda i: jnp.take_along_axis(table, i.astype(jnp.int32), axis=-1)  # noqa: E731
+    return at(high) * w + at(low) * (1 - w)
+
+  out, vjp = jax.vjp(reads, table, pos)
+  np.testing.assert_allclose(cope.interpolate(table, pos), out, rtol=1e-6)
+  got = jax.jit(lambda t, p: jax.vjp(cope.interpolate, t, p)[1](cotangent))(table, pos)
+  for g, w in zip(got, vjp(cotangent), strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_hook_adds_q_dot_embedding_at_the_counted_position():
