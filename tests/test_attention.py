@@ -1,5 +1,6 @@
 """Dense and chunked kernels agree; masks keep documents apart; remap branches merge."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -288,6 +289,33 @@ def test_sink_weights_are_the_closed_form_and_sum_below_one(kernel):
   want = num / (num.sum(-1, keepdims=True) + np.exp(np.asarray(sink_H))[:, None, None])
   np.testing.assert_allclose(np.moveaxis(got[:, :, :t], 1, 0), want, atol=1e-5)
   assert (got.sum(-1) < 1 - 1e-3).all()
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_softmax_gradients_equal_autodiff_of_a_plain_softmax(sink):
+  """The softmax's hand-written backward equals autodiff of jax.nn.softmax over the logits
+  (with a sink: and the sink as one more key, its own weight dropped), for the logits and the
+  per-head sink, with a masked key (NEG_INF) in each row and a fully masked row."""
+  logits = jax.random.normal(jax.random.key(0), (2, 2, 3, 5, 7)).at[..., 6].set(attention.NEG_INF)
+  logits = logits.at[:, :, :, 0].set(attention.NEG_INF)
+  sink_H = jnp.asarray([0.3, -0.2, 1.5, 0.0, -2.0, 0.7])
+  c = jax.random.normal(jax.random.key(1), logits.shape)
+
+  def reference(logits, sink_H):
+    if not sink:
+      return jax.nn.softmax(logits, axis=-1)
+    sink_col = jnp.broadcast_to(sink_H.reshape(1, 2, 3, 1, 1), (*logits.shape[:-1], 1))
+    return jax.nn.softmax(jnp.concatenate([logits, sink_col], -1), axis=-1)[..., :-1]
+
+  def ours(logits, sink_H):
+    return attention._softmax(logits, sink_H if sink else None)
+
+  def grads(fn):
+    return jax.grad(lambda lg, sk: jnp.sum(fn(lg, sk) * c), argnums=(0, 1))
+
+  np.testing.assert_allclose(ours(logits, sink_H), reference(logits, sink_H), rtol=1e-6, atol=1e-7)
+  for got, want in zip(jax.jit(grads(ours))(logits, sink_H), grads(reference)(logits, sink_H)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["rope", "alibi"])
