@@ -209,9 +209,10 @@ class Plan:
   `branches`: the remap's position views; `pos_BxT`: true positions (what `use` reads);
   `seg_BxT`, `doc_BxT`: segment ids and in-document token indices; `len_BxT`: each token's
   document length (`document_length`, read by length-dependent scalings); `extras`: per-kernel
-  (dense: the BxTxT mask and each branch's bias and `use` mask). `start`: the queries are the
-  keys start..start+Q-1: 0 with Q = T, except in a generation step (`prepare_step`), where
-  pos/seg/doc describe the KV cache's slots and `len_BxT` is Bx1, the current length.
+  (dense: the BxTxT mask, as booleans and as an additive bias, and each branch's bias and
+  `use` mask). `start`: the queries are the keys start..start+Q-1: 0 with Q = T, except in a
+  generation step (`prepare_step`), where pos/seg/doc describe the KV cache's slots and
+  `len_BxT` is Bx1, the current length.
   """
 
   branches: list
@@ -227,9 +228,11 @@ class Plan:
 
 
 def _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme) -> dict[str, Any]:
-  """The dense kernel's position-only work: the mask, each branch's bias and `use` mask."""
+  """The dense kernel's position-only work: the mask (and as an additive 0 / NEG_INF bias),
+  each branch's bias and `use` mask."""
   return {
     "mask_BxTxT": mask_BxQxK,
+    "mask_bias_BxTxT": jnp.where(mask_BxQxK, 0.0, NEG_INF),
     "biases": [scheme.bias(br.q_pos, br.k_pos) for br in branches],
     "uses": [_use(br, q_pos_BxQ, k_pos_BxK) for br in branches],
   }
@@ -291,7 +294,9 @@ def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=
   )
   mask_BxQxS = plan.extras["mask_BxTxT"]
   logits = _with_contextual(scheme, rotated[-1][0], logits, mask_BxQxS)  # the last branch's q
-  logits = jnp.where(mask_BxQxS[:, None, None], logits, NEG_INF)
+  # Masked by adding NEG_INF (finite logits + NEG_INF == NEG_INF): one add per layer that XLA:CPU
+  # fuses, where a select made its own pass forward and backward (default step 0.965x).
+  logits = logits + plan.extras["mask_bias_BxTxT"][:, None, None]
   probs = _softmax(logits, sink_H).astype(v_BxGxTxE.dtype)
   out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", probs, v_BxGxTxE)
   return out_BxGxPxTxE.reshape(b, h, t, d)

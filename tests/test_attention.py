@@ -258,6 +258,16 @@ def _run_kernel(kernel, *args, **kwargs):
   return attention.chunked(*args, **kwargs, chunk_size=16)
 
 
+@pytest.mark.parametrize("name", schemes_with("bias"))
+def test_every_bias_is_finite_on_masked_keys_too(name):
+  """The dense kernel masks by adding NEG_INF, which leaves a finite logit at NEG_INF but not a
+  NaN or an infinity: every bias must be finite for keys after the query and in other
+  documents as well."""
+  pos = jnp.broadcast_to(jnp.arange(40), (2, 40))
+  bias = _scheme(name).bias(pos, jnp.broadcast_to(jnp.arange(40)[::-1], (2, 40)))
+  assert np.isfinite(np.asarray(bias)).all()
+
+
 @pytest.mark.parametrize("kernel", ["dense", "chunked"])
 def test_a_very_negative_sink_is_no_sink(kernel):
   q, k, v, pos, seg = _inputs()
