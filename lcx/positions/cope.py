@@ -116,7 +116,8 @@ def _reads(m, table_BxGxPxQxM, pos_BxGxPxQxS):
   # The slope of autodiff's floor/ceiling reads: 0 at an integer and past the clamp, where
   # floor = ceiling (and the weight is 0).
   slope = jnp.where(weight > 0, read_next - read_low, 0.0)
-  return read_next * weight + read_low * (1 - weight), (low_index, weight, slope)
+  # read_low + weight * slope: no constant 1 for XLA:CPU to broadcast (as in the backward).
+  return read_low + weight * slope, (low_index, weight, slope)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -127,7 +128,8 @@ def _interpolate_flat(m, table_BxGxPxQxM, pos_BxGxPxQxS):
 def _interpolate_flat_bwd(m, res, grad_BxGxPxQxS):
   low_index, weight, slope = res
   rows = low_index.shape[:-1]
-  shares = jnp.stack([grad_BxGxPxQxS * (1 - weight), grad_BxGxPxQxS * weight], axis=-1)
+  to_next = grad_BxGxPxQxS * weight
+  shares = jnp.stack([grad_BxGxPxQxS - to_next, to_next], axis=-1)
   flat = jax.lax.scatter_add(
     jnp.zeros(math.prod(rows) * m, shares.dtype),
     low_index[..., None],
