@@ -71,16 +71,22 @@ def interpolate(table_BxGxPxQxM, pos_BxGxPxQxS):
   """Each query's table row read at fractional positions, clamped to the last position
   N - 1 = M - 2 (the last column is `position_table`'s padding): linear between the floor and
   the ceiling, differentiable in the position (not through the indices)."""
-  if table_BxGxPxQxM.size >= 2**31:  # int32 flat indices would overflow: the batched gather
-    pos = jnp.minimum(pos_BxGxPxQxS, table_BxGxPxQxM.shape[-1] - 2)
-    low, high = jnp.floor(pos), jnp.ceil(pos)
-    weight = pos - jax.lax.stop_gradient(low)
-
-    def at(index):
-      return jnp.take_along_axis(table_BxGxPxQxM, index.astype(jnp.int32), axis=-1)
-
-    return at(high) * weight + at(low) * (1 - weight)
+  if table_BxGxPxQxM.size >= 2**31:  # int32 flat indices would overflow
+    return interpolate_batched(table_BxGxPxQxM, pos_BxGxPxQxS)
   return _interpolate_flat(table_BxGxPxQxM.shape[-1], table_BxGxPxQxM, pos_BxGxPxQxS)
+
+
+def interpolate_batched(table_BxGxPxQxM, pos_BxGxPxQxS):
+  """`interpolate` by take_along_axis's batched gathers and autodiff (its reference, and its
+  path for tables of 2^31 entries or more)."""
+  pos = jnp.minimum(pos_BxGxPxQxS, table_BxGxPxQxM.shape[-1] - 2)
+  low, high = jnp.floor(pos), jnp.ceil(pos)
+  weight = pos - jax.lax.stop_gradient(low)
+
+  def at(index):
+    return jnp.take_along_axis(table_BxGxPxQxM, index.astype(jnp.int32), axis=-1)
+
+  return at(high) * weight + at(low) * (1 - weight)
 
 
 def _window_numbers(rank: int):

@@ -103,22 +103,20 @@ def test_interpolation_between_integer_positions_and_the_clamp():
 
 def test_interpolation_gradients_equal_autodiff_of_the_two_reads():
   """The hand-written backward (one scatter-add of 2-wide windows) equals autodiff of the
-  plain floor/ceiling reads, at fractional positions, integers and past the clamp; the rows'
-  last reads (the clamp) put nothing into the next row."""
+  plain floor/ceiling reads (`interpolate_batched`, the path for huge tables), at fractional
+  positions, integers and past the clamp; the rows' last reads (the clamp) put nothing into the
+  next row."""
   m, s = 9, 12
   table = jax.random.normal(jax.random.key(0), (2, 1, 3, 4, m)).at[..., -1].set(0.0)
   pos = jax.random.uniform(jax.random.key(1), (2, 1, 3, 4, s), maxval=m + 3)
   pos = pos.at[..., :3].set(jnp.round(pos[..., :3])).at[..., 3].set(m - 2.0)
   cotangent = jax.random.normal(jax.random.key(2), pos.shape)
-
-  def reads(table, pos):
-    p = jnp.minimum(pos, m - 2)
-    low, high = jnp.floor(p), jnp.ceil(p)
-    w = p - jax.lax.stop_gradient(low)
-    at = lambda i: jnp.take_along_axis(table, i.astype(jnp.int32), axis=-1)  # noqa: E731
-    return at(high) * w + at(low) * (1 - w)
-
-  out, vjp = jax.vjp(reads, table, pos)
+  out, vjp = jax.vjp(cope.interpolate_batched, table, pos)
+  # The batched reads themselves, by hand at one row: p = 2.5 reads the mean of rows 2 and 3.
+  row = np.asarray(table[0, 0, 0, 0])
+  np.testing.assert_allclose(
+    cope.interpolate_batched(table, jnp.full(pos.shape, 2.5))[0, 0, 0, 0, 0], row[2:4].mean()
+  )
   np.testing.assert_allclose(cope.interpolate(table, pos), out, rtol=1e-5, atol=1e-6)
   got = jax.jit(lambda t, p: jax.vjp(cope.interpolate, t, p)[1](cotangent))(table, pos)
   for g, w in zip(got, vjp(cotangent), strict=True):
