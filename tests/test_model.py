@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from lcx import attention, positions
-from lcx.model import Decoder, gelu
+from lcx.model import Decoder, gelu, rms_norm
 from lcx.positions import remaps
 from tests.helpers import schemes_with, tiny_config
 
@@ -103,6 +103,25 @@ def test_gelu_matches_jax_with_its_gradient():
   np.testing.assert_allclose(
     grad(gelu), grad(lambda v: jax.nn.gelu(v, approximate=True)), atol=1e-5
   )
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 16), (2, 4, 3, 8)])
+def test_rms_norm_and_its_gradients_equal_autodiff_of_the_formula(shape):
+  """The hand-written backward (rows, a matvec for the scale) against autodiff, any rank."""
+  kx, ks, kc = jax.random.split(jax.random.key(0), 3)
+  x = 3 * jax.random.normal(kx, shape)
+  scale = 1 + jax.random.normal(ks, shape[-1:])
+  cotangent = jax.random.normal(kc, shape)
+
+  def plain(x, scale):
+    r = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+    return x * r * jnp.broadcast_to(scale, shape)
+
+  np.testing.assert_allclose(rms_norm(x, scale, 1e-6), plain(x, scale), rtol=1e-6, atol=1e-6)
+  ours = jax.grad(lambda x, s: jnp.sum(rms_norm(x, s, 1e-6) * cotangent), (0, 1))(x, scale)
+  ref = jax.grad(lambda x, s: jnp.sum(plain(x, s) * cotangent), (0, 1))(x, scale)
+  for a, b in zip(ours, ref):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def _block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL, kernel="dense"):
