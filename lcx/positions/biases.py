@@ -217,8 +217,13 @@ class FIRE(Scheme):
     def in_grid(x):
       return (jnp.min(x) >= 0) & (jnp.max(x) < n)
 
+    # Differentiating lax.cond makes every branch return the residuals of all branches, zeros
+    # where not its own: the direct path's B x Q x S x hidden activations were written as zeros
+    # every gridded step (~57 ms per step at 16 x 256 on CPU). Rematerialized, the direct path
+    # keeps only its inputs: FIRE's train step 0.94x (interleaved A/B).
+    direct = jax.checkpoint(self._direct)
     return jax.lax.cond(
-      in_grid(q_pos_BxQ) & in_grid(k_pos_BxS), self._gridded, self._direct, q_pos_BxQ, k_pos_BxS
+      in_grid(q_pos_BxQ) & in_grid(k_pos_BxS), self._gridded, direct, q_pos_BxQ, k_pos_BxS
     )
 
 
