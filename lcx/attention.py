@@ -89,13 +89,21 @@ def _add_bias(logits_BxGxPxQxS, bias):
   return logits_BxGxPxQxS + bias.reshape(bias.shape[0], g, per, *bias.shape[2:]).astype(jnp.float32)
 
 
-def _logits(q_BxQxHxE, k_BxSxGxE, bias):
-  """Scaled logits plus an optional bias, as BxGxPxQxS float32 (token-major q and k)."""
+def _heads_major(q_BxQxHxE, g):
+  """Token-major q as BxGxPxQxE."""
   b, nq, h, d = q_BxQxHxE.shape
-  g = k_BxSxGxE.shape[2]
-  q_BxQxGxPxE = q_BxQxHxE.reshape(b, nq, g, h // g, d)
+  return jnp.transpose(q_BxQxHxE.reshape(b, nq, g, h // g, d), (0, 2, 3, 1, 4))
+
+
+def _logits(q_BxQxHxE, k_BxSxGxE, bias):
+  """Scaled logits plus an optional bias, as BxGxPxQxS float32 (token-major q and k).
+
+  q is laid out heads-major first: from token-major q, XLA:CPU computed the logits as
+  k . q (S before Q) and transposed them, a B x H x T x T copy per layer."""
+  d = q_BxQxHxE.shape[-1]
+  q_BxGxPxQxE = _heads_major(q_BxQxHxE, k_BxSxGxE.shape[2])
   logits = jnp.einsum(
-    "bqgpe,bsge->bgpqs", q_BxQxGxPxE, k_BxSxGxE, preferred_element_type=jnp.float32
+    "bgpqe,bsge->bgpqs", q_BxGxPxQxE, k_BxSxGxE, preferred_element_type=jnp.float32
   ) * (d**-0.5)
   return _add_bias(logits, bias)
 
@@ -108,12 +116,12 @@ def _sink_GxP(sink_H, g, per):
 def _softmax(logits_BxGxPxQxS, sink_H=None):
   """Softmax over the keys; with `sink_H`, one more logit per head joins every denominator but
   no key (gpt-oss, x-transformers' head_learned_sink), so a query may attend to nothing: its
-  weights over the real keys then sum to < 1."""
-  sink_1xGxPx1x1 = None
+  weights over the real keys then sum to < 1. The head axes may also be one, BxHxQxS."""
+  sink = None
   if sink_H is not None:
-    g, per = logits_BxGxPxQxS.shape[1:3]
-    sink_1xGxPx1x1 = _sink_GxP(sink_H, g, per)[None, :, :, None, None]
-  return _softmax_vjp(logits_BxGxPxQxS, sink_1xGxPx1x1)
+    heads = logits_BxGxPxQxS.shape[1:-2]  # (G, P) or (H,): q's head order either way
+    sink = sink_H.astype(jnp.float32).reshape((1, *heads, 1, 1))
+  return _softmax_vjp(logits_BxGxPxQxS, sink)
 
 
 @jax.custom_vjp
@@ -144,7 +152,9 @@ def _softmax_bwd(res, g_BxGxPxQxS):
   if sink_1xGxPx1x1 is None:
     return grad_logits, None
   sink_weight_BxGxPxQx1 = 1 - jnp.sum(y_BxGxPxQxS, -1, keepdims=True)
-  grad_sink = -jnp.sum(sink_weight_BxGxPxQx1 * gy_BxGxPxQx1, (0, 3), keepdims=True)
+  grad_sink = -jnp.sum(
+    sink_weight_BxGxPxQx1 * gy_BxGxPxQx1, (0, y_BxGxPxQxS.ndim - 2), keepdims=True
+  )
   return grad_logits, grad_sink.astype(sink_1xGxPx1x1.dtype)
 
 
@@ -180,9 +190,7 @@ def _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme):
 
 def _q_grouped(q_BxQxHxE, g):
   """Token-major q as BxGxPxQxE times 1/sqrt(E): the layout and the scale of the logits."""
-  b, nq, h, d = q_BxQxHxE.shape
-  q_BxGxPxQxE = jnp.transpose(q_BxQxHxE.reshape(b, nq, g, h // g, d), (0, 2, 3, 1, 4))
-  return q_BxGxPxQxE * (d**-0.5)
+  return _heads_major(q_BxQxHxE, g) * (q_BxQxHxE.shape[-1] ** -0.5)
 
 
 def _with_contextual(scheme, q_BxQxHxE, logits_BxGxPxQxS, mask_BxQxS):
@@ -297,10 +305,13 @@ def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=
   # Masked by adding NEG_INF (finite logits + NEG_INF == NEG_INF): one add per layer that XLA:CPU
   # fuses, where a select made its own pass forward and backward (default step 0.96-1.0x over
   # three interleaved A/Bs: a small gain, inside the noise in two).
-  logits = logits + plan.extras["mask_bias_BxTxT"][:, None, None]
-  probs = _softmax(logits, sink_H).astype(v_BxGxTxE.dtype)
-  out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", probs, v_BxGxTxE)
-  return out_BxGxPxTxE.reshape(b, h, t, d)
+  # From here on 4-D, B x H x T x S, and N = P * T rows per kv head for the values: with a unit
+  # P axis (no GQA) XLA:CPU gave the logits a layout that cost a B x H x T x T copy per layer.
+  g, s = logits.shape[1], logits.shape[-1]
+  logits_BxHxTxS = logits.reshape(b, h, t, s) + plan.extras["mask_bias_BxTxT"][:, None]
+  probs_BxHxTxS = _softmax(logits_BxHxTxS, sink_H).astype(v_BxGxTxE.dtype)
+  out_BxGxNxE = jnp.einsum("bgns,bgse->bgne", probs_BxHxTxS.reshape(b, g, -1, s), v_BxGxTxE)
+  return out_BxGxNxE.reshape(b, h, t, d)
 
 
 # --- Chunked: online softmax over key blocks; memory O(T * chunk), not O(T^2). ---

@@ -321,11 +321,16 @@ def test_softmax_gradients_equal_autodiff_of_a_plain_softmax(sink):
     return attention._softmax(logits, sink_H if sink else None)
 
   def grads(fn):
-    return jax.grad(lambda lg, sk: jnp.sum(fn(lg, sk) * c), argnums=(0, 1))
+    return jax.grad(lambda lg, sk: jnp.sum(fn(lg, sk) * c.reshape(lg.shape)), argnums=(0, 1))
 
   np.testing.assert_allclose(ours(logits, sink_H), reference(logits, sink_H), rtol=1e-6, atol=1e-7)
   for got, want in zip(jax.jit(grads(ours))(logits, sink_H), grads(reference)(logits, sink_H)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # the dense kernel's layout, one head axis (B x H x Q x S): the same values and gradients
+  want = grads(reference)(logits, sink_H)
+  got = jax.jit(grads(ours))(logits.reshape(2, 6, 5, 7), sink_H)
+  np.testing.assert_allclose(got[0], want[0].reshape(2, 6, 5, 7), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["rope", "alibi"])
