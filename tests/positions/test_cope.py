@@ -101,14 +101,18 @@ def test_interpolation_between_integer_positions_and_the_clamp():
   np.testing.assert_allclose(grad, [0.75, 1.25, 0.5, 2.5, 0.0])
 
 
-def test_interpolation_gradients_equal_autodiff_of_the_two_reads():
-  """The hand-written backward (one scatter-add of 2-wide windows) equals autodiff of the
-  plain floor/ceiling reads (`interpolate_batched`, the path for huge tables), at fractional
-  positions, integers and past the clamp; the rows' last reads (the clamp) put nothing into the
-  next row."""
+@pytest.mark.parametrize(
+  "rows, parts", [((2, 1, 3, 4), 2), ((1, 1, 1, 3), 2), ((1, 2, 1, 5), 3), ((1, 1, 1, 1), 2)]
+)
+def test_interpolation_gradients_equal_autodiff_of_the_two_reads(rows, parts, monkeypatch):
+  """The hand-written backward (scatter-adds of 2-wide windows, one per range of rows: even,
+  uneven and more parts than rows) equals autodiff of the plain floor/ceiling reads
+  (`interpolate_batched`, the path for huge tables), at fractional positions, integers and past
+  the clamp; the rows' last reads (the clamp) put nothing into the next row."""
+  monkeypatch.setattr(cope, "SCATTER_PARTS", parts)
   m, s = 9, 12
-  table = jax.random.normal(jax.random.key(0), (2, 1, 3, 4, m)).at[..., -1].set(0.0)
-  pos = jax.random.uniform(jax.random.key(1), (2, 1, 3, 4, s), maxval=m + 3)
+  table = jax.random.normal(jax.random.key(0), (*rows, m)).at[..., -1].set(0.0)
+  pos = jax.random.uniform(jax.random.key(1), (*rows, s), maxval=m + 3)
   pos = pos.at[..., :3].set(jnp.round(pos[..., :3])).at[..., 3].set(m - 2.0)
   cotangent = jax.random.normal(jax.random.key(2), pos.shape)
   out, vjp = jax.vjp(cope.interpolate_batched, table, pos)
