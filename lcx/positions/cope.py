@@ -94,9 +94,9 @@ def interpolate_batched(table_BxGxPxQxM, pos_BxGxPxQxS):
 
 def _window_numbers(rank: int):
   """The floor and the entry after it as one 2-wide window of the flattened table, for
-  `rank`-D indices: one gather forward, one scatter-add backward, where autodiff of two reads
-  makes two of each. XLA:CPU's scatter is serial: this one is 2.6x faster than autodiff's pair
-  at 16 x 4 x 256 x 256."""
+  `rank`-D indices: one gather forward, one scatter-add backward (per range of rows, see
+  `_interpolate_flat_bwd`), where autodiff of two reads makes two of each. XLA:CPU's scatter is
+  serial: this one is 2.6x faster than autodiff's pair at 16 x 4 x 256 x 256."""
   gather = jax.lax.GatherDimensionNumbers(
     offset_dims=(rank,), collapsed_slice_dims=(), start_index_map=(0,)
   )
@@ -139,8 +139,8 @@ SCATTER_PARTS = 2  # independent scatter-adds over row ranges: XLA:CPU runs them
 
 def _interpolate_flat_bwd(m, res, grad_BxGxPxQxS):
   """The table's gradient as scatter-adds of 2-wide windows, one per range of table rows: one
-  scatter runs serially on XLA:CPU, independent ones on separate cores (CoPE's step 0.97x with
-  two on 2 cores, interleaved A/B)."""
+  scatter runs serially on XLA:CPU, independent ones on separate cores (CoPE's step 0.97-0.99x
+  with two on 2 cores, three interleaved A/Bs)."""
   low_index, weight, slope = res
   rows = low_index.shape[:-1]
   n = math.prod(rows)
