@@ -108,9 +108,9 @@ def _logits(q_BxQxHxE, k_BxSxGxE, bias):
   return _add_bias(logits, bias)
 
 
-def _sink_GxP(sink_H, g, per):
-  """A per-head sink logit (H = G * P, q's head order) as float32 G x P."""
-  return sink_H.astype(jnp.float32).reshape(g, per)
+def _sink(sink_H, heads):
+  """A per-head sink logit as float32 of shape `heads`: (G, P) or (H,), q's head order."""
+  return sink_H.astype(jnp.float32).reshape(heads)
 
 
 def _softmax(logits_BxGxPxQxS, sink_H=None):
@@ -119,8 +119,8 @@ def _softmax(logits_BxGxPxQxS, sink_H=None):
   weights over the real keys then sum to < 1. The head axes may also be one, BxHxQxS."""
   sink = None
   if sink_H is not None:
-    heads = logits_BxGxPxQxS.shape[1:-2]  # (G, P) or (H,): q's head order either way
-    sink = sink_H.astype(jnp.float32).reshape((1, *heads, 1, 1))
+    heads = logits_BxGxPxQxS.shape[1:-2]  # (G, P) or (H,)
+    sink = _sink(sink_H, heads)[None, ..., None, None]
   return _softmax_vjp(logits_BxGxPxQxS, sink)
 
 
@@ -423,7 +423,7 @@ def attend_chunked(
     if sink_H is None:
       m0, denom0 = jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32)
     else:
-      m0 = jnp.broadcast_to(_sink_GxP(sink_H, g, per)[None, :, :, None], shape)
+      m0 = jnp.broadcast_to(_sink(sink_H, (g, per))[None, :, :, None], shape)
       denom0 = jnp.ones(shape, jnp.float32)
     init, first = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32), None), 0
     if scheme.contextual is not None:  # its carry starts as None, at the diagonal block
