@@ -98,13 +98,14 @@ def _heads_major(q_BxQxHxE, g):
 def _logits(q_BxQxHxE, k_BxSxGxE, bias):
   """Scaled logits plus an optional bias, as BxGxPxQxS float32 (token-major q and k).
 
-  q is laid out heads-major first: from token-major q, XLA:CPU computed the logits as
-  k . q (S before Q) and transposed them, a B x H x T x T copy per layer."""
-  d = q_BxQxHxE.shape[-1]
-  q_BxGxPxQxE = _heads_major(q_BxQxHxE, k_BxSxGxE.shape[2])
+  q is laid out heads-major and scaled first (`_q_grouped`): from token-major q, XLA:CPU
+  computed the logits as k . q (S before Q) and transposed them, a B x H x T x T copy per
+  layer; scaling the B x H x T x T logits instead cost 0.4-1.2% of the step (NoPE, RoPE,
+  ALiBi, FIRE; one interleaved A/B)."""
+  q_BxGxPxQxE = _q_grouped(q_BxQxHxE, k_BxSxGxE.shape[2])
   logits = jnp.einsum(
     "bgpqe,bsge->bgpqs", q_BxGxPxQxE, k_BxSxGxE, preferred_element_type=jnp.float32
-  ) * (d**-0.5)
+  )
   return _add_bias(logits, bias)
 
 

@@ -64,6 +64,21 @@ def test_positions_count_only_the_open_gates():
   np.testing.assert_allclose(np.concatenate([far, near], -1)[0, 0, 0, 0], pos)
 
 
+def test_gates_gradient_equals_autodiff_of_sigmoid_and_mask():
+  """The gates' hand-written backward (from the gates alone) equals autodiff of
+  where(mask, sigmoid(z), 0): the sigmoid's slope on allowed keys, exactly 0 on masked ones."""
+  z = 3 * jax.random.normal(jax.random.key(0), (2, 3, 1, 5, 5))
+  mask = _causal(5).repeat(2, 0)
+  c = jax.random.normal(jax.random.key(1), z.shape)
+
+  def plain(z):
+    return jnp.sum(jnp.where(mask[:, None, None], jax.nn.sigmoid(z), 0.0) * c)
+
+  got = jax.grad(lambda z: jnp.sum(cope.gates(z, mask) * c))(z)
+  np.testing.assert_allclose(got, jax.grad(plain)(z), rtol=1e-6, atol=1e-7)
+  assert not np.asarray(got)[..., ~np.asarray(mask[0])].any()
+
+
 @pytest.mark.parametrize("s", [1, 5, 32, 37, 100])
 def test_reverse_cumsum_sums_from_each_key_to_the_last(s):
   """The blocked sum (triangular matmul within blocks of 32, carried across) equals the plain
