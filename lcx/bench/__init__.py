@@ -40,6 +40,9 @@ def machine() -> dict:
     "jax": jax.__version__,
     "backend": jax.default_backend(),
     "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    # ./launch.sh puts glibc's malloc on huge pages: without it XLA:CPU's per-step buffers
+    # fault in 4 KB pages every step (CPU steps 1.2x slower), so numbers differ with it.
+    "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
   }
 
 
@@ -68,7 +71,8 @@ def format_report(results: dict) -> str:
   m, load = results["machine"], results["load_average"]
   lines = [
     f"lcx bench on {m['cpu']} ({m['cores']} cores, jax {m['jax']}); load average "
-    f"before/after: {load['before']} / {load['after']}",
+    f"before/after: {load['before']} / {load['after']}; GLIBC_TUNABLES="
+    f"{m.get('glibc_tunables') or '(unset)'}",
     "MFU = " + results["mfu_formula"],
   ]
   for name, section in SECTIONS.items():
