@@ -29,13 +29,19 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def interleaved(programs: dict, rounds: int, steps: int) -> dict[object, list[float]]:
-  """Per-round median seconds per step of each program. Every round runs every program `steps`
-  times; the order rotates each round so no program always follows the same one."""
+  """Per-round median seconds per step of each program. Every round runs every program once
+  untimed, then `steps` timed times; the order rotates each round so no program always follows
+  the same one.
+
+  The untimed step: a program's first step after another program's pays for memory the other
+  left behind (with launch.sh's glibc.malloc.hugetlb=1, CoPE's first step re-zeroes 2 MB pages
+  for 0.35 s more than its next). A training loop runs one program, so steps are timed warm."""
   names = list(programs)
   out = {name: [] for name in names}
   for r in range(rounds):
     shift = r % len(names)
     for name in names[shift:] + names[:shift]:
+      programs[name].step()
       out[name].append(statistics.median(timed(programs[name].step) for _ in range(steps)))
   return out
 
