@@ -33,9 +33,10 @@ def interleaved(programs: dict, rounds: int, steps: int) -> dict[object, list[fl
   untimed, then `steps` timed times; the order rotates each round so no program always follows
   the same one.
 
-  The untimed step: a program's first step after another program's pays for memory the other
-  left behind (with launch.sh's glibc.malloc.hugetlb=1, CoPE's first step re-zeroes 2 MB pages
-  for 0.35 s more than its next). A training loop runs one program, so steps are timed warm."""
+  The untimed step: a program's first step after another program's can be slow for reasons
+  outside it (with launch.sh's glibc.malloc.hugetlb=1, CoPE's took ~0.9 s, 0.7 s of it in the
+  kernel zeroing pages, and its next 0.55 s). A training loop runs one program: steps are
+  timed warm."""
   names = list(programs)
   out = {name: [] for name in names}
   for r in range(rounds):
