@@ -35,7 +35,7 @@ from lcx.bench.workload import bench_config, lcx_program
 program = lcx_program(bench_config(sys.argv[1], "default", 16, 256))
 for _ in range(3):
   program.step()
-r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
 times = []
 for _ in range(int(sys.argv[2])):
   start = time.perf_counter(); program.step(); times.append(time.perf_counter() - start)

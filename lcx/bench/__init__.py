@@ -41,7 +41,7 @@ def machine() -> dict:
     "backend": jax.default_backend(),
     "xla_flags": os.environ.get("XLA_FLAGS", ""),
     # ./launch.sh puts glibc's malloc on huge pages: without it XLA:CPU's per-step buffers
-    # fault in 4 KB pages every step (CPU steps 1.2x slower), so numbers differ with it.
+    # fault in 4 KB pages every step (CPU steps 1.3x slower), so numbers differ with it.
     "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
   }
 

@@ -112,21 +112,22 @@ def interpolate_batched(table_BxGxPxQxM, pos_BxGxPxQxS):
   return at(high) * weight + at(low) * (1 - weight)
 
 
-def _window_numbers(rank: int):
+def _gather_window(rank: int):
   """The floor and the entry after it as one 2-wide window of the flattened table, for
-  `rank`-D indices: one gather forward, one scatter-add backward per range of rows (with the
-  window's axis first, `_interpolate_flat_bwd`), where autodiff of two reads makes two of each.
-  XLA:CPU's scatter is serial: this one is 2.6x faster than autodiff's pair at
-  16 x 4 x 256 x 256."""
-  gather = jax.lax.GatherDimensionNumbers(
+  `rank`-D indices: one gather forward, and backward one scatter-add per range of rows
+  (`_SCATTER_WINDOW`), where autodiff of two reads makes two of each. XLA:CPU's scatter is
+  serial: this one is 2.6x faster than autodiff's pair at 16 x 4 x 256 x 256."""
+  return jax.lax.GatherDimensionNumbers(
     offset_dims=(rank,), collapsed_slice_dims=(), start_index_map=(0,)
   )
-  # The shares as 2 x rows x S: stacking two arrays end to end, where a trailing window axis
-  # interleaved them (with the per-range slices, CoPE's backward 0.81x alone).
-  scatter = jax.lax.ScatterDimensionNumbers(
-    update_window_dims=(0,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
-  )
-  return gather, scatter
+
+
+# The backward's 2-wide windows, their shares as 2 x rows x S: stacking two arrays end to end,
+# where a trailing window axis interleaved them (with the per-range slices, CoPE's backward
+# 0.81x alone).
+_SCATTER_WINDOW = jax.lax.ScatterDimensionNumbers(
+  update_window_dims=(0,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
+)
 
 
 def _reads(m, table_BxGxPxQxM, pos_BxGxPxQxS):
@@ -140,7 +141,7 @@ def _reads(m, table_BxGxPxQxM, pos_BxGxPxQxS):
   pair = jax.lax.gather(
     table_BxGxPxQxM.reshape(-1),
     low_index[..., None],
-    _window_numbers(low_index.ndim)[0],
+    _gather_window(low_index.ndim),
     (2,),
     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
   )
@@ -180,7 +181,7 @@ def _interpolate_flat_bwd(m, res, grad_BxGxPxQxS):
         jnp.zeros((hi - lo) * m, grad.dtype),
         (index_NxS[lo:hi] - lo * m)[..., None],  # flat indices local to the rows lo..hi-1
         jnp.stack([grad - to_next, to_next]),  # 2 x rows x S: the window's axis first
-        _window_numbers(2)[1],
+        _SCATTER_WINDOW,
         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
       )
     )
