@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 
-from lcx.bench.timing import interleaved, ratio
+from lcx.bench.timing import interleaved, ratio, ratio_ci
 from lcx.bench.workload import buildable, option_rows, registered, skipped_rows
 from lcx.report import markdown_table
 
@@ -29,6 +29,8 @@ def run(opts, results) -> dict:
       s: {
         "step_s": statistics.median(rounds[s]),
         "ratio_to_nope": ratio(rounds[s], rounds["nope"]) if "nope" in rounds else None,
+        # (low, high, coverage): the distribution-free interval of that median over rounds
+        "ratio_to_nope_ci": ratio_ci(rounds[s], rounds["nope"]) if "nope" in rounds else None,
         "ratio_to_scheme": (
           ratio(rounds[s], rounds[base]) if (base := s.partition("+")[0]) in rounds else None
         ),
@@ -45,16 +47,24 @@ def _ratio_cell(x: float | None) -> str:
   return "-" if x is None else f"{x:.3f}"
 
 
+def _ci_cell(ci) -> str:
+  """'low-high (coverage)', or '-' (no NoPE, or NoPE's own row)."""
+  if not ci or ci[0] == ci[1] == 1.0:
+    return "-"
+  return f"{ci[0]:.3f}-{ci[1]:.3f} ({ci[2]:.0%})"
+
+
 def table(result: dict) -> str:
   rows = [
     [
       s,
       f"{v['step_s']:.3f}",
       _ratio_cell(v["ratio_to_nope"]),
+      _ci_cell(v.get("ratio_to_nope_ci")),
       _ratio_cell(v.get("ratio_to_scheme")) if "+" in s else "",
       f"{v['compile_s']:.1f}",
     ]
     for s, v in result["schemes"].items()
   ]
-  header = ["scheme", "s/step", "x NoPE", "x scheme", "compile s"]
-  return markdown_table(header, rows + skipped_rows(result, 5))
+  header = ["scheme", "s/step", "x NoPE", "x NoPE CI", "x scheme", "compile s"]
+  return markdown_table(header, rows + skipped_rows(result, len(header)))

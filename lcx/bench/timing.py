@@ -8,6 +8,7 @@ per-round ratio.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import statistics
 import time
@@ -50,6 +51,27 @@ def interleaved(programs: dict, rounds: int, steps: int) -> dict[object, list[fl
 def ratio(rounds_a: list[float], rounds_b: list[float]) -> float:
   """Median over rounds of a / b: both ran close in time, so machine drift cancels."""
   return statistics.median(a / b for a, b in zip(rounds_a, rounds_b))
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+  """(low, high, coverage): the distribution-free interval for the median, order statistics
+  k and n + 1 - k of n values with the largest k whose coverage 1 - 2 P(Binomial(n, 1/2) < k)
+  is still >= `level`. With too few values for `level` (n < 6 at 0.95), the minimum and maximum
+  and their coverage, which is then below `level`: the caller prints it."""
+  x, n = sorted(values), len(values)
+  if n == 0:
+    raise ValueError("median_ci of no values")
+
+  def coverage(k):
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+  k = max([k for k in range(1, (n + 1) // 2 + 1) if coverage(k) >= level], default=1)
+  return x[k - 1], x[n - k], coverage(k)
+
+
+def ratio_ci(rounds_a: list[float], rounds_b: list[float], level: float = 0.95):
+  """`median_ci` of the per-round ratios a / b whose median `ratio` is."""
+  return median_ci([a / b for a, b in zip(rounds_a, rounds_b)], level)
 
 
 def load_average() -> list[float]:
