@@ -23,7 +23,8 @@ import tempfile
 
 from absl import app, flags
 
-from lcx.bench.timing import median_ci
+from lcx.bench.overhead import ci_cell
+from lcx.bench.timing import median_ci, round_ratios
 from lcx.report import markdown_table
 
 flags.DEFINE_list("schemes", ["cope"], "Schemes timed against NoPE (comma list).")
@@ -34,6 +35,7 @@ flags.DEFINE_integer("steps", 2, "Timed steps per program per round (the bench's
 flags.DEFINE_float("bound", 1.5, "The bound a row is read against.")
 flags.DEFINE_string("out", "", "JSON output path (empty: none).")
 FLAGS = flags.FLAGS
+LEVEL = 0.95  # of the intervals; a row gets a verdict only from an interval this sure
 
 
 def one_process(index: int) -> dict:
@@ -67,18 +69,18 @@ def summary(processes: list[dict], bound: float) -> dict:
       continue
     per_process = [p["schemes"][name]["ratio_to_nope"] for p in processes]
     pooled = [
-      a / b
+      r
       for p in processes
-      for a, b in zip(p["schemes"][name]["rounds_s"], p["schemes"]["nope"]["rounds_s"])
+      for r in round_ratios(p["schemes"][name]["rounds_s"], p["schemes"]["nope"]["rounds_s"])
     ]
-    low, high, coverage = median_ci(per_process)
+    low, high, coverage = median_ci(per_process, LEVEL)
     out[name] = {
       "ratio_to_nope": statistics.median(per_process),
       "ci": [low, high, coverage],
       "per_process": per_process,
       "pooled_rounds_median": statistics.median(pooled),
-      # None: too few processes for a 95% interval, no verdict
-      "below_bound": high < bound if coverage >= 0.95 else None,
+      # None: too few processes for an interval at LEVEL, no verdict
+      "below_bound": high < bound if coverage >= LEVEL else None,
     }
   return out
 
@@ -91,10 +93,10 @@ def main(argv):
     [
       name,
       f"{r['ratio_to_nope']:.3f}",
-      f"{r['ci'][0]:.3f}-{r['ci'][1]:.3f} ({r['ci'][2]:.0%})",
+      ci_cell(r["ci"]),
       f"{min(r['per_process']):.3f}-{max(r['per_process']):.3f}",
       f"{r['pooled_rounds_median']:.3f}",
-      {True: "yes", False: "no", None: "- (CI < 95%)"}[r["below_bound"]],
+      {True: "yes", False: "no", None: f"- (CI < {LEVEL:.0%})"}[r["below_bound"]],
     ]
     for name, r in rows.items()
   ]

@@ -47,11 +47,9 @@ def _ratio_cell(x: float | None) -> str:
   return "-" if x is None else f"{x:.3f}"
 
 
-def _ci_cell(ci) -> str:
-  """'low-high (coverage)', or '-' (no NoPE, or NoPE's own row)."""
-  if not ci or ci[0] == ci[1] == 1.0:
-    return "-"
-  return f"{ci[0]:.3f}-{ci[1]:.3f} ({ci[2]:.0%})"
+def ci_cell(ci) -> str:
+  """A `median_ci` result as 'low-high (coverage)'; None as '-'."""
+  return "-" if ci is None else f"{ci[0]:.3f}-{ci[1]:.3f} ({ci[2]:.0%})"
 
 
 def table(result: dict) -> str:
@@ -60,7 +58,7 @@ def table(result: dict) -> str:
       s,
       f"{v['step_s']:.3f}",
       _ratio_cell(v["ratio_to_nope"]),
-      _ci_cell(v.get("ratio_to_nope_ci")),
+      ci_cell(None if s == "nope" else v.get("ratio_to_nope_ci")),
       _ratio_cell(v.get("ratio_to_scheme")) if "+" in s else "",
       f"{v['compile_s']:.1f}",
     ]

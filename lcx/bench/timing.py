@@ -48,9 +48,14 @@ def interleaved(programs: dict, rounds: int, steps: int) -> dict[object, list[fl
   return out
 
 
+def round_ratios(rounds_a: list[float], rounds_b: list[float]) -> list[float]:
+  """a / b per round: both ran close in time, so machine drift cancels."""
+  return [a / b for a, b in zip(rounds_a, rounds_b)]
+
+
 def ratio(rounds_a: list[float], rounds_b: list[float]) -> float:
-  """Median over rounds of a / b: both ran close in time, so machine drift cancels."""
-  return statistics.median(a / b for a, b in zip(rounds_a, rounds_b))
+  """Median over rounds of a / b (`round_ratios`)."""
+  return statistics.median(round_ratios(rounds_a, rounds_b))
 
 
 def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -71,7 +76,7 @@ def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, f
 
 def ratio_ci(rounds_a: list[float], rounds_b: list[float], level: float = 0.95):
   """`median_ci` of the per-round ratios a / b whose median `ratio` is."""
-  return median_ci([a / b for a, b in zip(rounds_a, rounds_b)], level)
+  return median_ci(round_ratios(rounds_a, rounds_b), level)
 
 
 def load_average() -> list[float]:
