@@ -1,6 +1,6 @@
 """Tables, a CSV and plots from evaluation results (schema "lcx.eval/1"), nothing else.
 
-    python -m lcx.report PATH... --out=DIR [--title=TEXT]
+    python -m lcx.report PATH... --out=DIR [--title=TEXT] [--baseline=RUN/VARIANT]
 
 PATH: a result JSON, a directory (every lcx result JSON below it, e.g. runs/x/eval/ or
 experiments/NAME/results/) or a glob. Prints the markdown tables and writes DIR/report.md,
@@ -19,7 +19,9 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
-from lcx import errors
+import numpy as np
+
+from lcx import bootstrap, errors
 
 SCHEMA = "lcx.eval/1"
 KINDS = ("lengths", "tasks", "passkey")
@@ -378,6 +380,113 @@ def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   return "\n\n".join(out)
 
 
+def _documents(entry: dict) -> tuple | None:
+  """(ids, mean loss per document, tokens per document) of a length entry, None where the
+  result predates per-document losses."""
+  d = entry.get("per_document")
+  if not d or not d.get("ids"):
+    return None
+  return tuple(d["ids"]), np.asarray(d["loss"], np.float64), np.asarray(d["tokens"], np.float64)
+
+
+def paired_cell(a: dict, b: dict, protocol: dict) -> str:
+  """`A - B [lo, hi]` in mean loss per token, paired over the documents of two length entries
+  (a seeded bootstrap: the protocol's seed and resamples); `-` unless both hold per-document
+  losses of the same documents and tokens."""
+  da, db = _documents(a), _documents(b)
+  if da is None or db is None or da[0] != db[0] or not np.array_equal(da[2], db[2]):
+    return "-"
+  weights_RxD = bootstrap.resample_weights(
+    len(da[0]), protocol.get("bootstrap", 1000), protocol.get("seed", 0)
+  )
+  diff, ci = bootstrap.paired_difference(
+    da[1], da[2], db[1], db[2], weights_RxD, protocol.get("confidence", bootstrap.CONFIDENCE)
+  )
+  return _cell(diff, ci, _signed)
+
+
+def _signed(x: float) -> str:
+  return f"{x:+.3f}"
+
+
+def _with_documents(results: Sequence[dict]) -> list[dict]:
+  return [r for r in _lengths_results(results) if any(_documents(e) for e in r["lengths"].values())]
+
+
+def _paired_note(group: Sequence[dict]) -> str:
+  p = group[0].get("protocol") or {}
+  return (
+    f"{describe_protocol(p)}; train length {group[0]['train_len']}. Cells: difference in mean "
+    f"loss (nats/token; negative: lower loss) [{p.get('confidence', 0.95) * 100:g}% paired "
+    f"bootstrap interval over the same documents, {p.get('bootstrap', 1000)} resamples, seed "
+    f"{p.get('seed', 0)}]; - where the documents or their tokens differ."
+  )
+
+
+def length_pair_tables(results: Sequence[dict]) -> str:
+  """Loss at each length minus loss at the training length (1x), per result, paired over the
+  same documents: does the loss past L differ from L's beyond document sampling?"""
+  out = []
+  for group in _groups(_with_documents(results), _length_group_key):
+    train = str(group[0]["train_len"])
+    chosen = [r for r in group if train in r["lengths"]]
+    lengths = sorted({int(n) for r in chosen for n in r["lengths"] if n != train})
+    if not chosen or not lengths:
+      continue
+    rows = [
+      [label(r)]
+      + [
+        paired_cell(r["lengths"][str(n)], r["lengths"][train], r.get("protocol") or {})
+        if str(n) in r["lengths"]
+        else "-"
+        for n in lengths
+      ]
+      for r in chosen
+    ]
+    out.append(
+      _paired_note(chosen)
+      + f" Each length against 1x ({train}).\n\n"
+      + markdown_table(["run/variant"] + [f"{_times(n, int(train))} - 1x" for n in lengths], rows)
+    )
+  return "\n\n".join(out)
+
+
+def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
+  """Each result minus a baseline result (`baseline`: its run/variant label; default the
+  group's first), per length, paired over the same documents. One table per protocol group."""
+  out = []
+  for group in _groups(_with_documents(results), _length_group_key):
+    named = [r for r in group if label(r) == baseline] if baseline else group[:1]
+    if not named or len(group) < 2:
+      continue
+    base = named[0]
+    others = [r for r in group if r is not base]
+    lengths = sorted({int(n) for r in group for n in r["lengths"]})
+    rows = [
+      [label(r)]
+      + [
+        paired_cell(r["lengths"][str(n)], base["lengths"][str(n)], base.get("protocol") or {})
+        if str(n) in r["lengths"] and str(n) in base["lengths"]
+        else "-"
+        for n in lengths
+      ]
+      for r in others
+    ]
+    out.append(
+      _paired_note(group)
+      + f" Each result minus {label(base)}.\n\n"
+      + markdown_table(
+        [f"run/variant - {label(base)}"] + [_times(n, base["train_len"]) for n in lengths], rows
+      )
+    )
+  return "\n\n".join(out)
+
+
+def baselines(results: Sequence[dict]) -> list[str]:
+  """The labels `pair_tables` accepts as a baseline: results with per-document losses."""
+  return sorted({label(r) for r in _with_documents(results)})
+
+
 def _longest(r: dict) -> str:
   return max(r["lengths"], key=int)
 
@@ -579,11 +688,15 @@ def passkey_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
-def sections(results: Sequence[dict]) -> list[tuple[str, str, str | None]]:
-  """(heading, markdown, plot key) for every table that has data, in report order."""
+def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str, str | None]]:
+  """(heading, markdown, plot key) for every table that has data, in report order. The paired
+  tables need per-document losses, so older results leave them out. `baseline`: see
+  `pair_tables`."""
   candidates = [
     ("Perplexity by evaluation length", length_tables(results), "perplexity"),
     ("Bits per byte by evaluation length", length_tables(results, "bits_per_byte"), None),
+    ("Paired: each length against 1x", length_pair_tables(results), None),
+    ("Paired: each result against a baseline", pair_tables(results, baseline), None),
     ("Perplexity across seeds", seed_tables(results), None),
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),
@@ -595,9 +708,9 @@ def sections(results: Sequence[dict]) -> list[tuple[str, str, str | None]]:
   return [(h, body, plot) for h, body, plot in candidates if body]
 
 
-def format_tables(results: Sequence[dict]) -> str:
+def format_tables(results: Sequence[dict], baseline: str = "") -> str:
   """All tables as markdown: what the CLI prints and evaluation shows after a run."""
-  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results))
+  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results, baseline))
 
 
 def _short_protocol(r: dict) -> str:
@@ -1023,7 +1136,9 @@ PLOTTERS = {
 # --- Writing. ---
 
 
-def format_report(results: Sequence[dict], title: str, plots: dict[str, str]) -> str:
+def format_report(
+  results: Sequence[dict], title: str, plots: dict[str, str], baseline: str = ""
+) -> str:
   """report.md: title, the tables with links to their plots, and what each result is."""
   parts = [
     f"# {title}",
@@ -1031,7 +1146,7 @@ def format_report(results: Sequence[dict], title: str, plots: dict[str, str]) ->
     f"{len(results)} results (schema `{SCHEMA}`), rendered by `python -m lcx.report`. "
     "Cells: value [95% CI].",
   ]
-  for heading, body, plot in sections(results):
+  for heading, body, plot in sections(results, baseline):
     parts += ["", f"## {heading}", "", body]
     if plot in plots:
       parts += ["", f"![{plot.replace('_', ' ')}]({os.path.basename(plots[plot])})"]
@@ -1042,7 +1157,9 @@ def format_report(results: Sequence[dict], title: str, plots: dict[str, str]) ->
   return "\n".join(parts) + "\n"
 
 
-def write(results: Sequence[dict], out_dir: str, title: str = "lcx report") -> dict[str, str]:
+def write(
+  results: Sequence[dict], out_dir: str, title: str = "lcx report", baseline: str = ""
+) -> dict[str, str]:
   """Writes out_dir/report.md, results.csv and the plots that have data; returns
   {"report": path, "csv": path, plot key: path, ...}."""
   for i, r in enumerate(results):
@@ -1054,7 +1171,7 @@ def write(results: Sequence[dict], out_dir: str, title: str = "lcx report") -> d
     if path:
       paths[key] = path
   report = os.path.join(out_dir, "report.md")
-  _write_text(report, format_report(results, title, paths))
+  _write_text(report, format_report(results, title, paths, baseline))
   table = os.path.join(out_dir, "results.csv")
   _write_text(table, format_csv(results))
   return {"report": report, "csv": table, **paths}
@@ -1084,8 +1201,11 @@ def main(argv):
     results = load(paths)
   except ValueError as error:
     cli.fail(str(error))
-  print(format_tables(results), flush=True)
-  written = write(results, out, flags.FLAGS.title)
+  baseline = flags.FLAGS.baseline
+  if baseline and baseline not in baselines(results):
+    cli.fail(str(errors.not_allowed("--baseline", baseline, baselines(results) or ["(none)"])))
+  print(format_tables(results, baseline), flush=True)
+  written = write(results, out, flags.FLAGS.title, baseline)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
 
 
@@ -1096,5 +1216,8 @@ if __name__ == "__main__":
 
   flags.DEFINE_string("out", None, "Directory for report.md, results.csv and the plots.")
   flags.DEFINE_string("title", "lcx report", "Title of report.md.")
+  flags.DEFINE_string(
+    "baseline", "", "run/variant each result is paired against (default: each group's first)."
+  )
   flags.mark_flag_as_required("out")
   app.run(main, flags_parser=cli.parse_flags)

@@ -7,9 +7,10 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from lcx import report
+from lcx import bootstrap, report
 from tests.helpers import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -517,3 +518,75 @@ def test_seed_table_is_mean_and_range_over_seeds():
   assert cells[3] == f"{math.exp(2.5):.2f} [{math.exp(2.5):.2f}, {math.exp(2.5):.2f}]"
   assert "books-alibi" not in text  # one seed: no spread to show
   assert report.seed_tables([lengths_result(run="rope")]) == ""
+
+
+def _with_documents(result, shift=0.0, seed=0, docs=20):
+  """`result` with per-document losses at each length: document d's mean loss is its
+  difficulty + 0.1 per doubling of the length + `shift`, noise seeded by `seed`."""
+  rng = np.random.default_rng(seed)
+  hard = np.random.default_rng(99).normal(2.0, 0.5, docs)
+  tokens = [int(t) for t in np.random.default_rng(98).integers(50, 300, docs)]
+  for i, entry in enumerate(result["lengths"].values()):
+    loss = hard + 0.1 * i + shift + rng.normal(0, 0.02, docs)
+    entry["per_document"] = {
+      "ids": list(range(3, 3 + docs)),
+      "loss": list(loss),
+      "tokens": list(tokens),
+    }
+  return result
+
+
+def test_paired_tables_are_the_bootstrap_of_the_per_document_losses():
+  a = _with_documents(lengths_result("alibi"), shift=0.3, seed=1)
+  b = _with_documents(lengths_result("rope"), seed=2)
+  text = report.format_tables([a, b])
+  weights = bootstrap.resample_weights(20, 1000, 0)
+
+  def cell(x, y):
+    diff, (lo, hi) = bootstrap.paired_difference(
+      *(np.asarray(e["per_document"][k], float) for e in (x, y) for k in ("loss", "tokens")),
+      weights,
+    )
+    return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+  def rows(heading):
+    body = text.split(f"## {heading}\n")[1].split("\n## ")[0]
+    return {x.split("|")[1].strip(): x for x in body.splitlines() if x.startswith("|")}
+
+  la = a["lengths"]
+  assert rows("Paired: each length against 1x")["alibi/none"].endswith(
+    f"| {cell(la['128'], la['64'])} | {cell(la['256'], la['64'])} |"
+  )
+  assert "minus alibi/none" in text
+  assert rows("Paired: each result against a baseline")["rope/none"].endswith(
+    " | ".join(cell(b["lengths"][n], la[n]) for n in ("64", "128", "256")) + " |"
+  )
+
+  def interval(x, y):
+    return [float(v) for v in cell(x, y).split("[")[1].rstrip("]").split(", ")]
+
+  lo, hi = interval(la["128"], la["64"])  # the built-in 0.1 per doubling, noise 0.02 / doc
+  assert lo < 0.1 < hi and hi - lo < 0.05
+  lo, hi = interval(b["lengths"]["64"], la["64"])
+  assert lo < -0.3 < hi and hi - lo < 0.05  # 0.5 spread across documents cancels
+  # Another baseline by name; results on other tokens (counts differ) get no paired cell.
+  b["lengths"]["128"]["per_document"]["tokens"][0] += 1
+  text = report.format_tables([a, b], baseline="rope/none")
+  row = rows("Paired: each result against a baseline")["alibi/none"]
+  cells = [c.strip() for c in row.split("|")[2:-1]]
+  assert "minus rope/none" in text and cells[1] == "-" and cells[0].startswith("+0.")
+
+
+def test_results_without_per_document_losses_print_no_paired_table():
+  text = report.format_tables([lengths_result("alibi"), lengths_result("rope")])
+  assert "Paired" not in text and report.baselines([lengths_result()]) == []
+
+
+def test_cli_refuses_an_unknown_baseline_naming_the_allowed(tmp_path):
+  _save(tmp_path / "in" / "rope.json", _with_documents(lengths_result()))
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", "--baseline=nope/none")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+    "error: --baseline='nope/none' is not allowed; allowed: rope/none"
+  )
+  assert not (tmp_path / "out").exists()

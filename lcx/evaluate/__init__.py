@@ -27,7 +27,7 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, data, prepare as prepare_lib
+from lcx import config as config_lib, data, prepare as prepare_lib, provenance
 from lcx.evaluate import lengths as lengths_lib, passkey, samples, tasks as tasks_lib, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -160,7 +160,7 @@ def record(
   seconds: float,
 ) -> dict:
   """A result JSON: the keys every kind has (SPEC.md: schema, run, variant, step, config,
-  versions, ...) around `body`, the kind's own."""
+  versions, source: commit and dirty, ...) around `body`, the kind's own."""
   return {
     "schema": SCHEMA,
     "kind": kind,
@@ -177,6 +177,7 @@ def record(
     "settings": settings,
     "config": variant_cfg.to_dict(),
     "versions": versions(),
+    "source": provenance.source(),
     "device": f"{jax.default_backend()} x{jax.device_count()}",
     "wall_seconds": round(seconds, 2),
     "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

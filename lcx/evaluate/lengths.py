@@ -2,8 +2,8 @@
 
 `samples` decides which tokens are scored with what context (the protocol); this module runs
 the model over those windows and summarizes: the mean loss with a bootstrap interval over
-documents, perplexity, bits per byte, and the loss by position (log-spaced buckets of the
-position each target is predicted from), per length.
+documents, perplexity, bits per byte, the loss by position (log-spaced buckets of the
+position each target is predicted from) and each document's mean loss and tokens, per length.
 """
 
 from __future__ import annotations
@@ -76,6 +76,21 @@ def summarize(
     "documents": int(len(np.unique(doc_N))),
     "windows": int(len(scored)),
     "loss_by_position": by_position,
+    "per_document": per_document(loss_N, doc_N, doc_index),
+  }
+
+
+def per_document(loss_N: np.ndarray, doc_N: np.ndarray, doc_index: dict) -> dict:
+  """Each scored document's mean loss and token count (ids: validation split indices), so a
+  report can pair two results, or two lengths, on the same documents (`lcx.bootstrap`)."""
+  count_D = stats.per_doc_sums(np.ones_like(loss_N), doc_N, len(doc_index))
+  sum_D = stats.per_doc_sums(loss_N, doc_N, len(doc_index))
+  ids = sorted(doc_index, key=doc_index.get)
+  kept = [i for i in range(len(ids)) if count_D[i] > 0]
+  return {
+    "ids": [int(ids[i]) for i in kept],
+    "loss": [float(sum_D[i] / count_D[i]) for i in kept],
+    "tokens": [int(count_D[i]) for i in kept],
   }
 
 

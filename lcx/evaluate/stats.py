@@ -13,17 +13,7 @@ import math
 
 import numpy as np
 
-CONFIDENCE = 0.95
-
-
-def resample_weights(num_docs: int, resamples: int, seed: int) -> np.ndarray:
-  """RxD: how often each document appears in each bootstrap resample (rows sum to D)."""
-  if resamples == 0 or num_docs == 0:
-    return np.zeros((0, num_docs))
-  rng = np.random.default_rng([seed, 7])
-  return rng.multinomial(num_docs, np.full(num_docs, 1 / num_docs), size=resamples).astype(
-    np.float64
-  )
+from lcx.bootstrap import CONFIDENCE, resample_weights  # noqa: F401 (shared with the report)
 
 
 def ratio_ci(

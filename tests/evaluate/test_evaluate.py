@@ -69,6 +69,12 @@ def test_one_file_per_variant_with_numbers_and_settings(rope_run, capsys):
       assert 0.9 < v["loss"] / math.log(2) / v["bits_per_byte"] <= 1.0
       buckets = v["loss_by_position"]
       assert buckets[0]["start"] == 0 and sum(b["tokens"] for b in buckets) == v["tokens"]
+      per_doc = v["per_document"]  # the overall mean, split by document
+      assert len(per_doc["ids"]) == v["documents"] and sum(per_doc["tokens"]) == v["tokens"]
+      total = sum(loss * n for loss, n in zip(per_doc["loss"], per_doc["tokens"]))
+      assert total / v["tokens"] == pytest.approx(v["loss"], rel=1e-6)
+    assert len({tuple(v["per_document"]["tokens"]) for v in saved["lengths"].values()}) == 1
+    assert set(saved["source"]) == {"commit", "dirty"} and len(saved["source"]["commit"]) == 40
   assert results["yarn@4"]["overrides"] == {
     "model.position.scaling": {"rope_type": "yarn", "factor": 4.0}
   }
