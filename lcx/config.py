@@ -267,9 +267,11 @@ def _check_sampled_positions(config) -> None:
       f"train.random_positions={t.random_positions!r}; allowed: one of the two, "
       "the other 0"
     )
-  if config.eval.random_positions < 0:
+  if config.eval.random_positions < -1:
     raise errors.not_allowed(
-      "eval.random_positions", config.eval.random_positions, "0 (off) or >= the longest eval length"
+      "eval.random_positions",
+      config.eval.random_positions,
+      "-1 (as trained: train.random_positions), 0 (off) or >= the longest eval length",
     )
 
 
@@ -334,6 +336,12 @@ def check_eval(config: ml_collections.ConfigDict) -> None:
       f"eval.random_positions={ev.random_positions!r} is not allowed; allowed: 0 "
       f"(off) or >= the longest eval length {max(lengths)} (each window needs "
       "that many distinct positions)"
+      + (
+        "; the default eval.random_positions=-1 takes train.random_positions: set it to 0 "
+        "to score at plain positions"
+        if ev.random_positions == config.train.random_positions
+        else ""
+      )
     )
   protocols = _items(ev.protocol)
   if "last_k" in protocols and "long" not in _items(ev.documents):
@@ -398,7 +406,8 @@ def resolve(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collection
   """A copy with derived values filled in: the vocabulary size (the tokenizer's), and for a
   synthetic task the training length model.max_len = the longest position trained (the longest
   document's inputs, often far below data.seq_len), which extension methods take as their
-  original length and a learned table as its size."""
+  original length and a learned table as its size; eval.random_positions=-1 (as trained)
+  becomes train.random_positions."""
   config = ml_collections.ConfigDict(config.to_dict())
   if config.model.vocab_size == 0:
     config.model.vocab_size = vocab_size
@@ -409,6 +418,8 @@ def resolve(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collection
     )
   if config.data.name == "task":
     config.model.max_len = train_length(config)
+  if config.eval.random_positions == -1:  # as trained: a randomized run is scored as trained
+    config.eval.random_positions = config.train.random_positions
   return config
 
 

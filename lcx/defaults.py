@@ -114,9 +114,10 @@ def get_config(arg=None):
   config.eval.num_tokens = 65536  # validation tokens scored at every length
   config.eval.sample_seed = 0  # which validation documents (a seeded draw across the split)
   # >0: score at randomized positions, a sorted sample of [0, this) per document (Ruoss 2023's
-  # reference samples at test time too), drawn with eval.sample_seed; 0: positions 0..n-1.
+  # reference samples at test time too), drawn with eval.sample_seed; 0: positions 0..n-1;
+  # -1: as trained (train.random_positions, so a randomized run is scored as Ruoss et al. do).
   # Every evaluator's scoring (lcx/evaluate/runner.py), not the passkey probe's generation.
-  config.eval.random_positions = 0
+  config.eval.random_positions = -1
   config.eval.bootstrap = 1000  # resamples of documents for 95% confidence intervals (0: none)
   config.eval.buckets_per_octave = 4  # loss-by-position buckets, log-spaced
   config.eval.batch_tokens = 16384  # tokens per forward pass

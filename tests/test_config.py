@@ -256,7 +256,11 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
       {"train.pose_target": 128, "train.random_positions": 256},
       r"train.pose_target=128 is not allowed with train.random_positions=256; allowed: one of",
     ),
-    ({"eval.random_positions": -1}, r"eval.random_positions=-1 is not allowed; allowed: 0 \(off\)"),
+    (
+      {"eval.random_positions": -2},
+      r"eval.random_positions=-2 is not allowed; allowed: -1 \(as trained: "
+      r"train.random_positions\), 0 \(off\)",
+    ),
   ],
 )
 def test_sampled_positions_are_checked_naming_the_fields(fields, message):

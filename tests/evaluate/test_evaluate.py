@@ -436,3 +436,22 @@ def test_eval_random_positions_name_the_results_and_enter_their_overrides():
   assert evaluate._settings("lengths", todo[0][3], "none", todo[0][2], [32]) != (
     evaluate._settings("lengths", plain[0][3], "none", plain[0][2], [32])
   )
+
+
+def test_a_randomized_run_is_scored_at_randomized_positions_unless_told_otherwise():
+  """Ruoss et al. score randomized-position models at sampled positions: the default
+  eval.random_positions=-1 takes train.random_positions; 0 scores at plain positions."""
+  config = tiny_config("rope", random_positions=256)
+  assert config.eval.random_positions == -1
+  todo = evaluate.plan(prepare.prepare(config))
+  assert [(name, changes) for name, _, changes, _ in todo] == [
+    ("none.random256", {"eval.random_positions": 256})
+  ]
+  assert todo[0][3].eval.random_positions == 256
+  config.eval.random_positions = 0
+  assert [name for name, *_ in evaluate.plan(prepare.prepare(config))] == ["none"]
+  plain = evaluate.plan(prepare.prepare(tiny_config("rope")))  # not randomized: plain positions
+  assert [name for name, *_ in plain] == ["none"] and plain[0][3].eval.random_positions == 0
+  short = tiny_config("rope", random_positions=64)  # eval lengths reach 256
+  with pytest.raises(ValueError, match=r"eval.random_positions=64 is not allowed.*takes train"):
+    evaluate.plan(prepare.prepare(short))
