@@ -139,7 +139,7 @@ def get_config(arg=None):
   # (README, "LongRoPE search").
   config.eval.longrope = ml_collections.ConfigDict()
   config.eval.longrope.target_len = 0  # the length searched for (s = this / L); 0: off
-  config.eval.longrope.documents = 8  # held-out long validation documents scored for fitness
+  config.eval.longrope.documents = 8  # long documents of the search split (never evaluated)
   config.eval.longrope.seed = 1  # which documents, and every random choice of the search
   config.eval.longrope.population = 64  # first generation: PI, NTK, YaRN and their mutations
   config.eval.longrope.parents = 32  # the best kept each generation (elitism), parents of the rest

@@ -6,18 +6,20 @@ longrope`) starts from the run's own config (DIR/config.json, as `lcx.main --mod
 only eval-time fields may change (`lcx.evaluate.restore` refuses a trained one).
 
 A candidate is a `longrope` scaling for the scale s = N / L: a factor lambda_i per rotary pair
-(inv_freq_i = theta_i / lambda_i), non-decreasing in i (pair 0 has the highest frequency) and in
-[1, max_factor] (default 1.25 s), and n_hat (positions < n_hat keep theta; one of 0, 1, 2, 4, ...
-up to L). Its fitness is the perplexity at length N on `documents` held-out validation documents
-of at least N tokens (`samples.select(..., "long", N, ...)`, one window each, every token
-scored) with LongRoPE's attention factor, exactly what `eval.documents=long` evaluation of
-`longrope@factors.json` at N scores. The first generation is PI (every lambda = s), NTK-aware
-(lambda_i = s^(2i/(d-2)), from its larger base) and YaRN (theta_i / YaRN's inv_freq_i), then
-mutations of them; each later generation keeps the `parents` best (elitism, so the best never
+(inv_freq_i = theta_i / lambda_i), non-decreasing in i (pair 0 has the highest frequency) and in [1,
+max_factor] (default 1.25 s), and n_hat (positions < n_hat keep theta; one of 0, 1, 2, 4, ... up to
+L). Its fitness is the perplexity at length N on `documents` validation documents of at least N
+tokens from the search split (`samples.split_ids`: a fixed quarter of the validation documents that
+no evaluation scores, so the factors are not fitted to the table's documents; `samples.select(...,
+"long", N, ..., "search")`, one window each, every token scored) with LongRoPE's attention factor,
+as `eval.documents=long` evaluation of `longrope@factors.json` at N scores the evaluation split. The
+state records the split and its document ids. The first generation is PI (every lambda = s),
+NTK-aware (lambda_i = s^(2i/(d-2)), from its larger base) and YaRN (theta_i / YaRN's inv_freq_i),
+then mutations of them; each later generation keeps the `parents` best (elitism, so the best never
 gets worse) and adds `mutations` children (each pair resampled with mutation_rate from the grid
-between its neighbours, so the order holds; n_hat moves one choice) and `crossovers` children
-(pairs from the second parent with crossover_rate, kept only when non-decreasing). A candidate
-is scored once (the history caches it) and children are drawn new where possible.
+between its neighbours, so the order holds; n_hat moves one choice) and `crossovers` children (pairs
+from the second parent with crossover_rate, kept only when non-decreasing). A candidate is scored
+once (the history caches it) and children are drawn new where possible.
 
 One compiled program scores every candidate: the factors and n_hat are inputs, one candidate
 per batch row (`scaling.with_row_factors`), not constants of a program per candidate. Resumable:
@@ -284,6 +286,7 @@ def _settings(cfg, step: int) -> dict:
   model["position"].pop("scaling", None)  # the search sets it
   return {
     "checkpoint_step": step,
+    "split": SPLIT,
     "eval.longrope": {k: v for k, v in cfg.eval.longrope.to_dict().items() if k != "generations"},
     "model": json.loads(json.dumps(model, default=list)),
   }
@@ -299,17 +302,22 @@ def _first_difference(saved, now, where=""):
   return None if saved == now else (where.rstrip("."), saved, now)
 
 
+SPLIT = "search"  # the fitness's documents: never scored by an evaluation (samples.split_ids)
+
+
 def _long_documents(cfg, target_len: int, tokenizer) -> list[samples.Sequence]:
   docs = data.validation_documents(cfg.data, tokenizer)
-  longest = max((len(d) - 1 for d in docs), default=0)
+  ids = samples.split_ids(len(docs), SPLIT)
+  longest = max((len(docs[d]) - 1 for d in ids), default=0)
   if longest < target_len:
     raise ValueError(
-      f"eval.longrope.target_len={target_len}: no validation document has that "
-      f"many tokens (the longest has {longest}), so no window of it can be "
+      f"eval.longrope.target_len={target_len}: no document of the validation split's "
+      f"{SPLIT!r} part ({len(ids)} of {len(docs)} documents, held out of every evaluation) "
+      f"has that many tokens (the longest has {longest}), so no window of it can be "
       "scored; choose a shorter target or a corpus with longer documents"
     )
   lr = cfg.eval.longrope
-  return samples.select(docs, "long", target_len, lr.documents * target_len, lr.seed)
+  return samples.select(docs, "long", target_len, lr.documents * target_len, lr.seed, SPLIT)
 
 
 def search(config, workdir: str) -> dict:
@@ -359,8 +367,9 @@ def search(config, workdir: str) -> dict:
   say(
     f"LongRoPE search: L={train_len} -> {lr.target_len} (s={scale:g}), {space.num_pairs} "
     f"pairs, lambda in [1, {space.max_factor:g}] step {space.step:g}, n_hat in "
-    f"{list(space.n_hats)}; fitness: perplexity on {len(sequences)} validation documents x "
-    f"{lr.target_len} tokens (seed {lr.seed}); checkpoint step {step}; -> {out_dir}"
+    f"{list(space.n_hats)}; fitness: perplexity on {len(sequences)} documents of the "
+    f"{SPLIT!r} split x {lr.target_len} tokens (seed {lr.seed}); checkpoint step {step}; "
+    f"-> {out_dir}"
   )
 
   def score(todo: list[Candidate], cache: dict) -> int:
@@ -388,6 +397,10 @@ def search(config, workdir: str) -> dict:
       "train_len": train_len,
       "target_len": lr.target_len,
       "scale": scale,
+      "fitness_documents": {
+        "split": SPLIT,
+        "ids": sorted({int(d) for seq in sequences for d in seq.doc_N}),
+      },
       "generation": 0,
       "evaluated": count,
       "elapsed_seconds": seconds,

@@ -188,15 +188,32 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
     "long_factor": state["best"]["long_factor"],
     "n_hat": state["best"]["n_hat"],
   }
-  config = prepare.run_config(workdir)
+  # It is fitted on the search split, which no evaluation scores (the split is recorded).
+  fitted = state["fitness_documents"]
+  assert fitted["split"] == "search" and len(fitted["ids"]) == 4
   spec = f"longrope@{out_dir}/factors.json"
+  prepared = prepare.prepare(_search_config(workdir))
+  _, params, _ = evaluate.restore(prepared, workdir)
+  changes = longrope.variants.overrides(spec, prepared.config.eval.named_variants)
+  variant = longrope.variants.apply(prepared.config, changes)
+  runner = longrope.Runner(prepare.for_variant(prepared, variant), params)
+  windows = longrope.samples.cut(
+    longrope._long_documents(prepared.config, 128, prepared.tokenizer), 128, "windows"
+  )
+  assert sorted(set(windows.doc_NxT.ravel().tolist())) == fitted["ids"]
+  nll = runner.nll(
+    windows.inputs_NxT, windows.targets_NxT, windows.positions_NxT, windows.segments_NxT
+  )
+  assert math.exp(nll.mean()) == pytest.approx(best, rel=1e-5)
+  config = prepare.run_config(workdir)
   config.eval.variants = f"none,{spec}"
   config.eval.documents, config.eval.lengths = "long", (128,)
   config.eval.num_tokens, config.eval.sample_seed = 4 * 128, SMALL["seed"]
   results = evaluate.evaluate(config, workdir)
   scored = results[spec + ".windows-long"]["lengths"]["128"]  # long documents: named so
   assert scored["documents"] == 4 and scored["tokens"] == 4 * 128
-  assert scored["perplexity"] == pytest.approx(best, rel=1e-5)
+  assert not set(scored["per_document"]["ids"]) & set(fitted["ids"])
+  assert scored["perplexity"] != pytest.approx(best, rel=1e-5)
 
   # A finished search prints its result and scores nothing more.
   again = longrope.search(_search_config(workdir), workdir)

@@ -220,6 +220,7 @@ def evaluate(
         max(eval_lengths),
         ev.num_tokens,
         ev.sample_seed,
+        "evaluation",  # never the documents a search fitted on
       )
     return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths, train_len)
 

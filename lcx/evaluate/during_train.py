@@ -47,6 +47,7 @@ class DuringTrain:
       max(lengths.values()),
       cfg.eval.during_train_tokens,
       cfg.eval.sample_seed,
+      "evaluation",
     )
     self.windows = {
       name: samples.cut(sequences, length, "windows") for name, length in lengths.items()

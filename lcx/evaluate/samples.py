@@ -34,6 +34,11 @@ from lcx import errors
 
 PROTOCOLS = ("windows", "sliding", "last_k")
 DOCUMENTS = ("stream", "long")
+# The validation split in two named parts, fixed for every run, seed and tokenizer: "search"
+# is what a search fits on (the LongRoPE fitness), "evaluation" what every evaluation scores.
+SPLITS = ("evaluation", "search")
+SEARCH_FRACTION = 0.25
+SEARCH_SEED = 2402  # LongRoPE's arXiv number: any fixed value; changing it moves the split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +86,28 @@ def _concat(parts: list[Sequence], limit: int) -> Sequence:
   )
 
 
+def split_ids(num_docs: int, name: str) -> list[int]:
+  """Indices of the validation documents in split `name`: "search", a seeded quarter of them
+  (at least one; none when there is only one document), or "evaluation", every other one. The
+  two never share a document, whatever the settings of the search or the evaluation."""
+  if name not in SPLITS:
+    raise errors.not_allowed("split", name, SPLITS)
+  order = np.random.default_rng(SEARCH_SEED).permutation(num_docs)
+  count = 0 if num_docs < 2 else max(1, round(SEARCH_FRACTION * num_docs))
+  search = {int(d) for d in order[:count]}
+  return [d for d in range(num_docs) if (d in search) == (name == "search")]
+
+
 def select(
-  documents: list[np.ndarray], mode: str, longest: int, num_tokens: int, seed: int
+  documents: list[np.ndarray],
+  mode: str,
+  longest: int,
+  num_tokens: int,
+  seed: int,
+  split: str | None = None,
 ) -> list[Sequence]:
-  """The sequences every eval length cuts, from documents drawn in a seeded order.
+  """The sequences every eval length cuts, from documents drawn in a seeded order; with
+  `split`, only from that part of the validation split (`split_ids`; ids stay the split's).
 
   stream: documents until the stream holds max(1, num_tokens // longest) * longest pairs (fewer
   whole multiples of `longest` if the split is smaller); long: documents of >= `longest` pairs
@@ -93,6 +116,9 @@ def select(
   """
   rng = np.random.default_rng(seed)
   order = rng.permutation(len(documents))
+  if split is not None:
+    allowed = set(split_ids(len(documents), split))
+    order = np.asarray([d for d in order if d in allowed], np.int64)
   if mode == "stream":
     budget, parts, have = max(1, num_tokens // longest) * longest, [], 0
     cap = stream_cap(budget, longest)
@@ -116,9 +142,10 @@ def select(
     raise errors.not_allowed("eval.documents", mode, DOCUMENTS)
   chosen = [int(d) for d in order if len(documents[d]) - 1 >= longest]
   if not chosen:
-    most = max((len(x) - 1 for x in documents), default=0)
+    most = max((len(documents[d]) - 1 for d in order), default=0)
+    where = "validation document" if split is None else f"document of the {split} split"
     raise ValueError(
-      f"eval.documents='long': no validation document has {longest} tokens "
+      f"eval.documents='long': no {where} has {longest} tokens "
       f"(the longest eval length; the longest document has {most}); lower "
       "eval.lengths / eval.multipliers or use eval.documents='stream'"
     )

@@ -119,3 +119,28 @@ def test_clear_errors():
     r"windows, sliding, last_k$",
   ):
     samples.cut([], 4, "x")
+
+
+@pytest.mark.parametrize("num_docs", [1, 2, 9, 40, 301])
+def test_the_search_and_evaluation_splits_are_disjoint_fixed_and_cover_the_validation(num_docs):
+  search, evaluation = (samples.split_ids(num_docs, name) for name in ("search", "evaluation"))
+  assert not set(search) & set(evaluation)
+  assert sorted(search + evaluation) == list(range(num_docs))
+  assert len(search) == (0 if num_docs == 1 else max(1, round(num_docs / 4)))
+  assert search == samples.split_ids(num_docs, "search")  # no seed or setting moves it
+  docs = [_doc(40 + i, 1000 * i) for i in range(num_docs)]
+  for seed in range(5):
+    for mode in samples.DOCUMENTS:
+      for name, ids in (("search", search), ("evaluation", evaluation)):
+        if not ids:
+          continue
+        seqs = samples.select(docs, mode, longest=32, num_tokens=4096, seed=seed, split=name)
+        drawn = set(np.concatenate([s.doc_N for s in seqs]).tolist())
+        assert drawn and drawn <= set(ids)
+
+
+def test_an_unknown_split_is_refused_naming_the_allowed():
+  with pytest.raises(
+    ValueError, match=r"^split='test' is not allowed; allowed: evaluation, search$"
+  ):
+    samples.split_ids(5, "test")
