@@ -1,28 +1,70 @@
-"""The CPU-sized "train short, test long" run of the reproduction experiments.
+"""The CPU-sized "train short, test long" run of the reproduction experiments, in two regimes.
 
-The CPU pilot's shape: a 0.85M-parameter byte model (size=small: 4
+regime=bytes (default): the CPU pilot's shape: a 0.85M-parameter byte model (size=small: 4
 layers, d=128) trained at L=64 for 600 steps of 32 rows (1.2M tokens, about a minute or two on
-2 cores), evaluated at 1x..32x L. Usage: --config=configs/extrapolation.py:pos=alibi,data=books
-`data` is stdlib (Python's standard library) or books (public-domain plays and novels; 15% of
-the works held out, so the intervals have ~12 documents to resample).
+2 cores), evaluated at 1x..32x L. RoPE keeps base 10^4, so at L=64 11 of its 16 pairs turn less
+than once inside L (Llama-2 at 4k: 18 of 64), and perplexity is capped near the byte unigram's.
+
+regime=matched: where the papers' models sit, as far as a CPU allows. A SentencePiece tokenizer
+(4096 pieces) trained locally on the data's train split (books: no download beyond the corpus),
+L=256, 16 rows of 256 tokens per step (600 steps: 2.5M tokens, about 10 minutes on one core),
+and a rotary base matched to Llama-2 at 4k (`lcx.regime.matched_base`: 194.31 at L=256, so 4
+of 16 pairs turn less than once inside L). What can be matched at each L (lcx/regime.py): the
+fraction of pairs under one turn at any L; p-RoPE's dropped pairs turning about 5 radians over
+L (Llama-2: 4.1) at any L; YaRN's unscaled pairs (wavelength under L/32) not below L of about
+201, and only 1 of 16 at L=256 (Llama-2: 21 of 64), so YaRN stays close to PI here.
+`base_len`: the L the base is matched at (0: seq_len), e.g. a fine-tune at s*L keeps its source's.
+
+Usage: --config=configs/extrapolation.py:pos=alibi,data=books[,regime=matched]. `data` is stdlib
+(Python's standard library) or books (public-domain plays and novels; 15% of the works held out,
+so the intervals have ~12 documents to resample).
 """
 
-from lcx import defaults
+import dataclasses
+from typing import Callable
+
+from lcx import defaults, errors, regime
+
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+  seq_len: int
+  batch_size: int
+  tokenizer: str
+  vocab_size: int  # sentencepiece only
+  base: Callable[[int], float] | None  # L -> the rotary base; None: the scheme's default
+  multipliers: tuple[int, ...]
+
+
+REGIMES = {
+  "bytes": Regime(64, 32, "byte", 0, None, (1, 2, 4, 8, 16, 32)),
+  "matched": Regime(256, 16, "sentencepiece", 4096, regime.matched_base, (1, 2, 4, 8, 16)),
+}
 
 
 def get_config(arg=None):
-  arg = defaults.parse_arg(arg, pos="rope", data="books", steps=600, seq_len=64, size="small")
+  arg = defaults.parse_arg(
+    arg, pos="rope", data="books", steps=600, seq_len=0, size="small", regime="bytes", base_len=0
+  )
+  if arg.regime not in REGIMES:
+    raise errors.not_allowed("config argument regime", arg.regime, REGIMES)
+  r = REGIMES[arg.regime]
   config = defaults.get_config(f"pos={arg.pos},size={arg.size}")
   config.data.name = arg.data
   if arg.data == "books":
     config.data.validation_fraction = 0.15
-  config.data.seq_len = arg.seq_len
-  config.data.batch_size = 32
+  config.data.seq_len = arg.seq_len or r.seq_len
+  config.data.batch_size = r.batch_size
+  config.data.tokenizer = r.tokenizer
+  if r.vocab_size:
+    config.data.vocab_size = r.vocab_size
+  if r.base is not None and "base" in config.model.position:
+    config.model.position.base = r.base(arg.base_len or config.data.seq_len)
   config.train.steps = arg.steps
   config.train.warmup_steps = 100
   config.train.log_every = 100
   config.train.checkpoint_every = 200
-  config.eval.multipliers = (1, 2, 4, 8, 16, 32)
+  config.eval.multipliers = r.multipliers
   config.eval.num_tokens = 32768
   config.eval.batch_tokens = 32768
   return config
