@@ -1,7 +1,7 @@
 """A named set of runs, trained and evaluated one after another, then one report.
 
     python -m lcx.sweep experiments/NAME[:ARG] [--dry_run] [--only=RUN,...] [--shard=i/n]
-                        [--runs_dir=runs] [--force_eval]
+                        [--runs_dir=runs] [--force_eval] [--merge_shards]
 
 experiments/NAME/sweep.py defines `get_runs(arg) -> {name: Run}` (arg "" for the CPU-sized
 sweep, e.g. "full" for the GPU-sized one). Each run is `python -m lcx.main` in a subprocess with
@@ -10,7 +10,10 @@ checkpoint), in dependency order. A run that exits 0 gets RUN/sweep_done.json ho
 command; later invocations skip it while the command is unchanged, and re-run an interrupted one
 (lcx.main resumes from its checkpoint). Afterwards every RUNS_DIR/.../RUN/eval/*.json is copied to
 experiments/NAME/results/RUN/ (experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints)
-and lcx.report writes report.md, results.csv and the plots next to results/.
+and lcx.report writes report.md, results.csv and the plots next to results/. A shard of n > 1
+(`--shard=i/n`, e.g. one lent GPU's share) instead packs its runs' results into one archive,
+OUT/shards/shard-i-of-n.tar.gz (at most 16 MiB, to bring back and commit), and leaves results/
+and report.md alone; `--merge_shards` unpacks every archive there and writes the report once.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import glob
+import gzip
 import importlib.util
 import json
 import os
@@ -28,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 
 from lcx import cli, errors, report
 
@@ -332,6 +337,75 @@ def collect(sweep: Sweep) -> list[str]:
   return copied
 
 
+MAX_ARCHIVE_BYTES = 16 * 2**20  # what one shard may bring back from a lent machine and commit
+RESULT_MEMBER = re.compile(r"^results/([A-Za-z0-9][A-Za-z0-9_.-]*)/([^/]+\.json)$")
+
+
+def archive_path(sweep: Sweep, shard: tuple[int, int]) -> str:
+  return os.path.join(sweep.out_dir, "shards", f"shard-{shard[0]}-of-{shard[1]}.tar.gz")
+
+
+def pack(sweep: Sweep, runs: list[str], path: str) -> list[str]:
+  """Every eval/*.json of `runs` (a run `on` another: that run's) into one gzipped tar at `path`,
+  members `results/RUN/NAME.json` sorted, with no times or owners, so the same results give the
+  same bytes. Written atomically; over MAX_ARCHIVE_BYTES it is a ValueError and nothing is
+  written (the results stay in the runs' workdirs). Returns the member names."""
+  members = []
+  for run in sorted({sweep.runs[r].on or r for r in runs}):
+    for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
+      members.append((f"results/{run}/{os.path.basename(source)}", source))
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped:
+    with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+      for name, source in members:
+        info = tar.gettarinfo(source, arcname=name)
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        with open(source, "rb") as f:
+          tar.addfile(info, f)
+  size = os.path.getsize(tmp)
+  if size > MAX_ARCHIVE_BYTES:
+    os.remove(tmp)
+    raise ValueError(
+      f"{path}: {len(members)} results pack to {size / 2**20:.1f} MiB, over the "
+      f"{MAX_ARCHIVE_BYTES // 2**20} MiB one shard may bring back; split the sweep into more "
+      "shards (--shard=i/n with a larger n); the results are still in the runs' eval/"
+    )
+  os.replace(tmp, path)
+  return [name for name, _ in members]
+
+
+def unpack(sweep: Sweep) -> list[str]:
+  """Every shard archive under OUT/shards/ into OUT/results/ (members results/RUN/NAME.json
+  of this sweep's runs only; anything else is refused naming it). Returns the files written."""
+  archives = sorted(glob.glob(os.path.join(sweep.out_dir, "shards", "*.tar.gz")))
+  if not archives:
+    raise ValueError(
+      f"--merge_shards: no shard archive (shard-i-of-n.tar.gz) in "
+      f"{os.path.join(sweep.out_dir, 'shards')}; run the shards with --shard=i/n first"
+    )
+  for path in archives:  # every member checked before any is written
+    with tarfile.open(path, "r:gz") as tar:
+      for info in tar.getmembers():
+        match = RESULT_MEMBER.match(info.name)
+        if not (info.isfile() and match and match.group(1) in sweep.runs):
+          raise ValueError(
+            f"{path}: member {info.name!r} is not results/RUN/NAME.json of a run of "
+            f"{sweep.name}; runs: {', '.join(sweep.runs)}"
+          )
+  written = []
+  for path in archives:
+    with tarfile.open(path, "r:gz") as tar:
+      for info in tar.getmembers():
+        target = os.path.join(sweep.out_dir, info.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with tar.extractfile(info) as f, open(target + ".tmp", "wb") as out:
+          shutil.copyfileobj(f, out)
+        os.replace(target + ".tmp", target)
+        written.append(target)
+  return written
+
+
 def write_report(sweep: Sweep) -> dict[str, str]:
   results_dir = os.path.join(sweep.out_dir, "results")
   results = report.load([results_dir], allow_empty=True) if os.path.isdir(results_dir) else []
@@ -357,9 +431,24 @@ def main(argv):
   try:
     shard = parse_shard(FLAGS.shard)
     sweep = load(argv[1], FLAGS.runs_dir)
+    if FLAGS.merge_shards:
+      if shard != (0, 1) or FLAGS.only or FLAGS.dry_run or FLAGS.force_eval:
+        raise ValueError(
+          "--merge_shards runs nothing: give it without --shard, --only, --dry_run or --force_eval"
+        )
+      unpacked = unpack(sweep)
     chosen = select(sweep, FLAGS.only or [], shard)
   except ValueError as error:
     cli.fail(str(error))
+  if FLAGS.merge_shards:
+    print(
+      f"[sweep] unpacked {len(unpacked)} result files from "
+      f"{os.path.join(sweep.out_dir, 'shards')} to {os.path.join(sweep.out_dir, 'results')}",
+      flush=True,
+    )
+    written = write_report(sweep)
+    print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
+    return
   total = len(chosen)
   with _Signals() as signals:
     for i, run in enumerate(chosen, 1):
@@ -393,6 +482,19 @@ def main(argv):
         )
   if FLAGS.dry_run:
     return
+  if shard[1] > 1:  # one archive to bring back; the report is written once, by --merge_shards
+    path = archive_path(sweep, shard)
+    try:
+      members = pack(sweep, chosen, path)
+    except ValueError as error:
+      cli.fail(str(error), status=1)
+    print(
+      f"[sweep] shard {shard[0]}/{shard[1]}: packed {len(members)} result files into {path} "
+      f"({os.path.getsize(path) / 2**20:.2f} MiB); once every shard's archive is in "
+      f"{os.path.dirname(path)}, `--merge_shards` writes the report",
+      flush=True,
+    )
+    return
   copied = collect(sweep)
   print(
     f"[sweep] copied {len(copied)} result files to {os.path.join(sweep.out_dir, 'results')}",
@@ -416,6 +518,11 @@ if __name__ == "__main__":
     "runs connected by `needs` stay on one shard.",
   )
   flags.DEFINE_string("runs_dir", "runs", "Runs go to RUNS_DIR/NAME/RUN.")
+  flags.DEFINE_bool(
+    "merge_shards",
+    False,
+    "Run nothing: unpack every OUT/shards/*.tar.gz into OUT/results/ and write the report.",
+  )
   flags.DEFINE_bool(
     "force_eval",
     False,

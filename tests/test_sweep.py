@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 
@@ -309,3 +310,75 @@ def test_runs_on_another_runs_checkpoint_use_its_workdir(tmp_path):
   bad = _experiment(tmp_path, "{'a': Run(CONFIG), 'b': Run('', mode='eval', on='a')}", "bad")
   with pytest.raises(ValueError, match=r"run 'b': on='a' must be one of its needs"):
     sweep.load(str(bad), str(tmp_path / "runs"))
+
+
+def _finished(experiment, runs, names):
+  """Runs marked done with their current command and one eval JSON each, as a sweep leaves
+  them; nothing trains."""
+  from tests.test_report import lengths_result
+
+  loaded = sweep.load(str(experiment), str(runs))
+  for name in names:
+    workdir = runs / "toy" / name
+    (workdir / "eval").mkdir(parents=True)
+    (workdir / "eval" / "none.json").write_text(json.dumps(lengths_result(name)))
+    (workdir / sweep.MARKER).write_text(json.dumps({"command": loaded.command(name)}))
+  return loaded
+
+
+def test_each_shard_packs_its_results_into_one_archive_and_leaves_the_report_alone(tmp_path):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY), 'b': Run(CONFIG, TINY)}")
+  runs = tmp_path / "runs"
+  _finished(experiment, runs, ["a", "b"])
+  (experiment / "report.md").write_text("# the committed report\n")
+  for i, run in enumerate(["a", "b"]):
+    proc = _sweep(experiment, f"--runs_dir={runs}", f"--shard={i}/2")
+    assert proc.returncode == 0, proc.stderr
+    archive = experiment / "shards" / f"shard-{i}-of-2.tar.gz"
+    assert f"packed 1 result files into {archive}" in proc.stdout
+    with tarfile.open(archive) as tar:
+      assert tar.getnames() == [f"results/{run}/none.json"]
+      assert tar.extractfile(tar.getmember(f"results/{run}/none.json")).read() == (
+        (runs / "toy" / run / "eval" / "none.json").read_bytes()
+      )
+  assert (experiment / "report.md").read_text() == "# the committed report\n"
+  assert not (experiment / "results").exists()
+  first = (experiment / "shards" / "shard-0-of-2.tar.gz").read_bytes()
+  assert _sweep(experiment, f"--runs_dir={runs}", "--shard=0/2").returncode == 0
+  assert (experiment / "shards" / "shard-0-of-2.tar.gz").read_bytes() == first  # no times
+
+  merged = _sweep(experiment, f"--runs_dir={tmp_path / 'elsewhere'}", "--merge_shards")
+  assert merged.returncode == 0, merged.stderr
+  assert "unpacked 2 result files" in merged.stdout and "lcx.main" not in merged.stdout
+  for run in ("a", "b"):
+    assert (experiment / "results" / run / "none.json").read_bytes() == (
+      (runs / "toy" / run / "eval" / "none.json").read_bytes()
+    )
+  assert "| a/none " in (experiment / "report.md").read_text()
+
+
+def test_an_archive_over_the_limit_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  loaded = _finished(experiment, tmp_path / "runs", ["a"])
+  path = sweep.archive_path(loaded, (0, 2))
+  assert sweep.pack(loaded, ["a"], path) == ["results/a/none.json"]
+  size = os.path.getsize(path)
+  os.remove(path)
+  monkeypatch.setattr(sweep, "MAX_ARCHIVE_BYTES", size - 1)
+  with pytest.raises(ValueError, match=r"over the 0 MiB one shard may bring back; split the"):
+    sweep.pack(loaded, ["a"], path)
+  assert not os.listdir(os.path.dirname(path))
+
+
+def test_merge_refuses_foreign_members_and_missing_archives(tmp_path):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  proc = _sweep(experiment, "--merge_shards")
+  assert proc.returncode == 2 and "error: --merge_shards: no shard archive" in proc.stderr
+  (experiment / "shards").mkdir()
+  with tarfile.open(experiment / "shards" / "shard-0-of-2.tar.gz", "w:gz") as tar:
+    tar.add(__file__, arcname="results/../../evil.json")
+  proc = _sweep(experiment, "--merge_shards")
+  assert proc.returncode == 2 and "member 'results/../../evil.json' is not" in proc.stderr
+  assert not (experiment / "results").exists() and not (experiment / "report.md").exists()
+  proc = _sweep(experiment, "--merge_shards", "--shard=0/2")
+  assert proc.returncode == 2 and "--merge_shards runs nothing" in proc.stderr
