@@ -45,7 +45,15 @@ from absl import app, flags
 from flax import nnx
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, data, evaluate, metrics, prepare as prepare_lib
+from lcx import (
+  cli,
+  config as config_lib,
+  data,
+  evaluate,
+  metrics,
+  prepare as prepare_lib,
+  provenance,
+)
 from lcx.evaluate import samples, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -397,6 +405,7 @@ def search(config, workdir: str) -> dict:
       "train_len": train_len,
       "target_len": lr.target_len,
       "scale": scale,
+      "source": provenance.source(),  # the code that started the search
       "fitness_documents": {
         "split": SPLIT,
         "ids": sorted({int(d) for seq in sequences for d in seq.doc_N}),

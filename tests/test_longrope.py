@@ -189,6 +189,7 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
     "n_hat": state["best"]["n_hat"],
   }
   # It is fitted on the search split, which no evaluation scores (the split is recorded).
+  assert len(state["source"]["commit"]) == 40 and isinstance(state["source"]["dirty"], bool)
   fitted = state["fitness_documents"]
   assert fitted["split"] == "search" and len(fitted["ids"]) == 4
   spec = f"longrope@{out_dir}/factors.json"
