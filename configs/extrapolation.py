@@ -7,17 +7,20 @@ than once inside L (Llama-2 at 4k: 18 of 64), and perplexity is capped near the 
 
 regime=matched: where the papers' models sit, as far as a CPU allows. A SentencePiece tokenizer
 (4096 pieces) trained locally on the data's train split (books: no download beyond the corpus),
-L=256, 16 rows of 256 tokens per step (600 steps: 2.5M tokens, about 10 minutes on one core),
-and a rotary base matched to Llama-2 at 4k (`lcx.regime.matched_base`: 194.31 at L=256, so 4
-of 16 pairs turn less than once inside L). What can be matched at each L (lcx/regime.py): the
-fraction of pairs under one turn at any L; p-RoPE's dropped pairs turning about 5 radians over
-L (Llama-2: 4.1) at any L; YaRN's unscaled pairs (wavelength under L/32) not below L of about
-201, and only 1 of 16 at L=256 (Llama-2: 21 of 64), so YaRN stays close to PI here.
-`base_len`: the L the base is matched at (0: seq_len), e.g. a fine-tune at s*L keeps its source's.
+L=256, 16 rows of 256 tokens per step (600 steps: 2.5M tokens; 1.84M parameters, most in the
+4096-piece embeddings). Measured side by side on a loaded machine, a step's token costs 2.5-3x a
+bytes-regime token (650-1040 against 2000-2500 tokens/s), so a run costs about 5x a bytes run: an
+estimated 5-10 minutes on 2 idle cores, not yet measured idle. A rotary base matched to Llama-2 at
+4k (`lcx.regime.matched_base`: 194.31 at L=256, so 4 of 16 pairs turn less than once inside L). What
+can be matched at each L (lcx/regime.py): the fraction of pairs under one turn at any L; p-RoPE's
+dropped pairs turning about 5 radians over L (Llama-2: 4.1) at any L; YaRN's unscaled pairs
+(wavelength under L/32) not below L of about 201, and only 1 of 16 at L=256 (Llama-2: 21 of 64), so
+YaRN stays close to PI here. `base_len`: the L the base is matched at (0: seq_len), e.g. a fine-tune
+at s*L keeps its source's.
 
 Usage: --config=configs/extrapolation.py:pos=alibi,data=books[,regime=matched]. `data` is stdlib
-(Python's standard library) or books (public-domain plays and novels; 15% of the works held out,
-so the intervals have ~12 documents to resample).
+(Python's standard library) or books (public-domain plays and novels; 15% of the works held out:
+9 documents, of which evaluation resamples 7 and the LongRoPE search's split holds 2).
 """
 
 import dataclasses
