@@ -389,20 +389,25 @@ def _documents(entry: dict) -> tuple | None:
   return tuple(d["ids"]), np.asarray(d["loss"], np.float64), np.asarray(d["tokens"], np.float64)
 
 
-def paired_cell(a: dict, b: dict, protocol: dict) -> str:
-  """`A - B [lo, hi]` in mean loss per token, paired over the documents of two length entries
-  (a seeded bootstrap: the protocol's seed and resamples); `-` unless both hold per-document
-  losses of the same documents and tokens."""
+def paired(a: dict, b: dict, protocol: dict) -> tuple[float, list[float] | None] | None:
+  """(A - B, its interval) in mean loss per token, paired over the documents of two length
+  entries (a seeded bootstrap: the protocol's seed and resamples); None unless both hold
+  per-document losses of the same documents and tokens."""
   da, db = _documents(a), _documents(b)
   if da is None or db is None or da[0] != db[0] or not np.array_equal(da[2], db[2]):
-    return "-"
+    return None
   weights_RxD = bootstrap.resample_weights(
     len(da[0]), protocol.get("bootstrap", 1000), protocol.get("seed", 0)
   )
-  diff, ci = bootstrap.paired_difference(
+  return bootstrap.paired_difference(
     da[1], da[2], db[1], db[2], weights_RxD, protocol.get("confidence", bootstrap.CONFIDENCE)
   )
-  return _cell(diff, ci, _signed)
+
+
+def paired_cell(a: dict, b: dict, protocol: dict) -> str:
+  """`A - B [lo, hi]` (`paired`), `-` where the two cannot be paired."""
+  got = paired(a, b, protocol)
+  return "-" if got is None else _cell(*got, _signed)
 
 
 def _signed(x: float) -> str:
@@ -423,22 +428,57 @@ def _paired_note(group: Sequence[dict]) -> str:
   )
 
 
-def length_pair_tables(results: Sequence[dict]) -> str:
-  """Loss at each length minus loss at the training length (1x), per result, paired over the
-  same documents: does the loss past L differ from L's beyond document sampling?"""
+def length_pairs(results: Sequence[dict]) -> list[tuple[list[dict], str, list[int]]]:
+  """Per protocol group with per-document losses: (its results holding the training length,
+  the training length, the other lengths), for each length minus 1x."""
   out = []
   for group in _groups(_with_documents(results), _length_group_key):
     train = str(group[0]["train_len"])
     chosen = [r for r in group if train in r["lengths"]]
     lengths = sorted({int(n) for r in chosen for n in r["lengths"] if n != train})
-    if not chosen or not lengths:
-      continue
+    if chosen and lengths:
+      out.append((chosen, train, lengths))
+  return out
+
+
+def baseline_pairs(
+  results: Sequence[dict], baseline: str = ""
+) -> list[tuple[dict, list[dict], list[int]]]:
+  """Per protocol group with per-document losses: (the baseline, the other results, the
+  lengths). `baseline`: a run/variant label; default each group's first result."""
+  out = []
+  for group in _groups(_with_documents(results), _length_group_key):
+    named = [r for r in group if label(r) == baseline] if baseline else group[:1]
+    if named and len(group) > 1:
+      lengths = sorted({int(n) for r in group for n in r["lengths"]})
+      out.append((named[0], [r for r in group if r is not named[0]], lengths))
+  return out
+
+
+def _pair(a: dict, b: dict, n: int, protocol: dict):
+  """`paired` of two results at length n, None where either lacks it."""
+  if str(n) not in a["lengths"] or str(n) not in b["lengths"]:
+    return None
+  return paired(a["lengths"][str(n)], b["lengths"][str(n)], protocol)
+
+
+def _pair_text(got) -> str:
+  return "-" if got is None else _cell(*got, _signed)
+
+
+def length_pair_tables(results: Sequence[dict]) -> str:
+  """Loss at each length minus loss at the training length (1x), per result, paired over the
+  same documents: does the loss past L differ from L's beyond document sampling?"""
+  out = []
+  for chosen, train, lengths in length_pairs(results):
     rows = [
       [label(r)]
       + [
-        paired_cell(r["lengths"][str(n)], r["lengths"][train], r.get("protocol") or {})
-        if str(n) in r["lengths"]
-        else "-"
+        _pair_text(
+          paired(r["lengths"][str(n)], r["lengths"][train], r.get("protocol") or {})
+          if str(n) in r["lengths"]
+          else None
+        )
         for n in lengths
       ]
       for r in chosen
@@ -452,28 +492,14 @@ def length_pair_tables(results: Sequence[dict]) -> str:
 
 
 def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
-  """Each result minus a baseline result (`baseline`: its run/variant label; default the
-  group's first), per length, paired over the same documents. One table per protocol group."""
+  """Each result minus a baseline result (`baseline_pairs`), per length, paired over the same
+  documents. One table per protocol group."""
   out = []
-  for group in _groups(_with_documents(results), _length_group_key):
-    named = [r for r in group if label(r) == baseline] if baseline else group[:1]
-    if not named or len(group) < 2:
-      continue
-    base = named[0]
-    others = [r for r in group if r is not base]
-    lengths = sorted({int(n) for r in group for n in r["lengths"]})
-    rows = [
-      [label(r)]
-      + [
-        paired_cell(r["lengths"][str(n)], base["lengths"][str(n)], base.get("protocol") or {})
-        if str(n) in r["lengths"] and str(n) in base["lengths"]
-        else "-"
-        for n in lengths
-      ]
-      for r in others
-    ]
+  for base, others, lengths in baseline_pairs(results, baseline):
+    protocol = base.get("protocol") or {}
+    rows = [[label(r)] + [_pair_text(_pair(r, base, n, protocol)) for n in lengths] for r in others]
     out.append(
-      _paired_note(group)
+      _paired_note([base])
       + f" Each result minus {label(base)}.\n\n"
       + markdown_table(
         [f"run/variant - {label(base)}"] + [_times(n, base["train_len"]) for n in lengths], rows
@@ -752,19 +778,54 @@ def _index_table(results: Sequence[dict]) -> str:
 # --- CSV. ---
 
 
-def csv_rows(results: Sequence[dict]) -> list[dict]:
+def _csv_base(r: dict) -> dict:
+  return {
+    "run": r["run"],
+    "variant": r["variant"],
+    "step": r["step"],
+    "kind": r["kind"],
+    "scheme": r.get("scheme", ""),
+    "train_len": r["train_len"],
+  }
+
+
+def paired_csv_rows(results: Sequence[dict], baseline: str = "") -> list[dict]:
+  """The paired tables' numbers: metric loss_minus_1x (each length minus the training length)
+  and loss_minus_baseline (note: which baseline), with their paired intervals."""
+  out = []
+  for chosen, train, lengths in length_pairs(results):
+    for r in chosen:
+      for n in lengths:
+        got = str(n) in r["lengths"] and paired(
+          r["lengths"][str(n)], r["lengths"][train], r.get("protocol") or {}
+        )
+        if got:
+          out.append(_row(_csv_base(r), length=n, metric="loss_minus_1x", value=got[0], ci=got[1]))
+  for base, others, lengths in baseline_pairs(results, baseline):
+    for r in others:
+      for n in lengths:
+        got = _pair(r, base, n, base.get("protocol") or {})
+        if got:
+          out.append(
+            _row(
+              _csv_base(r),
+              length=n,
+              metric="loss_minus_baseline",
+              value=got[0],
+              ci=got[1],
+              note=f"minus {label(base)}",
+            )
+          )
+  return out
+
+
+def csv_rows(results: Sequence[dict], baseline: str = "") -> list[dict]:
   """Tidy long format: one row per result x measurement (length, position bucket, size bucket,
-  depth, passkey cell) x metric; unused columns empty."""
+  depth, passkey cell) x metric, then the paired differences (`paired_csv_rows`); unused
+  columns empty."""
   out = []
   for r in results:
-    base = {
-      "run": r["run"],
-      "variant": r["variant"],
-      "step": r["step"],
-      "kind": r["kind"],
-      "scheme": r.get("scheme", ""),
-      "train_len": r["train_len"],
-    }
+    base = _csv_base(r)
     if r["kind"] == "lengths":
       p = r.get("protocol") or {}
       base.update(protocol=p.get("protocol", ""), documents=p.get("documents", ""))
@@ -822,7 +883,7 @@ def csv_rows(results: Sequence[dict]) -> list[dict]:
             examples=c.get("examples"),
           )
         )
-  return out
+  return out + paired_csv_rows(results, baseline)
 
 
 def _row(base: dict, *, ci=None, **fields) -> dict:
@@ -834,11 +895,11 @@ def _row(base: dict, *, ci=None, **fields) -> dict:
   return row
 
 
-def format_csv(results: Sequence[dict]) -> str:
+def format_csv(results: Sequence[dict], baseline: str = "") -> str:
   buffer = io.StringIO()
   writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
   writer.writeheader()
-  writer.writerows(csv_rows(results))
+  writer.writerows(csv_rows(results, baseline))
   return buffer.getvalue()
 
 
@@ -1173,7 +1234,7 @@ def write(
   report = os.path.join(out_dir, "report.md")
   _write_text(report, format_report(results, title, paths, baseline))
   table = os.path.join(out_dir, "results.csv")
-  _write_text(table, format_csv(results))
+  _write_text(table, format_csv(results, baseline))
   return {"report": report, "csv": table, **paths}
 
 

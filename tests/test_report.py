@@ -577,9 +577,39 @@ def test_paired_tables_are_the_bootstrap_of_the_per_document_losses():
   assert "minus rope/none" in text and cells[1] == "-" and cells[0].startswith("+0.")
 
 
+def test_the_csv_holds_the_paired_numbers():
+  a = _with_documents(lengths_result("alibi"), shift=0.3, seed=1)
+  b = _with_documents(lengths_result("rope"), seed=2)
+  rows = list(csv.DictReader(report.format_csv([a, b]).splitlines()))
+  weights = bootstrap.resample_weights(20, 1000, 0)
+
+  def expected(x, y):
+    return bootstrap.paired_difference(
+      *(np.asarray(e["per_document"][k], float) for e in (x, y) for k in ("loss", "tokens")),
+      weights,
+    )
+
+  one = [r for r in rows if r["metric"] == "loss_minus_1x"]
+  assert [(r["run"], r["length"]) for r in one] == [
+    ("alibi", "128"),
+    ("alibi", "256"),
+    ("rope", "128"),
+    ("rope", "256"),
+  ]
+  diff, (lo, hi) = expected(a["lengths"]["256"], a["lengths"]["64"])
+  assert [float(one[1][k]) for k in ("value", "ci_lo", "ci_hi")] == pytest.approx([diff, lo, hi])
+  versus = [r for r in rows if r["metric"] == "loss_minus_baseline"]
+  assert [(r["run"], r["length"], r["note"]) for r in versus] == [
+    ("rope", n, "minus alibi/none") for n in ("64", "128", "256")
+  ]
+  diff, (lo, hi) = expected(b["lengths"]["64"], a["lengths"]["64"])
+  assert [float(versus[0][k]) for k in ("value", "ci_lo", "ci_hi")] == pytest.approx([diff, lo, hi])
+
+
 def test_results_without_per_document_losses_print_no_paired_table():
-  text = report.format_tables([lengths_result("alibi"), lengths_result("rope")])
-  assert "Paired" not in text and report.baselines([lengths_result()]) == []
+  old = [lengths_result("alibi"), lengths_result("rope")]
+  assert "Paired" not in report.format_tables(old) and report.baselines(old) == []
+  assert "loss_minus" not in report.format_csv(old)
 
 
 def test_cli_refuses_an_unknown_baseline_naming_the_allowed(tmp_path):
