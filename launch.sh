@@ -19,11 +19,13 @@ usage: ./launch.sh COMMAND [FLAGS...]
                [--temperature=0 --top_k=0 --seed=0 --eval_step=STEP] [--config.model...=V]:
                the run's checkpoint continues TEXT (KV cache; temperature 0 is greedy);
                prints the prompt and continuation, and tokens/s on stderr
-  report       python -m lcx.report PATH... --out=DIR [--title=T]: tables (stdout), DIR/report.md,
-               results.csv and plots from result JSON files, directories or globs (no jax)
+  report       python -m lcx.report PATH... --out=DIR [--title=T] [--baseline=RUN/VARIANT]: tables
+               (stdout), DIR/report.md, results.csv and plots from result JSON files,
+               directories or globs (no jax); paired intervals where results allow
   sweep        python -m lcx.sweep experiments/NAME[:full] [--dry_run] [--only=RUN,...]
-               [--shard=i/n] [--runs_dir=runs] [--force_eval]: the experiment's runs in order
-               (resumable), then experiments/NAME/results/ and its report
+               [--shard=i/n] [--runs_dir=runs] [--force_eval] [--merge_shards]: the experiment's
+               runs in order (resumable), then experiments/NAME/results/ and its report (a
+               shard of n > 1: one archive in shards/; --merge_shards: unpack them, report)
   longrope     python -m lcx.longrope --workdir=DIR --config.eval.longrope.target_len=N
                [--config.eval.longrope.*=V]: LongRoPE's evolutionary search for a run's RoPE
                rescale factors at length N (resumable) -> DIR/longrope/{state,factors}.json;
