@@ -17,6 +17,7 @@ from lcx import (
   attention,
   data,
   errors,
+  kernels,
   model as model_lib,
   patterns,
   positions,
@@ -234,6 +235,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   )
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
+  kernels.check_impl(m)
 
 
 def _check_position_fields(model_cfg) -> None:

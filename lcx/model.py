@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, patterns, positions, temperature
+from lcx import attention, kernels, patterns, positions, temperature
 from lcx.positions import remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -269,6 +269,9 @@ class Decoder(nnx.Module):
     )
     self.chunk_size = cfg.attention.chunk_size
     self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
+    # xla | pallas: `model.attention.impl` with auto resolved on this backend (lcx/kernels).
+    self.attention_impl = kernels.resolve_impl(cfg)
+    self.block_size = cfg.attention.get("block_size", kernels.flash.BLOCK)
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
@@ -284,7 +287,10 @@ class Decoder(nnx.Module):
     return self.forward(tokens_BxL, pos_BxL, kernel, plans)
 
   def kernel(self, name: str) -> attention.Kernel:
-    """The kernel `name` (dense | chunked) running this model's `model.attention.kind`."""
+    """The kernel `name` (dense | chunked) running this model's `model.attention.kind`; with
+    impl pallas, the Pallas kernel for both (a KV cache keeps the XLA path)."""
+    if self.attention_impl == "pallas" and self.cache_size() is None:
+      return kernels.flash_kernel(self.block_size)
     return attention.get_kernel(name, self.chunk_size, self.attention_kind)
 
   def has_positions(self, layer: int) -> bool:
