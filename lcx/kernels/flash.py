@@ -51,7 +51,6 @@ class _Static:
   num_leaves: int  # the scheme's parameters, then the bias's captured constants: inputs
   num_consts: int
   has_sink: bool
-  heads: int
   per: int  # query heads per kv head
   block_q: int
   block_k: int
@@ -488,7 +487,6 @@ def flash_attention(
     num_leaves=len(leaves),
     num_consts=len(consts),
     has_sink=sink_H is not None,
-    heads=h,
     per=h // g,
     block_q=bq,
     block_k=bk,
