@@ -130,6 +130,8 @@ OPTIONS = [
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
   ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
+  ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
+  ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
 ]
 
 

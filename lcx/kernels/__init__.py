@@ -6,6 +6,6 @@ contextual ones. `model.attention.impl` (auto | xla | pallas) picks it (`resolve
 
 from __future__ import annotations
 
-from lcx.kernels.impl import IMPLS, check_impl, flash_kernel, resolve_impl
+from lcx.kernels.impl import IMPLS, check_impl, flash_kernel, is_block_size, resolve_impl
 
-__all__ = ["IMPLS", "check_impl", "flash_kernel", "resolve_impl"]
+__all__ = ["IMPLS", "check_impl", "flash_kernel", "is_block_size", "resolve_impl"]

@@ -32,15 +32,20 @@ def unsupported(model_cfg) -> str | None:
   return None
 
 
+def is_block_size(value) -> bool:
+  """A power of two >= 1 (the GPU lowering's block shapes); config.OPTIONS checks the field."""
+  return (
+    isinstance(value, int)
+    and not isinstance(value, bool)
+    and value >= 1
+    and not value & (value - 1)
+  )
+
+
 def check_impl(model_cfg) -> None:
-  """Raises ValueError naming the field for a value not in IMPLS, a block size that is not a
-  power of two, or `pallas` with a model the kernel cannot run."""
+  """Raises ValueError naming the field for `pallas` with a model the kernel cannot run (the
+  values themselves are checked with the other options, lcx.config.OPTIONS)."""
   impl = model_cfg.attention.get("impl", "auto")
-  if impl not in IMPLS:
-    raise errors.not_allowed(FIELD, impl, IMPLS)
-  block = model_cfg.attention.get("block_size", flash.BLOCK)
-  if not (isinstance(block, int) and block >= 1 and block & (block - 1) == 0):
-    raise errors.not_allowed("model.attention.block_size", block, "a power of two >= 1")
   why = unsupported(model_cfg)
   if impl == "pallas" and why:
     raise errors.not_allowed(FIELD, impl, f"auto, xla (the Pallas kernel does not run {why})")
