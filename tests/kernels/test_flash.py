@@ -180,3 +180,21 @@ def test_model_with_pallas_equals_xla(temp):
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   for w, g in zip(jax.tree.leaves(want_grads), jax.tree.leaves(got_grads)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_model_forward_is_close_to_xla():
+  """bf16 compute (the device check's dtype): logits within bf16 rounding of the XLA path's."""
+  cfg = tiny_config("alibi").model
+  cfg.num_layers, cfg.num_kv_heads, cfg.vocab_size = 1, 2, 64
+  cfg.dtype, cfg.attention.block_size = "bfloat16", 8
+  tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64)
+  seg = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+  pos = attention.document_index(seg)
+  logits = {}
+  for name in ("xla", "pallas"):
+    cfg.attention.impl = name
+    decoder = model.Decoder(cfg, rngs=nnx.Rngs(0))
+    logits[name] = jax.jit(lambda t, p, s, m=decoder: m(t, p, s))(tokens, pos, seg)
+  assert logits["pallas"].dtype == jnp.float32
+  np.testing.assert_allclose(logits["pallas"], logits["xla"], rtol=0, atol=0.05)
+  assert float(jnp.abs(logits["xla"]).max()) > 0.5  # logits of a size the tolerance is small to
