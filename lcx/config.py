@@ -17,6 +17,7 @@ from lcx import (
   attention,
   data,
   errors,
+  kernels,
   model as model_lib,
   patterns,
   positions,
@@ -129,6 +130,8 @@ OPTIONS = [
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
   ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
+  ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
+  ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
 ]
 
 
@@ -234,6 +237,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   )
   remaps.validate(m.remap)
   patterns.validate(m.attention.pattern)
+  kernels.check_impl(m)
 
 
 def _check_position_fields(model_cfg) -> None:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, patterns, positions, temperature
+from lcx import attention, cpu_tuned, kernels, patterns, positions, temperature
 from lcx.positions import remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -41,7 +41,7 @@ def _param(rngs, shape, fan_in, axes, scale=1.0):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def rms_norm(x, scale_D, eps):
+def _rms_norm_tuned(x, scale_D, eps):
   """x / rms(x) * scale over the last axis (size D, any leading axes), with a hand-written
   backward.
 
@@ -73,7 +73,15 @@ def _rms_norm_bwd(eps, res, g):
   return dx_NxD.reshape(x.shape), dscale_D
 
 
-rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+_rms_norm_tuned.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+
+
+def _rms_norm_plain(x, scale_D, eps):
+  """x / rms(x) * scale, plain jnp: the reference of `_rms_norm_tuned`."""
+  return _rms_norm_fwd(x, scale_D, eps)[0]
+
+
+rms_norm = cpu_tuned.choose(_rms_norm_tuned, _rms_norm_plain)  # the seam (lcx/cpu_tuned.py)
 
 
 class RMSNorm(nnx.Module):
@@ -181,8 +189,13 @@ _GELU_A = 2 * (2 / math.pi) ** 0.5
 _GELU_B = _GELU_A * 0.044715
 
 
+def _gelu_plain(x):
+  """tanh-approximate GELU in its sigmoid form, plain jnp: the reference of `_gelu_tuned`."""
+  return x * jax.nn.sigmoid(x * (_GELU_A + _GELU_B * x * x))
+
+
 @jax.custom_vjp
-def gelu(x):
+def _gelu_tuned(x):
   """tanh-approximate GELU (jax.nn.gelu's default), with a hand-written derivative.
 
   Autodiff keeps several B x L x F intermediates of the formula for the backward pass, and
@@ -190,11 +203,11 @@ def gelu(x):
   and recomputes the sigmoid (6% faster default train step than autodiff, interleaved A/B),
   and the sigmoid form, with fewer constants than 0.5 x (1 + tanh(..)), another 6%.
   """
-  return x * jax.nn.sigmoid(x * (_GELU_A + _GELU_B * x * x))
+  return _gelu_plain(x)
 
 
 def _gelu_fwd(x):
-  return gelu(x), x
+  return _gelu_plain(x), x
 
 
 def _gelu_bwd(x, g):
@@ -202,7 +215,8 @@ def _gelu_bwd(x, g):
   return (g * (s + x * s * (1 - s) * (_GELU_A + 3 * _GELU_B * x * x)),)
 
 
-gelu.defvjp(_gelu_fwd, _gelu_bwd)
+_gelu_tuned.defvjp(_gelu_fwd, _gelu_bwd)
+gelu = cpu_tuned.choose(_gelu_tuned, _gelu_plain)  # the seam (lcx/cpu_tuned.py)
 
 
 class MLP(nnx.Module):
@@ -269,6 +283,9 @@ class Decoder(nnx.Module):
     )
     self.chunk_size = cfg.attention.chunk_size
     self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
+    # xla | pallas: `model.attention.impl` with auto resolved on this backend (lcx/kernels).
+    self.attention_impl = kernels.resolve_impl(cfg)
+    self.block_size = cfg.attention.get("block_size", kernels.flash.BLOCK)
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
     """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
@@ -284,7 +301,10 @@ class Decoder(nnx.Module):
     return self.forward(tokens_BxL, pos_BxL, kernel, plans)
 
   def kernel(self, name: str) -> attention.Kernel:
-    """The kernel `name` (dense | chunked) running this model's `model.attention.kind`."""
+    """The kernel `name` (dense | chunked) running this model's `model.attention.kind`; with
+    impl pallas, the Pallas kernel for both (a KV cache keeps the XLA path)."""
+    if self.attention_impl == "pallas" and self.cache_size() is None:
+      return kernels.flash_kernel(self.block_size)
     return attention.get_kernel(name, self.chunk_size, self.attention_kind)
 
   def has_positions(self, layer: int) -> bool:

@@ -1,5 +1,6 @@
 """`python -m lcx.bench [--quick] [--sections=peak,train,...] [--out=bench.json] ...`: runs the
-sections, prints their tables and writes the JSON (flags: lcx/bench/options.py)."""
+sections, prints their tables and writes the JSON (flags: lcx/bench/options.py). With
+--device_check: the accelerator check instead (lcx/bench/device_check.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 from absl import app, flags
 
 from lcx import bench, cli
-from lcx.bench import long_eval, options
+from lcx.bench import device_check, long_eval, options
 
 
 def main(argv):
@@ -18,6 +19,14 @@ def main(argv):
     opts = options.from_flags(flags.FLAGS)
   except ValueError as error:
     cli.fail(str(error))
+  if opts.device_point:
+    print("DEVICE_POINT " + json.dumps(device_check.run_point(json.loads(opts.device_point))))
+    return
+  if opts.device_check:
+    results = device_check.run(opts.out, opts.quick)
+    print(device_check.table(results), flush=True)
+    print(f"\nwrote {opts.out} and its .md", flush=True)
+    return
   if opts.eval_point:
     scheme, size, train_len, kernel, length = opts.eval_point.split(":")
     point = long_eval.eval_point(

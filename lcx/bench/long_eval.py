@@ -94,10 +94,20 @@ def _peak_bytes() -> int:
   return _proc_status_kb("VmHWM") * 1024
 
 
-def eval_runner(scheme: str, size: str, train_len: int, kernel: str, length: int) -> Runner:
+def eval_runner(
+  scheme: str,
+  size: str,
+  train_len: int,
+  kernel: str,
+  length: int,
+  impl: str = "auto",
+  dtype: str = "float32",
+) -> Runner:
   """The evaluator's Runner on a freshly initialized model, one row of `length` per forward
-  with `kernel` (eval.chunked_from and eval.batch_tokens set for that)."""
+  with `kernel` (eval.chunked_from and eval.batch_tokens set for that); `impl` and `dtype`:
+  model.attention.impl (whose pallas runs both kernel names) and model.dtype."""
   config = bench_config(scheme, size, 1, train_len)
+  config.model.attention.impl, config.model.dtype = impl, dtype
   config.eval.batch_tokens = length
   config.eval.chunked_from = length if kernel == "chunked" else length + 1
   prepared = prepare.prepare(config)

@@ -64,6 +64,8 @@ class Options:
   eval_scheme: str
   max_dense_gb: float
   eval_point: str | None
+  device_check: bool
+  device_point: str | None
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -98,6 +100,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     "Internal: SCHEME:SIZE:TRAIN_LEN:KERNEL:LENGTH, one "
     "eval point in this process (the eval section starts one per point).",
     **fv,
+  )
+  flags.DEFINE_bool(
+    "device_check",
+    False,
+    "Run the accelerator check (lcx/bench/device_check.py) instead of the sections: JSON to "
+    "--out, a markdown table beside it; a tiny plan on CPU or with --quick.",
+    **fv,
+  )
+  flags.DEFINE_string(
+    "device_point", None, "Internal: one device-check measurement (JSON) in this process.", **fv
   )
 
 

@@ -34,6 +34,8 @@ EVAL_TIME = (
   "model.remap",
   "model.attention.pattern",
   "model.attention.chunk_size",
+  "model.attention.impl",
+  "model.attention.block_size",
   "model.attention.beta_c",
   "model.dtype",
 )

@@ -1,0 +1,11 @@
+"""Accelerator kernels, each beside the plain-jnp reference it must equal (`reference.py`).
+
+`flash.py`: a Pallas flash attention (forward and backward) for every position scheme but the
+contextual ones. `model.attention.impl` (auto | xla | pallas) picks it (`resolve_impl`).
+"""
+
+from __future__ import annotations
+
+from lcx.kernels.impl import IMPLS, check_impl, flash_kernel, is_block_size, resolve_impl
+
+__all__ = ["IMPLS", "check_impl", "flash_kernel", "is_block_size", "resolve_impl"]

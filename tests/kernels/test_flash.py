@@ -1,0 +1,200 @@
+"""The Pallas flash kernel (interpret mode on CPU) equals the XLA dense path, values and
+gradients, float32: every registered bias scheme, remap and sparse pattern (the registries are
+iterated, so a new entry is covered untouched), the sink, GQA, packed documents crossing block
+edges, lengths that are not a multiple of the block, and a whole model with impl=pallas."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lcx import attention, model, patterns, positions, temperature
+from lcx.kernels import flash, impl, reference
+from lcx.positions import remaps
+from tests.helpers import schemes_with, tiny_config
+
+B, T, H, G, E = 2, 21, 4, 2, 8  # GQA (2 query heads per kv head); T pads to 24 with 8-blocks
+BLOCK = 8
+SPLIT = 10  # the second document starts inside the second block
+DIMS = positions.Dims(d_model=H * E, num_heads=H, head_dim=E, max_len=16)
+TOL = dict(rtol=2e-5, atol=2e-5)
+
+
+def _perturbed(scheme, key):
+  """The scheme with every parameter moved off its init (T5's zeros give no bias at all)."""
+  graphdef, state = nnx.split(scheme)
+  leaves, treedef = jax.tree.flatten(state)
+  keys = jax.random.split(key, max(len(leaves), 1))
+  moved = [
+    x * (1 + 0.2 * jax.random.uniform(k, x.shape, minval=-1, maxval=1))
+    + jnp.where(x == 0, 0.3 * jax.random.normal(k, x.shape), 0.0)
+    for x, k in zip(leaves, keys)
+  ]
+  return graphdef, jax.tree.unflatten(treedef, moved)
+
+
+def _inputs(seed=0):
+  k = jax.random.split(jax.random.key(seed), 5)
+  seg_BxT = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+  return {
+    "q": jax.random.normal(k[0], (B, T, H, E)),
+    "k": jax.random.normal(k[1], (B, T, G, E)),
+    "v": jax.random.normal(k[2], (B, G, T, E)),
+    "sink": jax.random.normal(k[3], (H,)),
+    "w": jax.random.normal(k[4], (B, H, T, E)),  # the loss's weights on the output
+    "pos": attention.document_index(seg_BxT),
+    "seg": seg_BxT,
+  }
+
+
+def _compare(scheme_name, *, remap="none", pattern=None, sink=True, fields=None):
+  """attend_flash == attend_dense in value and in every gradient (q, k, v, sink, parameters)."""
+  cfg = positions.default_config(scheme_name)
+  scheme = positions.build(cfg, DIMS, rngs=nnx.Rngs(0))
+  graphdef, state = _perturbed(scheme, jax.random.key(1))
+  remap_cfg = remaps.default_config(remap)
+  for field, value in (fields or {}).items():
+    remap_cfg[field] = value
+  remap_fn = remaps.build(remap_cfg, DIMS)
+  x = _inputs()
+
+  def run(kernel, q, k, v, sink_H, state):
+    s = nnx.merge(graphdef, state)
+    plan = kernel.prepare(x["pos"], x["seg"], scheme=s, remap=remap_fn, pattern=pattern)
+    out_BxHxTxE = kernel.attend(q, k, v, plan, scheme=s, sink_H=sink_H if sink else None)
+    return out_BxHxTxE, jnp.sum(out_BxHxTxE * x["w"])
+
+  results = []
+  for kernel in (attention.get_kernel("dense", 512), impl.flash_kernel(BLOCK)):
+
+    def loss(*args, kernel=kernel):
+      out_BxHxTxE, value = run(kernel, *args)
+      return value, out_BxHxTxE
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True))(
+      x["q"], x["k"], x["v"], x["sink"], state
+    )
+    results.append((out, grads))
+  (want, want_grads), (got, got_grads) = results
+  np.testing.assert_allclose(got, want, **TOL)
+  for w, g in zip(jax.tree.leaves(want_grads), jax.tree.leaves(got_grads)):
+    assert np.abs(np.asarray(w)).max() > 0 or not sink  # a gradient that is there
+    np.testing.assert_allclose(g, w, **TOL)
+
+
+@pytest.mark.parametrize("name", schemes_with("bias"))
+def test_every_bias_scheme_in_the_kernel_equals_dense(name):
+  _compare(name)
+
+
+def _small(cfg_fields):
+  """Remap fields scaled to T = 21: windows of 5, groups of 2, a sink of 2, start 6."""
+  sizes = {"window": 5, "group": 2, "sink": 2, "start": 6}
+  return {f: sizes[f] for f in cfg_fields if f in sizes}
+
+
+@pytest.mark.parametrize("name", [n for n in remaps.REMAPS if n != "none"])
+def test_every_remap_with_rope_equals_dense(name):
+  """Several-branch remaps (Self-Extend, ReRoPE) merge their branches inside the kernel."""
+  _compare("rope", remap=name, sink=False, fields=_small(remaps.default_config(name).keys()))
+
+
+@pytest.mark.parametrize("name", [n for n in patterns.PATTERNS if n != "dense"])
+def test_every_sparse_pattern_equals_dense(name):
+  cfg = patterns.default_config(name)
+  for field in cfg.keys():
+    if field != "name":
+      cfg[field] = {"stride": 3, "sink": 2}.get(field, 4)
+  _compare("alibi", pattern=patterns.build(cfg))
+
+
+def test_reference_equals_the_dense_path_and_the_kernel():
+  """The plain-jnp reference beside the kernel is the dense path restated, and the kernel
+  with other block shapes (16 x 8) still equals it."""
+  scheme = positions.build(positions.default_config("alibi"), DIMS, rngs=nnx.Rngs(0))
+  remap_fn = remaps.build(remaps.default_config("none"), DIMS)
+  x = _inputs(3)
+  plan = attention.prepare_chunked(x["pos"], x["seg"], scheme=scheme, remap=remap_fn)
+  args = ([(x["q"], x["k"])], x["v"], plan.branches, x["pos"], x["seg"], plan.doc_BxT)
+  kw = dict(scheme=scheme, sink_H=x["sink"])
+  want = attention.dense(
+    x["q"],
+    x["k"],
+    jnp.swapaxes(x["v"], 1, 2),
+    x["pos"],
+    x["seg"],
+    scheme=scheme,
+    remap=remap_fn,
+    sink_H=x["sink"],
+  )
+  ref = reference.attention_reference(*args, **kw)
+  np.testing.assert_allclose(ref, jnp.swapaxes(want, 1, 2), **TOL)
+  got = jax.jit(lambda: flash.flash_attention(*args, block_q=16, block_k=8, **kw))()
+  np.testing.assert_allclose(got, ref, **TOL)
+
+
+def test_block_mask_is_the_any_of_the_dense_mask_and_skips_blocks():
+  seg_BxT = jnp.asarray([[1] * 20 + [2] * 12, [1] * 32])
+  doc_BxT = attention.document_index(seg_BxT)
+  window = functools.partial(patterns.sliding_window, window=5)
+  got = flash.block_mask(seg_BxT, doc_BxT, window, 8, 4)
+  idx = jnp.arange(32)
+  dense = attention._mask(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, window)
+  want = np.asarray(dense).reshape(2, 4, 8, 8, 4).any((2, 4))
+  np.testing.assert_array_equal(np.asarray(got, bool), want)
+  # causal, windowed: row 3 (queries 24-31) of the one-document row sees key blocks 5-7 only
+  np.testing.assert_array_equal(np.asarray(got[1, 3]), [0, 0, 0, 0, 0, 1, 1, 1])
+
+
+def _model_loss(cfg_model, impl_name, tokens, pos, seg):
+  cfg_model.attention.impl = impl_name
+  m = model.Decoder(cfg_model, rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(m, nnx.Param)
+
+  def loss(params):
+    logits = nnx.merge(graphdef, params)(tokens, pos, seg)
+    return jnp.mean(jax.nn.log_softmax(logits)[..., 0]), logits
+
+  (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  return logits, grads
+
+
+@pytest.mark.parametrize("temp", temperature.TEMPERATURES)
+def test_model_with_pallas_equals_xla(temp):
+  """A tiny model (GQA, learned sink, T5 biases, two documents per row): logits and every
+  parameter's gradient under impl=pallas equal impl=xla; each temperature option."""
+  cfg = tiny_config("t5").model
+  cfg.num_layers, cfg.num_kv_heads, cfg.vocab_size, cfg.max_len = 1, 2, 64, 16
+  cfg.attention.sink, cfg.attention.temperature, cfg.attention.block_size = "learned", temp, 8
+  cfg.attention.beta_c = 0.5 if temp == "none" else 0.0  # the eval-time temperature too
+  tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64)
+  seg = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+  pos = attention.document_index(seg)
+  want, want_grads = _model_loss(cfg, "xla", tokens, pos, seg)
+  got, got_grads = _model_loss(cfg, "pallas", tokens, pos, seg)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  for w, g in zip(jax.tree.leaves(want_grads), jax.tree.leaves(got_grads)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_model_forward_is_close_to_xla():
+  """bf16 compute (the device check's dtype): logits within bf16 rounding of the XLA path's."""
+  cfg = tiny_config("alibi").model
+  cfg.num_layers, cfg.num_kv_heads, cfg.vocab_size = 1, 2, 64
+  cfg.dtype, cfg.attention.block_size = "bfloat16", 8
+  tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64)
+  seg = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+  pos = attention.document_index(seg)
+  logits = {}
+  for name in ("xla", "pallas"):
+    cfg.attention.impl = name
+    decoder = model.Decoder(cfg, rngs=nnx.Rngs(0))
+    logits[name] = jax.jit(lambda t, p, s, m=decoder: m(t, p, s))(tokens, pos, seg)
+  assert logits["pallas"].dtype == jnp.float32
+  np.testing.assert_allclose(logits["pallas"], logits["xla"], rtol=0, atol=0.05)
+  assert float(jnp.abs(logits["xla"]).max()) > 0.5  # logits of a size the tolerance is small to
