@@ -43,7 +43,15 @@ from absl import app, flags
 from flax import nnx
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, data, evaluate, metrics, prepare as prepare_lib
+from lcx import (
+  cli,
+  config as config_lib,
+  data,
+  errors,
+  evaluate,
+  metrics,
+  prepare as prepare_lib,
+)
 from lcx.evaluate import samples, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -509,7 +517,7 @@ def _main(argv):
   metrics.quiet_libraries()
   try:
     search(flags.FLAGS.config, flags.FLAGS.workdir)
-  except (ValueError, FileNotFoundError) as error:
+  except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     cli.fail(str(error))
 
 
