@@ -7,14 +7,25 @@ mid-way leaves only a `*.orbax-checkpoint-tmp*` folder that is never loaded.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
+import hashlib
 import json
+import logging
 import os
+import shutil
+import uuid
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from grain import checkpoint as grain_checkpoint
+
+from lcx import errors
+
+SET_ASIDE = "checkpoints_set_aside"  # in the workdir: steps after train.resume_step
 
 
 class _IteratorSnapshot:
@@ -39,9 +50,44 @@ class Checkpointer:
       create=True,
     )
     self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self._saving = None  # the step of the last save started: an async save fails later
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
+
+  @contextlib.contextmanager
+  def _reading(self, step: int):
+    """Any failure to read checkpoint `step` (a truncated array file is a bare Exception from
+    TensorStore, its message a multi-KB spec) becomes a RunFault naming the step and offering
+    the one before it: never a silent fall back to another step."""
+    try:
+      yield
+    except Exception as error:
+      steps = sorted(s for s in self.manager.all_steps() if s < step)
+      reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+      offer = (
+        f"the previous checkpoint is step {steps[-1]}: train from it with "
+        f"--config.train.resume_step={steps[-1]}, or evaluate it with --eval_step={steps[-1]}"
+        if steps
+        else f"there is no earlier checkpoint; remove {self.directory} to train from scratch"
+      )
+      raise errors.RunFault(
+        f"checkpoint step {step} in {self.directory} is unreadable ({reason}); {offer}"
+      ) from error
+
+  def set_aside_after(self, step: int) -> list[int]:
+    """Moves the steps after `step` to WORKDIR/checkpoints_set_aside/ (kept, never loaded),
+    so training resumes from `step` and saves its later steps anew; returns the moved steps.
+    The manager must be made again afterwards (it lists the steps once)."""
+    later = sorted(s for s in self.manager.all_steps() if s > step)
+    aside = os.path.join(os.path.dirname(self.directory), SET_ASIDE)
+    os.makedirs(aside, exist_ok=True)
+    for s in later:
+      target = os.path.join(aside, str(s))
+      if os.path.exists(target):
+        shutil.rmtree(target)
+      os.replace(os.path.join(self.directory, str(s)), target)
+    return later
 
   def should_save(self, step: int) -> bool:
     return self.manager.should_save(step)
@@ -50,55 +96,120 @@ class Checkpointer:
     return self.manager.reached_preemption(step)
 
   def save(self, step: int, state, iterator, meta: dict, *, force: bool = False) -> bool:
+    """Saves `state` and the iterator; `meta` gets a fresh `fingerprint`, so a checkpoint
+    retrained to the same step (another seed, lr) is told apart from the one it replaced."""
     args = ocp.args.Composite(
       state=ocp.args.StandardSave(state),
       data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
-      meta=ocp.args.JsonSave(meta),
+      meta=ocp.args.JsonSave(dict(meta, fingerprint=uuid.uuid4().hex)),
     )
-    return self.manager.save(step, args=args, force=force)
+    with self._writing():
+      saved = self.manager.save(step, args=args, force=force)
+    self._saving = step if saved else self._saving
+    return saved
+
+  @contextlib.contextmanager
+  def _writing(self):
+    """A full disk, in whichever thread of the async save it is met, becomes one RunFault
+    naming the directory, after the save's orphaned temporary folders are removed (the lock
+    says no other process saves here); Orbax's own error logs of it are silenced."""
+    quiet = _DropNoSpace()
+    logging.getLogger("absl").addFilter(quiet)
+    try:
+      yield
+    except Exception as error:
+      if not _no_space(error):
+        raise
+      removed = [p for p in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*"))]
+      for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+      latest = self.manager.latest_step()
+      raise errors.RunFault(
+        f"no space left on the device of {self.directory} while saving step {self._saving}; "
+        f"removed its partial checkpoint ({', '.join(map(os.path.basename, removed)) or 'none'}). "
+        "Free space, then run the same command to resume from "
+        + (f"step {latest}" if latest is not None else "the start")
+      ) from None
+    finally:
+      logging.getLogger("absl").removeFilter(quiet)
 
   def restore(self, step: int, abstract_state, iterator=None):
     """Restores `state` onto the shardings of `abstract_state`; rewinds `iterator` if given."""
     items = dict(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
     if iterator is not None:
       items["data"] = grain_checkpoint.CheckpointRestore(iterator)
-    restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+    with self._reading(step):
+      restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     return restored.state, restored.meta
 
   def restore_params(self, step: int, abstract_params):
     """The parameters alone, onto the shardings of `abstract_params` (no optimizer state read)."""
     target = {"params": abstract_params}
-    restored = self.manager.restore(
-      step,
-      args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore(
-          item=target,
-          restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-          partial_restore=True,
-        )
-      ),
-    )
+    with self._reading(step):
+      restored = self.manager.restore(
+        step,
+        args=ocp.args.Composite(
+          state=ocp.args.PyTreeRestore(
+            item=target,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True,
+          )
+        ),
+      )
     return restored.state["params"]
 
   def meta(self, step: int) -> dict:
     """The JSON metadata (tokenizer, resolved config) saved with a checkpoint."""
-    return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    with self._reading(step):
+      return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
 
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
     """{dotted parameter path: shape} from the checkpoint's metadata; no array is read."""
     path = epath.Path(self.directory) / str(step) / "state"
-    tree = ocp.PyTreeCheckpointHandler().metadata(path).tree["params"]
+    with self._reading(step):
+      tree = ocp.PyTreeCheckpointHandler().metadata(path).tree["params"]
     return {dotted(p): tuple(m.shape) for p, m in jax.tree_util.tree_leaves_with_path(tree)}
 
   def close(self):
-    self.manager.wait_until_finished()
+    with self._writing():
+      self.manager.wait_until_finished()
     self.manager.close()
+
+
+def _no_space(error: BaseException) -> bool:
+  """ENOSPC as an OSError, or as TensorStore words it inside Orbax's ValueError."""
+  return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
+
+
+class _DropNoSpace(logging.Filter):
+  """Drops log records of a full disk: the RunFault says it once."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
+    return "No space left on device" not in text
 
 
 def dotted(path) -> str:
   """A pytree key path as `blocks.0.attn.wq` (an nnx Variable's stored `value` key dropped)."""
   keys = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
   return ".".join(keys[:-1] if keys and keys[-1] == "value" else keys)
+
+
+def fingerprint(workdir: str, step: int, meta: dict) -> str:
+  """What tells this checkpoint from any other saved at the same step: the fingerprint written
+  with it, or for a checkpoint saved before lcx wrote one, a hash of its files' names, sizes
+  and modification times (a retrained checkpoint's files are new)."""
+  if meta.get("fingerprint"):
+    return meta["fingerprint"]
+  digest = hashlib.sha256()
+  top = os.path.join(workdir, "checkpoints", str(step))
+  for root, dirs, files in os.walk(top):
+    dirs.sort()
+    for name in sorted(files):
+      stat = os.stat(os.path.join(root, name))
+      digest.update(f"{os.path.relpath(os.path.join(root, name), top)} {stat.st_size} ".encode())
+      digest.update(f"{stat.st_mtime_ns}\n".encode())
+  return "files:" + digest.hexdigest()[:16]
 
 
 def latest_step(workdir: str) -> int | None:

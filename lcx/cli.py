@@ -4,9 +4,12 @@ lcx.longrope), which start from a run's own config the same way."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 from typing import Callable
 
 from absl import flags
@@ -104,3 +107,36 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
     return argv
   except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:
     fail(explain(error, argv))
+
+
+@contextlib.contextmanager
+def sigint_exits(message: str):
+  """Ctrl-C ends the process at once with `message` on one line, exit status 130, even while
+  the main thread waits in a long XLA compilation or computation (a Python handler would run
+  only when that returns): a thread waits on the signal's wakeup fd. For work whose results are
+  written atomically as they finish (evaluation), so stopping anywhere loses only the current
+  one."""
+  read_fd, write_fd = os.pipe()
+  os.set_blocking(write_fd, False)
+  previous = signal.signal(signal.SIGINT, lambda *_: None)  # the wakeup fd needs a handler
+  previous_fd = signal.set_wakeup_fd(write_fd)
+
+  def watch():
+    while True:
+      received = os.read(read_fd, 64)
+      if not received:  # the block ended: the write end was closed
+        return
+      if signal.SIGINT in received:
+        print(message, file=sys.stderr, flush=True)
+        os._exit(128 + signal.SIGINT)
+
+  watcher = threading.Thread(target=watch, daemon=True)
+  watcher.start()
+  try:
+    yield
+  finally:
+    signal.set_wakeup_fd(previous_fd)
+    signal.signal(signal.SIGINT, previous)
+    os.close(write_fd)
+    watcher.join()
+    os.close(read_fd)

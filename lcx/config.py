@@ -49,6 +49,7 @@ RANGES = [
   ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
   ("train.steps", lambda v: v >= 0, ">= 0"),
   ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
+  ("train.resume_step", lambda v: v >= 0, ">= 0 (0: the latest checkpoint)"),
   ("train.lr", lambda v: v > 0, "> 0"),
   ("train.min_lr", lambda v: v >= 0, ">= 0"),
   ("train.warmup_steps", lambda v: v >= 0, ">= 0"),

@@ -93,6 +93,9 @@ def get_config(arg=None):
   config.train.log_every = 50
   config.train.checkpoint_every = 500
   config.train.keep_checkpoints = 3
+  # >0: resume from this checkpoint step, not the latest (e.g. the one before an unreadable
+  # checkpoint); the later steps are moved to WORKDIR/checkpoints_set_aside/, not deleted.
+  config.train.resume_step = 0
 
   # DIR[@STEP]: a fresh run starts from another run's parameters (latest step, or STEP) with a
   # fresh optimizer and schedule: fine-tuning at a new data.seq_len / position scaling.

@@ -21,3 +21,9 @@ def not_allowed(field: str, value: Any, allowed: str | Iterable[Any]) -> ValueEr
 def unknown_field(path: str, allowed: Iterable[Any]) -> ValueError:
   """`PATH is not a known field; allowed: A, B, C` (raise it): a key its section lacks."""
   return ValueError(f"{path} is not a known field; allowed: {_listed(sorted(allowed))}")
+
+
+class RunFault(RuntimeError):
+  """A fault of a run's state or surroundings, not of the code: another process holds the
+  workdir, the loss diverged, a checkpoint is unreadable, the disk is full. The entry points
+  print it as one `error: ...` line (exit status 2); the message says what to do."""

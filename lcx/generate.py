@@ -193,7 +193,7 @@ def _main(argv):
       m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len), size
     )
     step, params, _ = evaluate.restore(prepared, FLAGS.workdir, FLAGS.eval_step)
-  except (ValueError, FileNotFoundError) as error:
+  except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     fail(str(error))
   kernel = "chunked" if size >= cfg.eval.chunked_from else "dense"
   args = (params, jnp.asarray(prompt_P[None], jnp.int32), jax.random.key(FLAGS.seed))

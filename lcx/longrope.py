@@ -49,6 +49,7 @@ from lcx import (
   cli,
   config as config_lib,
   data,
+  errors,
   evaluate,
   metrics,
   prepare as prepare_lib,
@@ -531,7 +532,7 @@ def _main(argv):
   metrics.quiet_libraries()
   try:
     search(flags.FLAGS.config, flags.FLAGS.workdir)
-  except (ValueError, FileNotFoundError) as error:
+  except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     cli.fail(str(error))
 
 

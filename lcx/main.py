@@ -9,10 +9,13 @@ command in the same workdir resumes from the last complete checkpoint. A bad fla
 one `error: ...` line on stderr and exit status 2, before anything is written.
 """
 
+import signal
+import sys
+
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, evaluate, metrics, prepare, sharding, train
+from lcx import cli, errors, evaluate, metrics, prepare, sharding, train
 from lcx.cli import fail
 from lcx.metrics import say
 
@@ -76,9 +79,16 @@ def run(
   try:
     prepared = prepare.prepare(config, workdir if trains else None)  # + init_from
     todo = evaluate.plan(prepared) if evaluates else None  # every variant checked
-  except ValueError as error:
+  except (ValueError, errors.RunFault) as error:
     fail(str(error))
-  if trains and train.train(config, workdir, prepared).interrupted and evaluates:
+  try:
+    outcome = train.train(config, workdir, prepared) if trains else None
+  except errors.RunFault as error:  # a held workdir, a diverged loss, an unreadable checkpoint
+    fail(str(error))
+  if outcome and outcome.signal == "SIGINT":  # Ctrl-C: saved; exit as interrupted, no traceback
+    say("interrupted (SIGINT): run the same command to resume from the checkpoint just saved")
+    sys.exit(128 + signal.SIGINT)
+  if outcome and outcome.interrupted and evaluates:
     say(
       "training stopped early (SIGTERM or preemption): skipping evaluation; run the same "
       "command again to resume and evaluate"
@@ -86,8 +96,12 @@ def run(
     return
   if evaluates:
     try:
-      evaluate.evaluate(config, workdir, eval_step, force=force, prepared=prepared, todo=todo)
-    except (ValueError, FileNotFoundError) as error:  # a trained field changed, no checkpoint
+      with cli.sigint_exits(
+        f"[lcx] interrupted (SIGINT): evaluation stopped; finished results are in {workdir}/eval"
+      ):
+        evaluate.evaluate(config, workdir, eval_step, force=force, prepared=prepared, todo=todo)
+    except (ValueError, FileNotFoundError, errors.RunFault) as error:  # a trained field
+      # changed, no checkpoint, an unreadable one
       fail(str(error))
 
 

@@ -48,6 +48,24 @@ def say(message: str, *, every_process: bool = False) -> None:
     print(f"[lcx] {message}", file=sys.stderr, flush=True)
 
 
+def _keep_through(path: str, step: int) -> None:
+  """Drops the records after `step` from metrics.jsonl: a run resumed from its checkpoint at
+  `step` logs the later steps again, and each step is kept once (a torn last line too goes)."""
+  if not os.path.exists(path):
+    return
+  kept = []
+  with open(path) as f:
+    for line in f:
+      try:
+        if json.loads(line)["step"] <= step:
+          kept.append(line)
+      except (ValueError, KeyError, TypeError):
+        continue
+  with open(path + ".tmp", "w") as f:
+    f.writelines(kept)
+  os.replace(path + ".tmp", path)
+
+
 class MetricWriter:
   """Writes on process 0 only; every process keeps time so throughput is per step."""
 
@@ -60,7 +78,9 @@ class MetricWriter:
     if not self.main:
       return
     os.makedirs(workdir, exist_ok=True)
-    self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+    path = os.path.join(workdir, "metrics.jsonl")
+    _keep_through(path, initial)
+    self.jsonl = open(path, "a")
     self.tb = summary_writer(os.path.join(workdir, "tensorboard"))
     if sys.stdout.isatty():
       self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)

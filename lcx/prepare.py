@@ -22,7 +22,15 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import checkpoint, config as config_lib, data, defaults, model as model_lib, sharding
+from lcx import (
+  checkpoint,
+  config as config_lib,
+  data,
+  defaults,
+  errors,
+  model as model_lib,
+  sharding,
+)
 from lcx.data import tokenizers
 from lcx.evaluate import variants
 from lcx.metrics import say
@@ -81,6 +89,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   `workdir`: the run to train; with it a `train.init_from` is resolved (`_init_from`) and
   checked against its source, and `init_from` of the result says where parameters come from.
   """
+  if workdir is not None and config.train.steps == 0:  # nothing to train: write no run dir
+    raise errors.not_allowed("train.steps", 0, ">= 1 to train (--mode=eval evaluates alone)")
   config = with_scaling_file(config)
   # config_lib.validate's checks, before any data is read, sharing the one model trace
   config_lib.check_fields(config)
@@ -97,6 +107,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   abstract_params = abstract_sharded(params, mesh, rules)
   if source is not None:
     _check_source(config, abstract_params, source, source_cfg)
+  if workdir is not None:
+    _check_resume(config, abstract_params, workdir)
   return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source)
 
 
@@ -127,6 +139,25 @@ def for_variant(prepared: Prepared, config: ml_collections.ConfigDict) -> Prepar
     graphdef, _ = model_lib.abstract(config.model)
     prepared = dataclasses.replace(prepared, graphdef=graphdef)
   return dataclasses.replace(prepared, config=config)
+
+
+def resumed_from(workdir: str, latest: int, step: int) -> bool:
+  """Whether checkpoint `latest` was saved by a run resumed from `step` (train.resume_step): its
+  later steps are then its own, and the same command goes on from `latest`."""
+  try:
+    _, meta = checkpoint_meta(workdir, latest)
+  except errors.RunFault:  # unreadable: the reason to resume from an earlier step
+    return False
+  return meta["config"]["train"].get("resume_step") == step
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The complete checkpoint steps in `workdir`, ascending."""
+  ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
+  try:
+    return sorted(ckpt.manager.all_steps())
+  finally:
+    ckpt.close()
 
 
 def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
@@ -256,27 +287,7 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
   from lcx.evaluate import variants  # lcx.evaluate imports this module
 
   where = f"train.init_from={config.train.init_from!r}"
-  ckpt = checkpoint.Checkpointer(source.workdir, every=1, keep=1)
-  try:
-    theirs = ckpt.param_shapes(source.step)
-  finally:
-    ckpt.close()
-  ours = {
-    checkpoint.dotted(path): tuple(var.get_value().shape)
-    for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)
-  }
-  for name in sorted(set(ours) | set(theirs)):
-    if ours.get(name) != theirs.get(name):
-      theirs_shape, ours_shape = (
-        "missing" if s is None else str(s) for s in (theirs.get(name), ours.get(name))
-      )
-      raise ValueError(
-        f"{where}: parameter {name} has shape {theirs_shape} in the "
-        f"source and {ours_shape} in this config; the model's shape "
-        "fields (model.d_model, num_layers, num_heads, num_kv_heads, head_dim, "
-        "mlp, mlp_dim, tie_embeddings, vocabulary, a learned table's length) "
-        "must be the source's"
-      )
+  _check_shapes(abstract_params, source.workdir, source.step, f"{where}: ", "the source")
   may_change = variants.EVAL_TIME + ("data.seq_len", "model.max_len")
   if config.train.init_from_any_scheme:
     may_change += ("model.position", "model.attention.temperature")
@@ -289,6 +300,56 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
       f"eval-time fields ({', '.join(variants.EVAL_TIME)}) and, with "
       "train.init_from_any_scheme=True, model.position and model.attention.temperature"
     )
+
+
+def _check_shapes(abstract_params, workdir: str, step: int, where: str, theirs_name: str) -> None:
+  """ValueError unless every parameter's shape is the one checkpoint `step` of `workdir`
+  holds (its metadata only is read)."""
+  ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
+  try:
+    theirs = ckpt.param_shapes(step)
+  finally:
+    ckpt.close()
+  ours = {
+    checkpoint.dotted(path): tuple(var.get_value().shape)
+    for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)
+  }
+  for name in sorted(set(ours) | set(theirs)):
+    if ours.get(name) != theirs.get(name):
+      theirs_shape, ours_shape = (
+        "missing" if s is None else str(s) for s in (theirs.get(name), ours.get(name))
+      )
+      raise ValueError(
+        f"{where}parameter {name} has shape {theirs_shape} in "
+        f"{theirs_name} and {ours_shape} in this config; the model's shape "
+        "fields (model.d_model, num_layers, num_heads, num_kv_heads, head_dim, "
+        f"mlp, mlp_dim, tie_embeddings, vocabulary, a learned table's length) "
+        f"must be those of {theirs_name}"
+      )
+
+
+def _check_resume(config, abstract_params, workdir: str) -> None:
+  """A run resumes its own latest checkpoint with the trained fields and parameter shapes it
+  was saved with, checked before anything is written (a failed resume used to leave the new
+  config.json over the old weights); eval-time fields may change."""
+  step, wanted = checkpoint.latest_step(workdir), config.train.resume_step
+  if step is None:
+    return
+  if wanted and not resumed_from(workdir, step, wanted):
+    steps = checkpoint_steps(workdir)
+    if wanted not in steps:
+      raise errors.not_allowed("train.resume_step", wanted, [0, *steps])
+    step = wanted
+  _, meta = checkpoint_meta(workdir, step)
+  where = f"--workdir={workdir} holds a checkpoint (step {step})"
+  differs = variants.trained_difference(config.to_dict(), meta["config"])
+  if differs:
+    field, given, saved = differs
+    raise ValueError(
+      f"{field}={given!r} differs from the checkpoint's {saved!r}: {where} trained with "
+      f"{field}={saved!r}; resume with the run's own settings, or train in another --workdir"
+    )
+  _check_shapes(abstract_params, workdir, step, f"{where}: ", "the checkpoint")
 
 
 def restore_params(prepared: Prepared, workdir: str, step: int):

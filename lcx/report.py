@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -24,6 +25,9 @@ import numpy as np
 from lcx import bootstrap, errors
 
 SCHEMA = "lcx.eval/1"
+# eval/history/: results an evaluation replaced (another checkpoint or other settings); a
+# directory's results are the newest ones, so the history is read only when named.
+HISTORY = "history"
 KINDS = ("lengths", "tasks", "passkey")
 # Keys each kind must have (beyond the common ones) for the report to render it.
 COMMON_KEYS = ("schema", "kind", "run", "variant", "step", "train_len")
@@ -95,7 +99,8 @@ def load(
 
   A path that matches nothing, a named file that is not an lcx result, or (unless allow_empty)
   a directory without any is a ValueError naming the path. Directories skip other JSON (a run's
-  config.json, checkpoint metadata). Sorted by run, variant ("none" first), kind, then the rest.
+  config.json, checkpoint metadata) and replaced results (`HISTORY` folders, see `superseded`).
+  Sorted by run, variant ("none" first), kind, then the rest.
   """
   if isinstance(paths, (str, os.PathLike)):
     paths = [paths]
@@ -130,9 +135,21 @@ def _read_json(path: str):
     raise ValueError(f"{path}: not an lcx result: not JSON ({error})") from None
 
 
+def superseded(paths: Sequence[str]) -> list[str]:
+  """The replaced results (`HISTORY` folders) below the directories among `paths`: a directory
+  gives the newest result of each name, and the report says what it left out."""
+  out = []
+  for pattern in paths:
+    for path in glob.glob(pattern, recursive=True) if re.search(r"[*?[]", pattern) else [pattern]:
+      for root, _, files in os.walk(path) if os.path.isdir(path) else ():
+        if os.path.basename(root) == HISTORY and not os.path.samefile(root, path):
+          out += [os.path.join(root, f) for f in sorted(files) if f.endswith(".json")]
+  return sorted(set(out))
+
+
 def _results_below(directory: str) -> Iterable[tuple[str, dict]]:
   for root, dirs, files in os.walk(directory):
-    dirs.sort()
+    dirs[:] = sorted(d for d in dirs if d != HISTORY)
     for name in sorted(files):
       if not name.endswith(".json"):
         continue
@@ -1265,6 +1282,14 @@ def main(argv):
   baseline = flags.FLAGS.baseline
   if baseline and baseline not in baselines(results):
     cli.fail(str(errors.not_allowed("--baseline", baseline, baselines(results) or ["(none)"])))
+  older = superseded(paths)
+  if older:
+    print(
+      f"[report] read the newest result of each name (eval/NAME.json); left out {len(older)} "
+      f"replaced ones in {HISTORY}/ folders (name such a file to read it): " + ", ".join(older),
+      file=sys.stderr,
+      flush=True,
+    )
   print(format_tables(results, baseline), flush=True)
   written = write(results, out, flags.FLAGS.title, baseline)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)

@@ -8,16 +8,20 @@ sweep, e.g. "full" for the GPU-sized one). Each run is `python -m lcx.main` in a
 workdir RUNS_DIR/NAME/RUN (RUNS_DIR/NAME_ARG/RUN with an ARG, so the two sizes never share a
 checkpoint), in dependency order. A run that exits 0 gets RUN/sweep_done.json holding its
 command; later invocations skip it while the command is unchanged, and re-run an interrupted one
-(lcx.main resumes from its checkpoint). Afterwards every RUNS_DIR/.../RUN/eval/*.json is copied to
-experiments/NAME/results/RUN/ (experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints)
-and lcx.report writes report.md, results.csv and the plots next to results/. A shard of n > 1
-(`--shard=i/n`, e.g. one lent GPU's share) instead packs its runs' results into one archive,
+(lcx.main resumes from its checkpoint). A training run whose command changed while its
+workdir holds checkpoints is refused, naming the difference (RUN/sweep_started.json records
+each launch's command): those weights belong to the old settings. Afterwards every
+RUNS_DIR/.../RUN/eval/*.json is copied to experiments/NAME/results/RUN/
+(experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints) and lcx.report writes
+report.md, results.csv and the plots next to results/. A shard of n > 1 (`--shard=i/n`, e.g.
+one lent GPU's share) instead packs its runs' results into one archive,
 OUT/shards/shard-i-of-n.tar.gz (at most 16 MiB, to bring back and commit), and leaves results/
 and report.md alone; `--merge_shards` unpacks every archive there and writes the report once.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import datetime
 import glob
@@ -39,6 +43,8 @@ from lcx import cli, errors, report
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # config paths are relative to it
 MODES = ("train", "eval", "train_and_eval", "longrope")
 MARKER = "sweep_done.json"
+STARTED = "sweep_started.json"  # the command of the last launch, finished or not
+TRAINS = ("train", "train_and_eval")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -243,6 +249,41 @@ def done(sweep: Sweep, run: str) -> bool:
     return False
 
 
+def _recorded_command(sweep: Sweep, run: str) -> list[str] | None:
+  """The command that last ran `run` (its marker, else the record of its launch), if any."""
+  for name in (MARKER, STARTED):
+    try:
+      with open(os.path.join(sweep.workdir(run), name)) as f:
+        return json.load(f)["command"]
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+  return None
+
+
+def _has_checkpoint(workdir: str) -> bool:
+  directory = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory))
+
+
+def check_unchanged(sweep: Sweep, chosen: list[str]) -> None:
+  """ValueError naming the difference for a training run whose command changed while its
+  workdir holds checkpoints: resuming would train (or evaluate) old weights under the new
+  settings, and its config.json would claim them."""
+  for run in chosen:
+    if sweep.runs[run].mode not in TRAINS or sweep.runs[run].on:
+      continue
+    old, new = _recorded_command(sweep, run), sweep.command(run)
+    if old is None or old == new or not _has_checkpoint(sweep.workdir(run)):
+      continue
+    removed = [a for a in old if a not in new] or ["(nothing)"]
+    added = [a for a in new if a not in old] or ["(nothing)"]
+    raise ValueError(
+      f"run {sweep.name}/{run} changed since it trained: {' '.join(removed)} became "
+      f"{' '.join(added)}, and {_shown(sweep.workdir(run))} holds the old settings' "
+      "checkpoints; remove that directory to train it again, or restore the old settings"
+    )
+
+
 def select(sweep: Sweep, only: list[str], shard: tuple[int, int]) -> list[str]:
   """The runs this invocation handles: this shard's, filtered by --only, in dependency order.
   A selected run's needs must be selected too or already done."""
@@ -259,6 +300,7 @@ def select(sweep: Sweep, only: list[str], shard: tuple[int, int]) -> list[str]:
         raise ValueError(
           f"run {name} needs {need}, which is neither selected nor done; add it to --only"
         )
+  check_unchanged(sweep, chosen)
   return chosen
 
 
@@ -304,25 +346,51 @@ def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> in
       flush=True,
     )
     os.remove(marker)
+  _write_json(os.path.join(sweep.workdir(run), STARTED), {"command": sweep.command(run)})
   print("$ python " + shlex.join(command), flush=True)
   signals.child = subprocess.Popen(
-    [sys.executable, *command], cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1")
+    [sys.executable, *command],
+    cwd=ROOT,
+    env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    preexec_fn=_dies_with(os.getpid()),
   )
   status = signals.child.wait()
   signals.child = None
   if status == 0 and signals.received != signal.SIGTERM:  # after SIGTERM, 0 means "saved"
-    os.makedirs(sweep.workdir(run), exist_ok=True)
-    with open(marker + ".tmp", "w") as f:
-      json.dump(
-        {
-          "command": sweep.command(run),
-          "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        },
-        f,
-        indent=2,
-      )
-    os.replace(marker + ".tmp", marker)
+    _write_json(
+      marker,
+      {
+        "command": sweep.command(run),
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      },
+    )
   return status
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with(parent: int):
+  """A run's preexec_fn: the kernel sends it SIGTERM (lcx.main saves a checkpoint and exits)
+  when the sweep dies, even by SIGKILL, so no training outlives its sweep and overlaps a
+  re-run. Linux only; elsewhere a no-op."""
+
+  def arm():
+    try:
+      ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+      return
+    if os.getppid() != parent:  # the sweep died before prctl took effect
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  return arm
+
+
+def _write_json(path: str, value: dict) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(value, f, indent=2)
+  os.replace(path + ".tmp", path)
 
 
 def collect(sweep: Sweep) -> list[str]:

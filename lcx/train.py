@@ -7,7 +7,10 @@ fetched after step s+1 is dispatched, so the host never stalls the accelerator.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import os
 import signal
 import time
 
@@ -17,25 +20,35 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import checkpoint, config as config_lib, data, positions, prepare as prepare_lib, sharding
+from lcx import (
+  checkpoint,
+  config as config_lib,
+  data,
+  errors,
+  positions,
+  prepare as prepare_lib,
+  sharding,
+)
 from lcx.evaluate import during_train
 from lcx.metrics import MetricWriter, say
 from lcx.model import Decoder
 from lcx.prepare import abstract_sharded
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(errors.RunFault):
   """Raised when a step's loss, gradient norm or updated-parameter norm is NaN or Inf;
   checkpoints stay untouched."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-  """How a train() call ended. `interrupted`: a SIGTERM or preemption stopped it before
-  train.steps, so a caller should not evaluate the unfinished model."""
+  """How a train() call ended. `interrupted`: a SIGTERM, SIGINT or preemption stopped it
+  before train.steps, so a caller should not evaluate the unfinished model; `signal`: the
+  signal's name, if one did."""
 
   metrics: dict
   interrupted: bool
+  signal: str = ""
 
 
 def learning_rate(train_cfg) -> optax.Schedule:
@@ -167,16 +180,24 @@ class Trainer:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(self.abstract_state["params"]))
 
 
-def _install_sigterm_flag() -> dict:
-  """SIGTERM sets a flag checked before the first step and after each: save, exit cleanly."""
-  flag = {"stop": False, "previous_handler": signal.getsignal(signal.SIGTERM)}
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _install_stop_flag() -> dict:
+  """SIGTERM or SIGINT (Ctrl-C) sets a flag, the signal's name, checked before the first step
+  and after each: save, exit cleanly. A second Ctrl-C stops at once, saving nothing."""
+  flag = {"stop": "", "previous": {s: signal.getsignal(s) for s in STOP_SIGNALS}}
 
   def handler(signum, frame):
-    del signum, frame
-    say("SIGTERM received: finishing the current step (or setup), then saving and exiting")
-    flag["stop"] = True
+    del frame
+    name = signal.Signals(signum).name
+    if signum == signal.SIGINT and flag["stop"] == name:
+      raise KeyboardInterrupt
+    say(f"{name} received: finishing the current step (or setup), then saving and exiting")
+    flag["stop"] = name
 
-  signal.signal(signal.SIGTERM, handler)
+  for s in STOP_SIGNALS:
+    signal.signal(s, handler)
   return flag
 
 
@@ -189,18 +210,53 @@ def _check_finite(step: int, metrics: dict) -> None:
     )
 
 
+LOCK = "train.lock"  # in the workdir: flock'ed by the training process, which writes its PID
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str):
+  """One training per workdir (process 0 of a run holds it): two would delete each other's
+  temporary checkpoints. A held lock is a RunFault naming the holder's PID; the kernel releases
+  it when the holder dies, however it dies."""
+  if jax.process_index() != 0:
+    yield
+    return
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, LOCK)
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+      raise errors.RunFault(
+        f"--workdir={workdir} is in use: process {holder} is training in it (it holds "
+        f"{path}); wait for it to finish or stop it, or train in another --workdir"
+      ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
+
+
 def train(config, workdir: str, prepared=None) -> Outcome:
   """Trains to config.train.steps, resuming from workdir if a checkpoint is there.
 
-  Returns the metrics of the last logged step and whether a SIGTERM or preemption cut it short.
-  The SIGTERM handler comes first, so a SIGTERM during setup also ends the call cleanly.
+  Returns the metrics of the last logged step and whether a SIGTERM, SIGINT or preemption cut
+  it short. The handlers come first, so a signal during setup also ends the call cleanly.
   `prepared`: `prepare(config, workdir)` (which resolves train.init_from), if already built.
+  Raises errors.RunFault for a workdir another process trains in, or a non-finite step.
   """
-  stop = _install_sigterm_flag()
+  stop = _install_stop_flag()
   try:
-    return _train(prepared or prepare_lib.prepare(config, workdir), workdir, stop)
+    prepared = prepared or prepare_lib.prepare(config, workdir)
+    with workdir_lock(workdir):
+      outcome = _train(prepared, workdir, stop)
+    return dataclasses.replace(outcome, signal=stop["stop"] if outcome.interrupted else "")
   finally:
-    signal.signal(signal.SIGTERM, stop["previous_handler"])
+    for s, handler in stop["previous"].items():
+      signal.signal(s, handler)
 
 
 def _train(prepared, workdir: str, stop: dict) -> Outcome:
@@ -220,6 +276,7 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
   ckpt = checkpoint.Checkpointer(
     workdir, every=config.train.checkpoint_every, keep=config.train.keep_checkpoints
   )
+  ckpt = _resume_step(ckpt, config, workdir)
   meta = {"tokenizer": tokenizer.metadata(), "config": config.to_dict(), "init_from": None}
   if config.train.init_from:  # the source run (resolved "ABS_DIR@STEP" by prepare)
     source_dir, source_step = prepare_lib.parse_init_from(config.train.init_from)
@@ -233,7 +290,7 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     say(f"resumed from step {start} in {ckpt.directory}")
   if stop["stop"]:  # nothing trained since the last checkpoint (or init): nothing to save
     ckpt.close()
-    say(f"SIGTERM during setup: exiting before step {start + 1}; nothing new to save")
+    say(f"{stop['stop']} during setup: exiting before step {start + 1}; nothing new to save")
     return Outcome({}, interrupted=True)
   say(
     f"model: {trainer.num_params() / 1e6:.2f}M parameters; mesh {dict(mesh.shape)}; "
@@ -258,7 +315,9 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
       if pending is not None:  # fetch the previous step's metrics after dispatching this one
         last = _fetch(writer, *pending) or last
       done = step + 1
-      interrupted = (stop["stop"] or ckpt.reached_preemption(done)) and done < config.train.steps
+      interrupted = (
+        bool(stop["stop"] or ckpt.reached_preemption(done)) and done < config.train.steps
+      )
       stop_now = interrupted or done == config.train.stop_after
       if ckpt.should_save(done) or done == config.train.steps or stop_now:
         _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
@@ -279,6 +338,24 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     ckpt.close()
     writer.close()
   return Outcome(last, interrupted)
+
+
+def _resume_step(ckpt, config, workdir: str):
+  """With train.resume_step=N (checked by prepare): the steps after N are set aside, so the
+  run resumes from N; unless the latest checkpoint was saved by a run that resumed from N
+  already (`prepare.resumed_from`), whose later steps are its own."""
+  step, latest = config.train.resume_step, ckpt.latest_step()
+  if not step or latest is None or latest <= step:
+    return ckpt
+  if prepare_lib.resumed_from(workdir, latest, step):
+    return ckpt
+  moved = ckpt.set_aside_after(step)
+  ckpt.close()
+  aside = os.path.join(workdir, checkpoint.SET_ASIDE)
+  say(f"train.resume_step={step}: steps {moved} moved to {aside}")
+  return checkpoint.Checkpointer(
+    workdir, every=config.train.checkpoint_every, keep=config.train.keep_checkpoints
+  )
 
 
 def _fetch(writer, step, metrics, log_now, evals):

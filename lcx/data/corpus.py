@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import hashlib
 import pathlib
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -134,6 +135,7 @@ def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
       ),
       data_dir=str(data_dir),
     )
+    _remove_killed_builds(pathlib.Path(corpus_builder.data_dir).parent)
     if not corpus_builder.is_prepared():
       print(
         f"[lcx] building corpus {spec.config_name} in {data_dir} (once; later runs reuse it) ...",
@@ -150,6 +152,17 @@ def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
         flush=True,
       )
   return corpus_builder
+
+
+INCOMPLETE = "incomplete."  # TFDS's prefix of a build's folder until it is renamed, complete
+
+
+def _remove_killed_builds(corpus_dir: pathlib.Path) -> None:
+  """Removes the folders of builds killed mid-way (TFDS cleans up after an exception, not after
+  SIGKILL); under the build lock no build of this corpus runs, so every such folder is one."""
+  for orphan in sorted(corpus_dir.glob(INCOMPLETE + "*")):
+    print(f"[lcx] removing {orphan}: a build of it was killed", file=sys.stderr, flush=True)
+    shutil.rmtree(orphan, ignore_errors=True)
 
 
 def hash_fraction(key: str) -> float:

@@ -9,9 +9,12 @@ run's evaluator and writes `WORKDIR/eval/<variant>.json`:
 and, for a text run with `eval.passkey.lengths`, the passkey probe through generation
 (`passkey.py`) once per variant: `WORKDIR/eval/passkey@<variant>.json`, named by the variant's
 own result name behind `passkey@`, so each file holds one variant.
-A result for the same step and settings is reused unless `force`. The checkpoint is always
-evaluated with its trained fields (scheme, its learned fields, model shape, training length):
-a config that changes one is refused naming the field (`variants.check_trained`).
+A result for the same checkpoint (its fingerprint, `checkpoint.fingerprint`) and settings is
+reused unless `force`; a result it replaces that came from another checkpoint or other settings
+is kept in `WORKDIR/eval/history/` (`report` reads the newest, `eval/<name>.json`). The
+checkpoint is always evaluated with its trained fields (scheme, its learned fields, model shape,
+training length): a config that changes one is refused naming the field
+(`variants.check_trained`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, data, prepare as prepare_lib, provenance
+from lcx import checkpoint, config as config_lib, data, prepare as prepare_lib, provenance, report
 from lcx.evaluate import lengths as lengths_lib, passkey, samples, tasks as tasks_lib, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -158,6 +161,7 @@ def record(
   meta: dict,
   settings: str,
   seconds: float,
+  checkpoint_id: str,
 ) -> dict:
   """A result JSON: the keys every kind has (SPEC.md: schema, run, variant, step, config,
   versions, source: commit and dirty, ...) around `body`, the kind's own."""
@@ -169,6 +173,7 @@ def record(
     "variant": spec,
     "overrides": changes,
     "step": step,
+    "checkpoint": checkpoint_id,
     "scheme": variant_cfg.model.position.name,
     "remap": variant_cfg.model.remap.name,
     "train_len": train_len,
@@ -184,13 +189,42 @@ def record(
   }
 
 
-def _reusable(path: str, step: int, settings: str) -> dict | None:
-  """The result at `path` if it is of the same step and settings."""
+def _identity(result: dict) -> tuple:
+  """What a result was computed from: its checkpoint (step and fingerprint) and settings."""
+  return result.get("step"), result.get("checkpoint"), result.get("settings")
+
+
+def _reusable(path: str, step: int, settings: str, checkpoint_id: str) -> dict | None:
+  """The result at `path` if it is of the same checkpoint and settings."""
   if not os.path.exists(path):
     return None
   with open(path) as f:
     old = json.load(f)
-  return old if old.get("step") == step and old.get("settings") == settings else None
+  return old if _identity(old) == (step, checkpoint_id, settings) else None
+
+
+def _keep_replaced(path: str, result: dict) -> str | None:
+  """Moves the result at `path` to eval/history/ unless `result` is of the same checkpoint
+  and settings (a recomputation); returns where it went. Unreadable files are kept too."""
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      old = json.load(f)
+  except (OSError, ValueError):
+    old = {}
+  if isinstance(old, dict) and _identity(old) == _identity(result):
+    return None
+  step, ckpt, settings = _identity(old) if isinstance(old, dict) else (None, None, None)
+  name = os.path.basename(path)[: -len(".json")]
+  target = os.path.join(
+    os.path.dirname(path),
+    report.HISTORY,
+    f"{name}.step{step}.{str(ckpt)[-8:]}.{settings}.json",
+  )
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  os.replace(path, target)
+  return target
 
 
 def evaluate(
@@ -204,6 +238,7 @@ def evaluate(
   cfg = prepared.config
   todo = todo or plan(prepared)
   step, params, meta = restore(prepared, workdir, step)
+  checkpoint_id = checkpoint.fingerprint(workdir, step, meta)
   kind = "tasks" if cfg.data.name == "task" else "lengths"
   train_len = cfg.model.max_len
   eval_lengths = config_lib.eval_lengths(cfg)
@@ -249,9 +284,9 @@ def evaluate(
   for name, spec, changes, variant_cfg, what, lengths, body in jobs:
     path = os.path.join(workdir, "eval", name + ".json")
     key = _settings(what, variant_cfg, spec, changes, lengths)
-    old = None if force else _reusable(path, step, key)
+    old = None if force else _reusable(path, step, key, checkpoint_id)
     if old is not None:
-      say(f"{name}: reusing {path} (same step and settings; --force recomputes)")
+      say(f"{name}: reusing {path} (same checkpoint and settings; --force recomputes)")
       results[_key(name, spec)] = old
       continue
     start = time.perf_counter()
@@ -269,8 +304,12 @@ def evaluate(
       meta=meta,
       settings=key,
       seconds=time.perf_counter() - start,
+      checkpoint_id=checkpoint_id,
     )
     if jax.process_index() == 0:
+      kept = _keep_replaced(path, result)
+      if kept:
+        say(f"{name}: the earlier result (another checkpoint or other settings) kept as {kept}")
       _write(path, result)
     results[_key(name, spec)] = result
   if jax.process_index() == 0:
@@ -287,8 +326,6 @@ def _key(name: str, spec: str) -> str:
 def table(results: dict[str, dict]) -> str:
   """The printed summary: the report module's tables but the wide loss-by-position one (it is
   in the result files, `./launch.sh report` and its plot)."""
-  from lcx import report
-
   return "\n\n".join(
     f"## {heading}\n\n{body}"
     for heading, body, _ in report.sections(list(results.values()))

@@ -1,0 +1,374 @@
+"""Faults of a run's state (issue 30, issue 31 items 1-2): results are never reused from
+another checkpoint nor overwritten by other settings, changed runs never resume old weights,
+a failed resume writes nothing, locks, kills, full disks, corrupt checkpoints."""
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lcx import evaluate, main, report, sweep, train
+from lcx.data import corpus
+from tests.helpers import ROOT, TINY_FLAGS, run_lcx, tiny_config
+from tests.test_sweep import _experiment, _sweep
+
+
+def _eval_config(**train_fields):
+  config = tiny_config("rope", steps=4, checkpoint_every=1000, **train_fields)
+  config.eval.lengths = (32, 64)
+  config.eval.num_tokens = 512
+  config.eval.batch_tokens = 512
+  config.eval.bootstrap = 0
+  return config
+
+
+def test_a_retrained_checkpoint_at_the_same_step_is_evaluated_again(tmp_path, capsys):
+  workdir = str(tmp_path / "run")
+  train.train(_eval_config(), workdir)
+  first = evaluate.evaluate(_eval_config(), workdir)["none"]
+  shutil.rmtree(os.path.join(workdir, "checkpoints"))
+  retrained = _eval_config(lr=3e-3)
+  retrained.seed = 7
+  train.train(retrained, workdir)  # the same step (4), other weights
+  capsys.readouterr()
+  second = evaluate.evaluate(retrained, workdir)["none"]
+  assert "reusing" not in capsys.readouterr().err
+  assert second["step"] == first["step"] == 4
+  assert second["checkpoint"] != first["checkpoint"]
+  assert second["lengths"]["32"]["loss"] != first["lengths"]["32"]["loss"]
+  # the same checkpoint and settings again: reused
+  assert evaluate.evaluate(retrained, workdir)["none"] == json.loads(json.dumps(second))
+  assert "none: reusing" in capsys.readouterr().err
+
+
+def test_other_eval_settings_keep_the_earlier_result_and_report_reads_the_newest(tmp_path, capsys):
+  workdir = str(tmp_path / "run")
+  train.train(_eval_config(), workdir)
+  first = evaluate.evaluate(_eval_config(), workdir)["none"]
+  fewer = _eval_config()
+  fewer.eval.num_tokens = 256
+  second = evaluate.evaluate(fewer, workdir)["none"]
+  assert second["lengths"]["32"]["tokens"] == 256 != first["lengths"]["32"]["tokens"]
+  history = os.path.join(workdir, "eval", report.HISTORY)
+  (kept,) = os.listdir(history)
+  assert json.load(open(os.path.join(history, kept))) == json.loads(json.dumps(first))
+  assert (
+    json.load(open(os.path.join(workdir, "eval", "none.json")))["settings"] == (second["settings"])
+  )
+  # a directory reads the newest; the replaced one is read only when named
+  assert report.load(os.path.join(workdir, "eval")) == [json.loads(json.dumps(second))]
+  assert report.superseded([workdir]) == [os.path.join(history, kept)]
+  assert report.superseded([history]) == []
+  assert report.load(history)[0]["settings"] == first["settings"]
+  proc = run_lcx([workdir, f"--out={tmp_path / 'report'}"], module="lcx.report")
+  assert proc.stderr.splitlines() == [
+    "[report] read the newest result of each name (eval/NAME.json); left out 1 replaced ones "
+    f"in history/ folders (name such a file to read it): {os.path.join(history, kept)}"
+  ]
+
+
+@pytest.mark.parametrize("record", ["sweep_done.json", "sweep_started.json"])
+def test_a_sweep_refuses_a_changed_training_run_over_its_old_checkpoints(tmp_path, record):
+  """Finished (marker) or interrupted (launch record): the new lr never resumes old weights."""
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, dict(TINY, **{'train.lr': 0.001}))}")
+  source = experiment / "sweep.py"
+  runs = tmp_path / "runs"
+  old = sweep.load(str(experiment), str(runs)).command("a")
+  workdir = runs / "toy" / "a"
+  (workdir / "checkpoints" / "10").mkdir(parents=True)
+  (workdir / record).write_text(json.dumps({"command": old}))
+  source.write_text(source.read_text().replace("0.001", "0.002"))
+  proc = _sweep(experiment, f"--runs_dir={runs}")
+  assert proc.returncode == 2 and proc.stdout == ""
+  assert proc.stderr.splitlines() == [
+    "error: run toy/a changed since it trained: --config.train.lr=0.001 became "
+    f"--config.train.lr=0.002, and {workdir} holds the old settings' checkpoints; remove "
+    "that directory to train it again, or restore the old settings"
+  ]
+  assert sorted(os.listdir(workdir)) == ["checkpoints", record]
+  shutil.rmtree(workdir / "checkpoints")  # nothing trained yet: runs with the new settings
+  proc = _sweep(experiment, f"--runs_dir={runs}", "--dry_run")
+  assert proc.returncode == 0 and "--config.train.lr=0.002" in proc.stdout
+
+
+def _error_line(capsys) -> str:
+  """The one `error:` line, last on stderr, without a traceback."""
+  err = capsys.readouterr().err
+  lines = [line for line in err.splitlines() if line.startswith("error: ")]
+  assert len(lines) == 1 and err.strip().splitlines()[-1] == lines[0], err[-3000:]
+  assert "Traceback" not in err
+  return lines[0]
+
+
+def _files(directory) -> dict[str, bytes]:
+  return {
+    os.path.relpath(os.path.join(root, name), directory): open(
+      os.path.join(root, name), "rb"
+    ).read()
+    for root, _, names in os.walk(directory)
+    for name in names
+  }
+
+
+def test_a_resume_with_another_model_shape_writes_nothing(tmp_path, capsys):
+  workdir = str(tmp_path / "run")
+  train.train(tiny_config("rope", steps=2), workdir)
+  before = _files(workdir)
+  wider = tiny_config("rope", steps=4)
+  wider.model.d_model = 128
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_:
+    main.run(wider, workdir, "train")
+  assert exit_.value.code == 2
+  assert _error_line(capsys) == (
+    f"error: model.d_model=128 differs from the checkpoint's 64: --workdir={workdir} holds a "
+    "checkpoint (step 2) trained with model.d_model=64; resume with the run's own settings, "
+    "or train in another --workdir"
+  )
+  assert _files(workdir) == before
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+def _children(pid: int) -> list[int]:
+  found = []
+  for task in os.listdir(f"/proc/{pid}/task"):
+    with open(f"/proc/{pid}/task/{task}/children") as f:
+      found += [int(c) for c in f.read().split()]
+  return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+def test_killing_a_sweep_kills_its_run(tmp_path):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, dict(TINY, **{'train.steps': 100000}))}")
+  proc = _sweep(experiment, f"--runs_dir={tmp_path / 'runs'}", popen=True)
+  try:
+    deadline = time.time() + 60
+    while not _children(proc.pid):
+      assert proc.poll() is None and time.time() < deadline, "the sweep started no run"
+      time.sleep(0.05)
+    (child,) = _children(proc.pid)
+    proc.kill()  # SIGKILL: the sweep cannot pass anything on
+    proc.wait(timeout=10)
+    deadline = time.time() + 30
+    while _alive(child) and time.time() < deadline:
+      time.sleep(0.1)
+    assert not _alive(child), "the run outlived its sweep"
+  finally:
+    with contextlib.suppress(ProcessLookupError):  # the test's own cleanup, whatever happened
+      os.killpg(proc.pid, signal.SIGKILL)
+    proc.stdout.close()
+
+
+def test_a_run_in_use_is_refused_naming_the_holders_pid(tmp_path, capsys):
+  workdir = str(tmp_path / "run")
+  holder = subprocess.Popen(
+    [
+      sys.executable,
+      "-c",
+      "import sys, time\nfrom lcx import train\nwith train.workdir_lock(sys.argv[1]):\n"
+      "  print('held', flush=True)\n  time.sleep(120)",
+      workdir,
+    ],
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    text=True,
+  )
+  try:
+    assert holder.stdout.readline() == "held\n"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+      main.run(tiny_config("rope", steps=2), workdir, "train")
+    assert exit_.value.code == 2
+    assert _error_line(capsys) == (
+      f"error: --workdir={workdir} is in use: process {holder.pid} is training in it (it "
+      f"holds {workdir}/{train.LOCK}); wait for it to finish or stop it, or train in "
+      "another --workdir"
+    )
+    assert sorted(os.listdir(workdir)) == [train.LOCK]
+  finally:
+    holder.kill()
+    holder.wait()
+  train.train(tiny_config("rope", steps=2), workdir)  # the lock died with its holder
+  assert "2" in os.listdir(os.path.join(workdir, "checkpoints"))
+
+
+def test_a_diverging_run_is_one_error_line(tmp_path, capsys):
+  config = tiny_config("nope", steps=50, lr=1e10, warmup_steps=0, checkpoint_every=1)
+  config.train.clip_norm = 0.0
+  with pytest.raises(SystemExit) as exit_:
+    main.run(config, str(tmp_path), "train")
+  assert exit_.value.code == 2
+  line = _error_line(capsys)
+  assert line.startswith("error: non-finite {'") and "lower train.lr or check the data" in line
+
+
+def test_train_steps_zero_writes_no_run_directory(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    main.run(tiny_config("rope", steps=0), str(tmp_path / "run"), "train")
+  assert exit_.value.code == 2
+  assert _error_line(capsys) == (
+    "error: train.steps=0 is not allowed; allowed: >= 1 to train (--mode=eval evaluates alone)"
+  )
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_resumed_run_logs_each_step_once(tmp_path):
+  workdir = tmp_path / "run"
+  config = tiny_config("rope", steps=10, checkpoint_every=5)
+  train.train(config, str(workdir))
+  shutil.rmtree(workdir / "checkpoints" / "10")  # killed after logging step 10, before saving it
+  with open(workdir / "metrics.jsonl", "a") as f:
+    f.write('{"step": 11, "lo')  # and a torn line
+  train.train(config, str(workdir))
+  steps = [json.loads(line)["step"] for line in open(workdir / "metrics.jsonl")]
+  assert steps == list(range(1, 11))
+
+
+def _wait_line(stream, text: str, proc, timeout=120) -> list[str]:
+  """Lines of `stream` read until one holds `text`."""
+  lines, deadline = [], time.time() + timeout
+  while not lines or text not in lines[-1]:
+    line = stream.readline()
+    assert line or proc.poll() is None, "".join(lines)[-3000:]
+    assert time.time() < deadline, "".join(lines)[-3000:]
+    lines.append(line)
+  return lines
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path):
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "lcx.main", *TINY_FLAGS, f"--workdir={tmp_path}"]
+    + ["--config.train.steps=100000", "--config.train.checkpoint_every=5000"],
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env=dict(os.environ, PYTHONUNBUFFERED="1"),
+  )
+  _wait_line(proc.stdout, "step 5:", proc)
+  proc.send_signal(signal.SIGINT)
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == 130, stderr[-3000:]
+  assert "Traceback" not in stderr
+  assert stderr.splitlines()[-1] == (
+    "[lcx] interrupted (SIGINT): run the same command to resume from the checkpoint just saved"
+  )
+  saved = sorted(int(p) for p in os.listdir(tmp_path / "checkpoints") if p.isdigit())
+  assert 5 <= saved[-1] < 5000  # the step reached (and orbax's first save, step 1)
+
+
+def test_ctrl_c_stops_a_long_evaluation_at_once(tmp_path):
+  train.train(tiny_config("rope", steps=2), str(tmp_path))
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "lcx.main", "--mode=eval", f"--workdir={tmp_path}"]
+    + ["--config.eval.lengths=(65536,)", "--config.eval.num_tokens=65536"]
+    + ["--config.eval.batch_tokens=65536", "--config.eval.bootstrap=0"],
+    cwd=ROOT,
+    stderr=subprocess.PIPE,
+    stdout=subprocess.DEVNULL,
+    text=True,
+    env=dict(os.environ, PYTHONUNBUFFERED="1"),
+  )
+  _wait_line(proc.stderr, "none: evaluating step 2", proc)
+  time.sleep(1)  # compiling or scoring the 65536-token window
+  assert proc.poll() is None
+  sent = time.perf_counter()
+  proc.send_signal(signal.SIGINT)
+  rest = proc.communicate(timeout=60)[1]
+  assert time.perf_counter() - sent < 5
+  assert proc.returncode == 130 and "Traceback" not in rest
+  assert rest.splitlines() == [
+    f"[lcx] interrupted (SIGINT): evaluation stopped; finished results are in {tmp_path}/eval"
+  ]
+  assert not os.path.exists(tmp_path / "eval" / "none.json")
+
+
+def test_a_killed_corpus_build_is_cleaned_up_by_the_next(tmp_path, capfd):
+  def collect():
+    documents = [corpus.Document(f"doc{i}", f"text {i}") for i in range(20)]
+    return corpus.CorpusContents(corpus.split_by_hash(documents, 0.3), {})
+
+  spec = corpus.CorpusSpec("killed", "twenty short documents", collect)
+  built = corpus.builder(spec, tmp_path)
+  orphan = pathlib.Path(built.data_dir).parent / "incomplete.K1LLED_1.0.0"
+  (orphan / "train").mkdir(parents=True)  # what a SIGKILL during the build leaves
+  capfd.readouterr()
+  again = corpus.builder(spec, tmp_path)
+  assert not orphan.exists() and again.is_prepared()
+  assert f"[lcx] removing {orphan}: a build of it was killed" in capfd.readouterr().err
+
+
+def _corrupt(step_dir: pathlib.Path) -> None:
+  """Truncates the checkpoint's largest array file to half (a disk fault, a torn copy)."""
+  largest = max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  with open(largest, "r+b") as f:
+    f.truncate(largest.stat().st_size // 2)
+
+
+def test_an_unreadable_checkpoint_is_named_and_the_previous_one_offered(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  train.train(tiny_config("rope", steps=2, checkpoint_every=1), str(workdir))
+  _corrupt(workdir / "checkpoints" / "2")
+  offer = (
+    "the previous checkpoint is step 1: train from it with --config.train.resume_step=1, "
+    "or evaluate it with --eval_step=1"
+  )
+  for mode in ("train", "eval"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+      main.run(tiny_config("rope", steps=4, checkpoint_every=1), str(workdir), mode)
+    assert exit_.value.code == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: checkpoint step 2 in {workdir}/checkpoints is unreadable (")
+    assert line.endswith(offer) and len(line) < 500, line
+  config = tiny_config("rope", steps=4, checkpoint_every=1, resume_step=1)
+  main.run(config, str(workdir), "train")
+  assert "resume_step=1: steps [2] moved to" in capsys.readouterr().err
+  assert sorted(os.listdir(workdir / "checkpoints_set_aside")) == ["2"]
+  config.train.steps = 5  # the same command later: resumes its own step 4, sets nothing aside
+  main.run(config, str(workdir), "train")
+  assert "resumed from step 4" in capsys.readouterr().err
+  assert sorted(os.listdir(workdir / "checkpoints_set_aside")) == ["2"]
+  config.train.resume_step = 2  # kept aside, not among the steps
+  with pytest.raises(SystemExit):
+    main.run(config, str(workdir), "train")
+  assert _error_line(capsys) == "error: train.resume_step=2 is not allowed; allowed: 0, 3, 4, 5"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 1.2 MB tmpfs: a tiny run's config and metrics fit, its first checkpoint does not."""
+  mount = tmp_path / "disk"
+  mount.mkdir()
+  made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)])
+  if made.returncode != 0:
+    pytest.skip("mounting a tmpfs needs root")
+  yield mount
+  subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(small_disk, capsys):
+  workdir = small_disk / "run"
+  with pytest.raises(SystemExit) as exit_:
+    main.run(tiny_config("rope", steps=4, checkpoint_every=2), str(workdir), "train")
+  assert exit_.value.code == 2
+  assert _error_line(capsys) == (
+    f"error: no space left on the device of {workdir}/checkpoints while saving step 1; "
+    "removed its partial checkpoint (1.orbax-checkpoint-tmp). Free space, then run the same "
+    "command to resume from the start"
+  )
+  assert os.listdir(workdir / "checkpoints") == []
