@@ -313,10 +313,14 @@ def test_a_killed_corpus_build_is_cleaned_up_by_the_next(tmp_path, capfd):
 
 
 def _corrupt(step_dir: pathlib.Path) -> None:
-  """Truncates the checkpoint's largest array file to half (a disk fault, a torn copy)."""
-  largest = max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-  with open(largest, "r+b") as f:
-    f.truncate(largest.stat().st_size // 2)
+  """Truncates every array data file of the checkpoint to half (a disk fault, a torn copy):
+  the parameters and the optimizer state may sit in different files, and evaluation reads
+  only the parameters' (OCDBT keeps array data in `d/` folders)."""
+  data = [p for p in step_dir.rglob("*") if p.is_file() and p.parent.name == "d"]
+  assert data, sorted(str(p) for p in step_dir.rglob("*"))
+  for path in data:
+    with open(path, "r+b") as f:
+      f.truncate(path.stat().st_size // 2)
 
 
 def test_an_unreadable_checkpoint_is_named_and_the_previous_one_offered(tmp_path, capsys):
