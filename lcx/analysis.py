@@ -202,7 +202,7 @@ def _layer_parts(decoder, layer):
   """(scheme, remap, pattern) block `layer` attends with: the decoder's, or for a NoPE block of
   the per-layer schedule identity hooks, no remap and the pattern without the window."""
   if decoder.has_positions(layer):
-    return decoder.position, decoder.remap, decoder.positioned_pattern
+    return decoder.position.for_layer(layer), decoder.remap, decoder.positioned_pattern
   return decoder.identity, decoder.no_remap, decoder.pattern
 
 

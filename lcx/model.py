@@ -305,7 +305,7 @@ class Decoder(nnx.Module):
     """The scheme and plan block `layer` attends with (its keyword arguments but the kernel)."""
     plan, nope_plan = plans
     if self.has_positions(layer):
-      return {"scheme": self.position, "plan": plan}
+      return {"scheme": self.position.for_layer(layer), "plan": plan}
     return {"scheme": self.identity, "plan": nope_plan}
 
   def init_cache(self, batch: int, size: int) -> None:

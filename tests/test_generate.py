@@ -64,8 +64,9 @@ def _model(scheme, remap="none", rope_type="default", pattern="dense", options=N
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   zero_at_init = {"t5": "table_NxH", "cope": "embedding_NxE"}
   if scheme in zero_at_init:  # give the buckets (embeddings) values, so the scheme matters
-    table = getattr(model.position, zero_at_init[scheme])
-    table[...] = jax.random.normal(jax.random.key(1), table[...].shape)
+    for layer in range(cfg.num_layers):  # CoPE: one table per layer
+      table = getattr(model.position.for_layer(layer), zero_at_init[scheme])
+      table[...] = jax.random.normal(jax.random.key(1 + layer), table[...].shape)
   return model
 
 
