@@ -138,9 +138,9 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
   """`kernel` whose attend also keeps the (q, k) it is given: the model's own projections."""
 
-  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme, sink_H=None):
+  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options):
     record.append((q_BxTxHxK, k_BxTxGxK))
-    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme, sink_H=sink_H)
+    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options)
 
   return attention.Kernel(kernel.prepare, attend)
 

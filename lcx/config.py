@@ -129,6 +129,7 @@ OPTIONS = [
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
   ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
+  ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
 ]
 
 

@@ -70,6 +70,9 @@ def get_config(arg=None):
   # softmax | stick_breaking (lcx/stick_breaking.py: each query breaks a stick over its keys
   # from the nearest back, weights summing to <= 1; no sink).
   config.model.attention.kind = "softmax"
+  # stick_breaking only: the stick's remainder times a learned vector per head (from 0) joins
+  # the output, as the reference model's `rem * head_bias`; False: the remainder goes nowhere.
+  config.model.attention.remainder_bias = True
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000

@@ -143,6 +143,12 @@ class Attention(nnx.Module):
       if cfg.attention.sink == "none"
       else nnx.Param(jnp.zeros((h,), jnp.float32), logical_axes=("heads",))
     )
+    # Stick-breaking's remainder vector per head (lcx/stick_breaking.py), from 0, or None.
+    self.remainder_HxE = (
+      nnx.Param(jnp.zeros((h, k), jnp.float32), logical_axes=("heads", "head_dim"))
+      if cfg.attention.kind == "stick_breaking" and cfg.attention.remainder_bias
+      else None
+    )
 
   def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
     """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
@@ -165,6 +171,7 @@ class Attention(nnx.Module):
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
+    remainder = {} if self.remainder_HxE is None else {"remainder_HxE": self.remainder_HxE[...]}
     out_BxHxLxE = kernel.attend(
       q_BxLxHxE,
       k_BxLxGxE,
@@ -172,6 +179,7 @@ class Attention(nnx.Module):
       plan,
       scheme=scheme,
       sink_H=None if self.sink_H is None else self.sink_H[...],
+      **remainder,
     )
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
