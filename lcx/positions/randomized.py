@@ -10,8 +10,19 @@ Rows are packed, so a row holds several documents; each gets its own sample, dis
 standalone document's (a short document is not squeezed into the low positions). The row draws
 L distinct values in random order (a uniform permutation's prefix); each document takes the
 values at its own tokens' indices and sorts them. Any fixed set of n indices of a uniform random
-permutation is a uniform n-subset, so each document's sample is exactly the paper's; documents
-of one row get disjoint samples (not independent, which training does not need).
+permutation is a uniform n-subset, so each document's sample is the paper's sample of sorted
+positions; documents of one row get disjoint samples (not independent, which training does not
+need).
+
+Which schemes that matches exactly: the absolute ones (sinusoidal, learned) and RoPE, whose
+noisy variants in the paper's code sample sorted positions as here. Not the biases: the paper's
+noisy ALiBi and noisy relative (Transformer-XL) encodings sample one sorted set of L - 1
+*distances* from [1, max_position) and give offset k the k-th smallest, so the bias depends on
+the offset alone (`compute_noisy_alibi_encodings_biases` in google-deepmind/
+randomized_positional_encodings). Here a bias scheme (ALiBi, T5, FIRE, KERPLE, Sandwich) reads
+differences of the sampled positions: two tokens k apart are a sum of k random gaps apart,
+which changes with the query. The expected distance for offset k is about the same
+(k * max_position / L, both ways), its spread is not.
 """
 
 from __future__ import annotations
