@@ -127,6 +127,11 @@ OPTIONS = [
     f"one of {temperature.TEMPERATURES}",
   ),
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
+  (
+    "model.attention.ssmax_n",
+    lambda v: v in temperature.SSMAX_N,
+    f"one of {temperature.SSMAX_N}",
+  ),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
   ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),

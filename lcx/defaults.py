@@ -66,6 +66,8 @@ def get_config(arg=None):
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
   config.model.attention.temperature = "none"
   config.model.attention.beta_c = 0.0
+  # SSMax's n: keys (the keys each query sees, the paper's) | position (position + 1).
+  config.model.attention.ssmax_n = "keys"
   config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
   # softmax | stick_breaking (lcx/stick_breaking.py: each query breaks a stick over its keys
   # from the nearest back, weights summing to <= 1; no sink).

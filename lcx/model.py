@@ -130,6 +130,7 @@ class Attention(nnx.Module):
     # Logit temperature (lcx/temperature.py): SSMax's learned s per head, or None.
     self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
     self.beta_c = float(cfg.attention.beta_c)
+    self.ssmax_keys = cfg.attention.ssmax_n == "keys"  # n: the keys seen, or position + 1
     self.ssmax_H = (
       None
       if self.temperature != "ssmax"
@@ -166,6 +167,11 @@ class Attention(nnx.Module):
         train_len=self.train_len,
         ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...],
         beta_c=self.beta_c,
+        keys_BxL=(
+          temperature.visible_keys(plan, q_pos_BxL.shape[1])
+          if self.ssmax_H is not None and self.ssmax_keys
+          else None
+        ),
       ),
     )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))

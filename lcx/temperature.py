@@ -10,7 +10,11 @@ query. `model.attention.temperature` (trained):
           scales NoPE layers' queries by 1 + 0.1 ln(floor((i + 1) / 8192) + 1) instead, also
           1 inside its floor scale, a step function beyond.
   ssmax   Scalable-Softmax (Nakanishi 2025, 2501.19399): softmax(s_h ln(n) z), a learned s
-          per layer and head, n the number of keys the query sees (causal: position + 1).
+          per layer and head, n the number of keys the query sees: its allowed keys under the
+          causal, packed-document, pattern and window masks (`visible_keys`; a plain causal
+          document: its index in the document + 1), whatever positions the remap, randomized
+          positions or PoSE give it. `model.attention.ssmax_n=position` takes n = position + 1
+          instead (lcx before, wrong under a window: ln 4096 for 128 keys).
           The paper leaves s's init open; we start at s_h = 1 / ln(L), so the factor is 1 at
           n = L (softmax at the training length), below 1 before it and above 1 beyond.
 and, at evaluation, `model.attention.beta_c` = C (variant `beta@C`, DroPE's fitted temperature,
@@ -31,6 +35,7 @@ import jax.numpy as jnp
 from lcx.positions.remaps import log_n_scale
 
 TEMPERATURES = ("none", "log_n", "ssmax")
+SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
 
 
 def ssmax_init(train_len: int) -> float:
@@ -44,15 +49,53 @@ def beta_factor(len_BxL, train_len: int, c: float) -> jax.Array:
   return 1.0 + c * jnp.log(jnp.maximum(t, train_len) / train_len)
 
 
+def _keys_by_index(pattern, size: int, block: int = 512) -> jax.Array:
+  """n[d] = #{k <= d : pattern(d, k)} for in-document indices d < size (pattern None: d + 1),
+  a block of query indices at a time: O(size * block) memory."""
+  if pattern is None:
+    return jnp.arange(1, size + 1)
+  c = min(block, size)
+  pad = -size % c
+  d_NxC = jnp.arange(size + pad).reshape(-1, c)
+  k_S = jnp.arange(size)
+
+  def count(d_C):
+    d_Cx1, k_1xS = d_C[:, None], k_S[None, :]
+    return ((k_1xS <= d_Cx1) & pattern(d_Cx1, k_1xS)).sum(-1)
+
+  return jax.lax.map(count, d_NxC).reshape(-1)[:size]
+
+
+def visible_keys(plan, num_queries: int) -> jax.Array:
+  """Bx`num_queries`: how many keys each query of a plan may attend to (its own included).
+
+  A dense plan (and a generation step's) counts its mask's rows; a chunked plan, which holds
+  no mask, counts by each query's index in its document and the plan's pattern (the mask
+  depends on nothing else: causal, same document, pattern over in-document indices)."""
+  mask = plan.extras.get("mask_BxTxT")
+  if mask is not None:
+    return mask.sum(-1)
+  doc_BxQ = jax.lax.dynamic_slice_in_dim(plan.doc_BxT, plan.start, num_queries, axis=1)
+  return _keys_by_index(plan.extras.get("pattern"), plan.doc_BxT.shape[1])[doc_BxQ]
+
+
 def query_factor(
-  temperature: str, q_pos_BxL, len_BxL, *, train_len: int, ssmax_H=None, beta_c: float = 0.0
+  temperature: str,
+  q_pos_BxL,
+  len_BxL,
+  *,
+  train_len: int,
+  ssmax_H=None,
+  beta_c: float = 0.0,
+  keys_BxL=None,
 ) -> jax.Array | None:
-  """The float32 factor on each query (BxLx1, or BxLxH with ssmax), or None when it is 1."""
+  """The float32 factor on each query (BxLx1, or BxLxH with ssmax), or None when it is 1.
+  `keys_BxL`: SSMax's n (`visible_keys`); None: position + 1 (`ssmax_n=position`)."""
   factor = None
   if temperature == "log_n":
     factor = log_n_scale(q_pos_BxL, max(train_len, 2))[:, :, None]
   elif temperature == "ssmax":
-    n_BxL = jnp.asarray(q_pos_BxL, jnp.float32) + 1
+    n_BxL = jnp.asarray(q_pos_BxL if keys_BxL is None else keys_BxL - 1, jnp.float32) + 1
     factor = jnp.log(n_BxL)[:, :, None] * ssmax_H[None, None, :]
   if beta_c:
     beta = beta_factor(len_BxL, train_len, beta_c)
