@@ -262,7 +262,9 @@ class Decoder(nnx.Module):
     )
     self.position = positions.build(cfg.position, positions.Dims.of(cfg), rngs=rngs)
     remaps.check_scheme(cfg.remap, cfg.position.name)
-    self.remap = remaps.build(cfg.remap, positions.Dims.of(cfg))
+    self.remap = remaps.build(
+      remaps.for_temperature(cfg.remap, cfg.attention.temperature), positions.Dims.of(cfg)
+    )
     self.pattern = patterns.build(cfg.attention.pattern)
     self.nope_every = cfg.nope_every
     # The NoPE blocks' hooks (identity) and remap (none); the positioned blocks' window.

@@ -6,7 +6,8 @@ multiplied; additive biases such as ALiBi's are not), as ReRoPE's and Llama 4's 
 query. `model.attention.temperature` (trained):
   none    factor 1
   log_n   max(1, ln(n) / ln(L)), n = the query's position + 1: 1 up to L, growing slowly
-          beyond. ReRoPE's form (bojone/rerope; remaps.log_n_scale), which we follow. Llama 4
+          beyond. ReRoPE's form (bojone/rerope; remaps.log_n_scale), which we follow (with the
+          rerope remap the factor is applied once: remaps.for_temperature). Llama 4
           scales NoPE layers' queries by 1 + 0.1 ln(floor((i + 1) / 8192) + 1) instead, also
           1 inside its floor scale, a step function beyond.
   ssmax   Scalable-Softmax (Nakanishi 2025, 2501.19399): softmax(s_h ln(n) z), a learned s

@@ -191,3 +191,24 @@ def test_ssmax_n_is_the_keys_seen_not_the_position():
   old = _model(**fields, **{"model.attention.ssmax_n": "position"})
   run_old = jax.jit(lambda pos: old(tokens, pos, seg))
   assert np.abs(np.asarray(run_old(far_pos)) - np.asarray(run_old(plain_pos))).max() > 1e-3
+
+
+def test_log_n_run_with_rerope_applies_log_n_once():
+  """A log_n run evaluated with rerope@W (log_n_scaling on, its default): the query factor is
+  applied once, so the logits equal those of the same weights with no temperature and ReRoPE's
+  own log-n; at i = 63 with L = 8 the factor is ln 64 / ln 8 = 2, not its square 4."""
+  from lcx.positions import remaps
+
+  def model(temp):
+    config = tiny_config("rope")
+    config.model.vocab_size, config.model.max_len, config.model.attention.temperature = 259, 8, temp
+    config.model.remap = remaps.default_config("rerope")
+    config.model.remap.window = 4
+    return Decoder(config.model, rngs=nnx.Rngs(0))
+
+  log_n, plain = model("log_n"), model("none")
+  assert float(remaps.log_n_scale(jnp.asarray(63), 8)) == pytest.approx(2.0)
+  np.testing.assert_allclose(_logits(log_n, 64), _logits(plain, 64), atol=1e-5, rtol=1e-5)
+  pos = _args(64)[1]
+  assert all(b.q_scale is None for b in log_n.remap.branches(pos, pos))  # the remap's: off
+  assert all(b.q_scale is not None for b in plain.remap.branches(pos, pos))
