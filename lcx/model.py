@@ -120,8 +120,9 @@ class Attention(nnx.Module):
     self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
-    # QK-norm (OLMo 2, Qwen 3, Gemma 3): q and k RMS-normalized per head, one learned scale
-    # over head_dim each, before any position hook, so logits stay bounded at any length.
+    # QK-norm as Qwen 3 and Gemma 3: q and k RMS-normalized per head, one learned scale over
+    # head_dim each, before any position hook, so logits stay bounded at any length. (OLMo 2
+    # normalizes q and k across all heads at once, a scale over heads x head_dim.)
     self.q_norm, self.k_norm = (
       (RMSNorm(k, cfg.norm_eps, "head_dim"), RMSNorm(k, cfg.norm_eps, "head_dim"))
       if cfg.qk_norm
