@@ -201,9 +201,10 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
 def _layer_parts(decoder, layer):
   """(scheme, remap, pattern) block `layer` attends with: the decoder's, or for a NoPE block of
   the per-layer schedule identity hooks, no remap and the pattern without the window."""
+  scheme = decoder.layer_scheme(layer)
   if decoder.has_positions(layer):
-    return decoder.position.for_layer(layer), decoder.remap, decoder.positioned_pattern
-  return decoder.identity, decoder.no_remap, decoder.pattern
+    return scheme, decoder.remap, decoder.positioned_pattern
+  return scheme, decoder.no_remap, decoder.pattern
 
 
 def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):

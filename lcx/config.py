@@ -127,6 +127,7 @@ OPTIONS = [
     f"one of {temperature.TEMPERATURES}",
   ),
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
+  ("model.attention.si_tau", lambda v: v > 0, "a number > 0 (scale-invariant attention's tau)"),
   (
     "model.attention.ssmax_n",
     lambda v: v in temperature.SSMAX_N,

@@ -62,9 +62,11 @@ def get_config(arg=None):
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512
-  # Logit temperature (lcx/temperature.py): none | log_n | ssmax (trained), and C of the
+  # Logit temperature (lcx/temperature.py): none | log_n | ssmax | scale_invariant (trained;
+  # scale_invariant's length scale tau: si_tau, the paper's 10), and C of the
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
   config.model.attention.temperature = "none"
+  config.model.attention.si_tau = 10.0
   config.model.attention.beta_c = 0.0
   # SSMax's n: keys (the keys each query sees, the paper's) | position (position + 1).
   config.model.attention.ssmax_n = "keys"

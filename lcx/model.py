@@ -285,6 +285,10 @@ class Decoder(nnx.Module):
       else _param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
     )
     self.chunk_size = cfg.attention.chunk_size
+    # Scale-invariant attention's tau, or None: it wraps each block's scheme (layer_scheme).
+    self.si_tau = (
+      float(cfg.attention.si_tau) if cfg.attention.temperature == "scale_invariant" else None
+    )
     self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
@@ -313,17 +317,30 @@ class Decoder(nnx.Module):
 
     `prepare` is a kernel's prepare with the positions bound; it gets scheme, remap, pattern.
     """
-    plan = prepare(scheme=self.position, remap=self.remap, pattern=self.positioned_pattern)
+    scheme, identity = self._tempered(self.position), self._tempered(self.identity)
+    plan = prepare(scheme=scheme, remap=self.remap, pattern=self.positioned_pattern)
     if all(self.has_positions(i) for i in range(len(self.blocks))):
       return plan, None
-    return plan, prepare(scheme=self.identity, remap=self.no_remap, pattern=self.pattern)
+    return plan, prepare(scheme=identity, remap=self.no_remap, pattern=self.pattern)
+
+  def _tempered(self, scheme):
+    """`scheme`, inside scale-invariant attention's logit transform when it is on."""
+    return scheme if self.si_tau is None else temperature.ScaleInvariant(scheme, self.si_tau)
+
+  def layer_scheme(self, layer: int):
+    """The scheme block `layer` attends with: its own (CoPE's per-layer tables) or, in a NoPE
+    block of the per-layer schedule, the identity; with scale-invariant attention around it."""
+    if self.has_positions(layer):
+      return self._tempered(self.position.for_layer(layer))
+    return self._tempered(self.identity)
 
   def layer_inputs(self, layer: int, plans) -> dict:
     """The scheme and plan block `layer` attends with (its keyword arguments but the kernel)."""
     plan, nope_plan = plans
-    if self.has_positions(layer):
-      return {"scheme": self.position.for_layer(layer), "plan": plan}
-    return {"scheme": self.identity, "plan": nope_plan}
+    return {
+      "scheme": self.layer_scheme(layer),
+      "plan": plan if self.has_positions(layer) else nope_plan,
+    }
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""

@@ -18,6 +18,15 @@ query. `model.attention.temperature` (trained):
           instead (lcx before, wrong under a window: ln 4096 for 128 keys).
           The paper leaves s's init open; we start at s_h = 1 / ln(L), so the factor is 1 at
           n = L (softmax at the training length), below 1 before it and above 1 beyond.
+  scale_invariant
+          Scale-invariant attention (Anson 2025, 2505.17083), with p-RoPE in the paper: each
+          logit z = q.k/sqrt(E) at distance t = i - j >= 0 becomes a_t z + m_t, with
+          a_t = sqrt(2 ln(t/tau + 1) + 1) and m_t = -2 ln(t/tau + 1) (the paper's a_t^2 =
+          2 (ln(t/tau + 1) - ln alpha + beta/alpha), m_t = -a_t^2 + beta/alpha at its
+          alpha = beta = e^0.5, so a_0 = 1, m_0 = 0); tau = `model.attention.si_tau` (its 10).
+          Not a factor on q: a (scale, shift) pair from the scheme's bias hook
+          (`ScaleInvariant`), so both kernels and the cache apply it block by block; a
+          scheme's own bias is added after the scaling.
 and, at evaluation, `model.attention.beta_c` = C (variant `beta@C`, DroPE's fitted temperature,
 Gelberg 2025, 2512.12167): factor 1 + C ln(T / L) for a current length T > L (1 up to L), T
 each token's sequence length (`attention.document_length`, as dynamic RoPE scaling reads it).
@@ -35,7 +44,7 @@ import jax.numpy as jnp
 
 from lcx.positions.remaps import log_n_scale
 
-TEMPERATURES = ("none", "log_n", "ssmax")
+TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant")
 SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
 
 
@@ -110,3 +119,34 @@ def scale_queries(q_BxLxHxE, factor):
   if factor is None:
     return q_BxLxHxE
   return q_BxLxHxE * factor[..., None].astype(q_BxLxHxE.dtype)
+
+
+def scale_invariant(distance, tau: float):
+  """(a_t, m_t) at distances t (float32; t < 0, masked keys, read as 0)."""
+  log_term = jnp.log1p(jnp.maximum(jnp.asarray(distance, jnp.float32), 0.0) / tau)
+  return jnp.sqrt(2.0 * log_term + 1.0), -2.0 * log_term
+
+
+class ScaleInvariant:
+  """A position scheme whose logits become a_t z + m_t + its own bias: every hook is the
+  scheme's, but `bias` returns the (scale, shift) pair `attention._add_bias` applies. Built
+  per forward pass around the model's schemes (lcx.model.Decoder.layer_scheme); holds no
+  parameters of its own."""
+
+  def __init__(self, inner, tau: float):
+    self.inner, self.tau = inner, float(tau)
+    self.contextual = inner.contextual
+
+  def embed(self, x_BxLxD, pos_BxL):
+    return self.inner.embed(x_BxLxD, pos_BxL)
+
+  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
+    return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)
+
+  def bias(self, q_pos_BxQ, k_pos_BxS):
+    q = jnp.asarray(q_pos_BxQ, jnp.float32)
+    k = jnp.asarray(k_pos_BxS, jnp.float32)
+    scale_BxQxS, shift_BxQxS = scale_invariant(q[:, :, None] - k[:, None, :], self.tau)
+    inner = self.inner.bias(q_pos_BxQ, k_pos_BxS)
+    shift = shift_BxQxS[:, None] if inner is None else shift_BxQxS[:, None] + inner
+    return scale_BxQxS[:, None], shift
