@@ -30,6 +30,7 @@ MLPS = ("gelu", "swiglu")
 PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
+RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/positions/randomized.py)
 SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
 
 # (field, predicate, what is allowed)
@@ -57,6 +58,7 @@ RANGES = [
   ("train.weight_decay", lambda v: v >= 0, ">= 0"),
   ("train.clip_norm", lambda v: v >= 0, ">= 0 (0: no clipping)"),
   ("train.random_positions", lambda v: v >= 0, ">= 0 (0: off)"),
+  ("train.random_bias", lambda v: v in RANDOM_BIAS, f"one of {RANDOM_BIAS}"),
   ("train.log_every", lambda v: v >= 1, ">= 1"),
   ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
   ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),

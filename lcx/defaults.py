@@ -90,6 +90,9 @@ def get_config(arg=None):
   config.train.weight_decay = 0.1  # on matrices only
   config.train.clip_norm = 1.0
   config.train.random_positions = 0  # >0: Ruoss 2023 randomized positions from [0, this)
+  # With random_positions, a distance-only bias (ALiBi, T5, KERPLE, Sandwich): distances
+  # (the paper's sorted distances, offset k -> the k-th) | positions (sorted positions).
+  config.train.random_bias = "distances"
   # >0: PoSE (Zhu 2024) positions toward this length: each document's positions in two chunks,
   # the second shifted by a random skip, all below this (not with random_positions).
   config.train.pose_target = 0

@@ -16,6 +16,7 @@ positions, remaps, biases, masks and rotations go through the same attention cod
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lcx import attention, patterns, positions, temperature
-from lcx.positions import remaps
+from lcx.positions import randomized, remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -291,8 +292,10 @@ class Decoder(nnx.Module):
     )
     self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
 
-  def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
-    """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
+  def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense", distances_L=None):
+    """With a KV cache, L must be its size: every slot is (re)written (generation's prefill).
+    `distances_L`: randomized training's distances for a distance-only bias (offset k reads
+    as distance D[k]: positions.randomized.RandomDistances), or None."""
     size = self.cache_size()
     if size is not None and tokens_BxL.shape[1] != size:
       raise ValueError(
@@ -301,7 +304,7 @@ class Decoder(nnx.Module):
       )
     kernel = self.kernel(kernel)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
-    plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
+    plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL), distances_L)
     return self.forward(tokens_BxL, pos_BxL, kernel, plans)
 
   def kernel(self, name: str) -> attention.Kernel:
@@ -312,35 +315,43 @@ class Decoder(nnx.Module):
     """Whether block `layer` (from 0) gets the position signal: all but every nope_every-th."""
     return not (self.nope_every and (layer + 1) % self.nope_every == 0)
 
-  def plans(self, prepare) -> tuple[attention.Plan, attention.Plan | None]:
+  def plans(self, prepare, distances_L=None) -> tuple[attention.Plan, attention.Plan | None]:
     """(the positioned blocks' plan, the NoPE blocks' plan or None when there are none).
 
     `prepare` is a kernel's prepare with the positions bound; it gets scheme, remap, pattern.
+    `distances_L` (randomized distances, or None) rides in the positioned plan's extras.
     """
-    scheme, identity = self._tempered(self.position), self._tempered(self.identity)
+    scheme = self._tempered(self.position, distances_L)
+    identity = self._tempered(self.identity)
     plan = prepare(scheme=scheme, remap=self.remap, pattern=self.positioned_pattern)
+    if distances_L is not None:
+      plan = dataclasses.replace(plan, extras={**plan.extras, "distances_L": distances_L})
     if all(self.has_positions(i) for i in range(len(self.blocks))):
       return plan, None
     return plan, prepare(scheme=identity, remap=self.no_remap, pattern=self.pattern)
 
-  def _tempered(self, scheme):
-    """`scheme`, inside scale-invariant attention's logit transform when it is on."""
+  def _tempered(self, scheme, distances_L=None):
+    """`scheme` reading randomized distances (a distance-only bias, given `distances_L`),
+    inside scale-invariant attention's logit transform when it is on."""
+    if distances_L is not None and scheme.bias_of_distance:
+      scheme = randomized.RandomDistances(scheme, distances_L)
     return scheme if self.si_tau is None else temperature.ScaleInvariant(scheme, self.si_tau)
 
-  def layer_scheme(self, layer: int):
+  def layer_scheme(self, layer: int, distances_L=None):
     """The scheme block `layer` attends with: its own (CoPE's per-layer tables) or, in a NoPE
-    block of the per-layer schedule, the identity; with scale-invariant attention around it."""
+    block of the per-layer schedule, the identity; with randomized distances and
+    scale-invariant attention around it."""
     if self.has_positions(layer):
-      return self._tempered(self.position.for_layer(layer))
+      return self._tempered(self.position.for_layer(layer), distances_L)
     return self._tempered(self.identity)
 
   def layer_inputs(self, layer: int, plans) -> dict:
     """The scheme and plan block `layer` attends with (its keyword arguments but the kernel)."""
     plan, nope_plan = plans
-    return {
-      "scheme": self.layer_scheme(layer),
-      "plan": plan if self.has_positions(layer) else nope_plan,
-    }
+    if self.has_positions(layer):
+      scheme = self.layer_scheme(layer, plan.extras.get("distances_L"))
+      return {"scheme": scheme, "plan": plan}
+    return {"scheme": self.layer_scheme(layer), "plan": nope_plan}
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""

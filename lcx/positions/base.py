@@ -76,6 +76,10 @@ class Scheme(nnx.Module):
     del q_pos_BxQ, k_pos_BxS
     return None
 
+  # True where `bias` is a function of the distance i - j alone (ALiBi, T5, KERPLE, Sandwich):
+  # randomized training then samples distances, as Ruoss et al. (lcx/positions/randomized.py).
+  bias_of_distance = False
+
   # contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry):
   # float32 logits added before the softmax that depend on q and on the logits themselves, not
   # on positions (CoPE counts gates). A method in a subclass; None here, so the kernels do no

@@ -53,6 +53,8 @@ def _check_heads(cfg, dims):
 class ALiBi(Scheme):
   """bias = -m_h * (i - j): a fixed linear penalty on distance, one slope per head."""
 
+  bias_of_distance = True
+
   def __init__(self, *, dims, rngs):
     del rngs
     # A tuple, not an array: constants stay static; modules hold only nnx.Param state.
@@ -103,6 +105,8 @@ def _check_t5(cfg, dims):
 @register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False}, check=_check_t5)
 class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
+
+  bias_of_distance = True
 
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
@@ -315,6 +319,7 @@ class KerpleBias:
 
   kernel = None  # kerple_log or kerple_power
   r2_max = None
+  bias_of_distance = True
 
   def __init__(self, *, dims, rngs, r1_init, r2_init, init, eps):
     def start(scale):
@@ -401,6 +406,8 @@ class Sandwich(Scheme):
   Computed as an inner product (one matmul over dim, memory B x Q x S), which in float32 loses
   about |position| * 1e-7 radians per angle: negligible below ~10^5.
   """
+
+  bias_of_distance = True
 
   def __init__(self, *, dims, rngs, dim, base, compression):
     del rngs
