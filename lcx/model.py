@@ -170,9 +170,7 @@ class Attention(nnx.Module):
         ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...],
         beta_c=self.beta_c,
         keys_BxL=(
-          temperature.visible_keys(plan, q_pos_BxL.shape[1])
-          if self.ssmax_H is not None and self.ssmax_keys
-          else None
+          temperature.visible_keys(plan) if self.ssmax_H is not None and self.ssmax_keys else None
         ),
       ),
     )
@@ -287,6 +285,9 @@ class Decoder(nnx.Module):
     )
     self.chunk_size = cfg.attention.chunk_size
     # Scale-invariant attention's tau, or None: it wraps each block's scheme (layer_scheme).
+    # SSMax counting the keys each query sees: once per forward pass, in the plans.
+    attn = cfg.attention
+    self.count_keys = attn.temperature == "ssmax" and attn.ssmax_n == "keys"
     self.si_tau = (
       float(cfg.attention.si_tau) if cfg.attention.temperature == "scale_invariant" else None
     )
@@ -327,8 +328,17 @@ class Decoder(nnx.Module):
     if distances_L is not None:
       plan = dataclasses.replace(plan, extras={**plan.extras, "distances_L": distances_L})
     if all(self.has_positions(i) for i in range(len(self.blocks))):
-      return plan, None
-    return plan, prepare(scheme=identity, remap=self.no_remap, pattern=self.pattern)
+      return self._counted(plan), None
+    nope_plan = prepare(scheme=identity, remap=self.no_remap, pattern=self.pattern)
+    return self._counted(plan), self._counted(nope_plan)
+
+  def _counted(self, plan):
+    """`plan` with each query's visible keys (SSMax's n) when they are read."""
+    if not self.count_keys:
+      return plan
+    return dataclasses.replace(
+      plan, extras={**plan.extras, "keys_BxQ": temperature.visible_keys(plan)}
+    )
 
   def _tempered(self, scheme, distances_L=None):
     """`scheme` reading randomized distances (a distance-only bias, given `distances_L`),

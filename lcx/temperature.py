@@ -76,17 +76,19 @@ def _keys_by_index(pattern, size: int, block: int = 512) -> jax.Array:
   return jax.lax.map(count, d_NxC).reshape(-1)[:size]
 
 
-def visible_keys(plan, num_queries: int) -> jax.Array:
-  """Bx`num_queries`: how many keys each query of a plan may attend to (its own included).
+def visible_keys(plan) -> jax.Array:
+  """BxQ: how many keys each query of a plan may attend to (its own included).
 
-  A dense plan (and a generation step's) counts its mask's rows; a chunked plan, which holds
-  no mask, counts by each query's index in its document and the plan's pattern (the mask
-  depends on nothing else: causal, same document, pattern over in-document indices)."""
+  A dense plan (and a generation step's) counts its mask's rows; a chunked plan (queries =
+  keys), which holds no mask, counts by each query's index in its document and the plan's
+  pattern (the mask depends on nothing else: causal, same document, pattern over in-document
+  indices). lcx.model.Decoder counts once per forward pass (extras["keys_BxQ"])."""
+  if "keys_BxQ" in plan.extras:
+    return plan.extras["keys_BxQ"]
   mask = plan.extras.get("mask_BxTxT")
   if mask is not None:
     return mask.sum(-1)
-  doc_BxQ = jax.lax.dynamic_slice_in_dim(plan.doc_BxT, plan.start, num_queries, axis=1)
-  return _keys_by_index(plan.extras.get("pattern"), plan.doc_BxT.shape[1])[doc_BxQ]
+  return _keys_by_index(plan.extras.get("pattern"), plan.doc_BxT.shape[1])[plan.doc_BxT]
 
 
 def query_factor(

@@ -167,7 +167,7 @@ def test_visible_keys_count_the_mask_in_both_kernels(name, fields):
   want = _brute_keys(list(np.asarray(seg[0])), pattern)
   for prepare in (attention.prepare_dense, attention.prepare_chunked):
     plan = prepare(pos, seg, scheme=scheme, remap=remap, pattern=pattern)
-    np.testing.assert_array_equal(np.asarray(temperature.visible_keys(plan, 20))[0], want)
+    np.testing.assert_array_equal(np.asarray(temperature.visible_keys(plan))[0], want)
 
 
 def test_ssmax_n_is_the_keys_seen_not_the_position():
@@ -186,7 +186,7 @@ def test_ssmax_n_is_the_keys_seen_not_the_position():
   from lcx import attention
 
   plan = model.plans(lambda **kw: attention.prepare_dense(plain_pos, seg, **kw))[0]
-  np.testing.assert_array_equal(np.asarray(temperature.visible_keys(plan, t))[0], plan_keys)
+  np.testing.assert_array_equal(np.asarray(temperature.visible_keys(plan))[0], plan_keys)
   assert a.ssmax_keys
   old = _model(**fields, **{"model.attention.ssmax_n": "position"})
   run_old = jax.jit(lambda pos: old(tokens, pos, seg))
