@@ -171,6 +171,7 @@ OPTIONS = {
     "attention.sink": "learned",
   },
   "stick_breaking_log_n": {"attention.kind": "stick_breaking", "attention.temperature": "log_n"},
+  "scale_invariant": {"attention.temperature": "scale_invariant"},
 }
 
 
