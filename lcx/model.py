@@ -284,13 +284,11 @@ class Decoder(nnx.Module):
       else _param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
     )
     self.chunk_size = cfg.attention.chunk_size
-    # Scale-invariant attention's tau, or None: it wraps each block's scheme (layer_scheme).
     # SSMax counting the keys each query sees: once per forward pass, in the plans.
     attn = cfg.attention
     self.count_keys = attn.temperature == "ssmax" and attn.ssmax_n == "keys"
-    self.si_tau = (
-      float(cfg.attention.si_tau) if cfg.attention.temperature == "scale_invariant" else None
-    )
+    # Scale-invariant attention's tau, or None: it wraps each block's scheme (layer_scheme).
+    self.si_tau = float(attn.si_tau) if attn.temperature == "scale_invariant" else None
     self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense", distances_L=None):
