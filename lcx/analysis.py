@@ -138,9 +138,9 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
   """`kernel` whose attend also keeps the (q, k) it is given: the model's own projections."""
 
-  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, *, scheme, sink_H=None):
+  def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options):
     record.append((q_BxTxHxK, k_BxTxGxK))
-    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, scheme=scheme, sink_H=sink_H)
+    return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options)
 
   return attention.Kernel(kernel.prepare, attend)
 
@@ -201,9 +201,10 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
 def _layer_parts(decoder, layer):
   """(scheme, remap, pattern) block `layer` attends with: the decoder's, or for a NoPE block of
   the per-layer schedule identity hooks, no remap and the pattern without the window."""
+  scheme = decoder.layer_scheme(layer)
   if decoder.has_positions(layer):
-    return decoder.position, decoder.remap, decoder.positioned_pattern
-  return decoder.identity, decoder.no_remap, decoder.pattern
+    return scheme, decoder.remap, decoder.positioned_pattern
+  return scheme, decoder.no_remap, decoder.pattern
 
 
 def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):

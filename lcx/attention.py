@@ -81,12 +81,20 @@ def _mask(q_idx_Q, k_idx_S, q_seg_BxQ, k_seg_BxS, q_doc_BxQ, k_doc_BxS, pattern)
 
 
 def _add_bias(logits_BxGxPxQxS, bias):
-  """logits plus an optional BxHxQxS bias (H may be 1: broadcast), in float32."""
+  """logits plus an optional BxHxQxS bias (H may be 1: broadcast), in float32; or, for a
+  (scale, shift) pair of such arrays (scale-invariant attention), logits * scale + shift."""
   if bias is None:
     return logits_BxGxPxQxS
-  b, g, per = logits_BxGxPxQxS.shape[:3]
-  bias = jnp.broadcast_to(bias, (bias.shape[0], g * per) + bias.shape[2:])
-  return logits_BxGxPxQxS + bias.reshape(bias.shape[0], g, per, *bias.shape[2:]).astype(jnp.float32)
+  g, per = logits_BxGxPxQxS.shape[1:3]
+
+  def grouped(x):
+    x = jnp.broadcast_to(x, (x.shape[0], g * per) + x.shape[2:])
+    return x.reshape(x.shape[0], g, per, *x.shape[2:]).astype(jnp.float32)
+
+  if isinstance(bias, tuple):
+    scale, shift = bias
+    return logits_BxGxPxQxS * grouped(scale) + grouped(shift)
+  return logits_BxGxPxQxS + grouped(bias)
 
 
 def _heads_major(q_BxQxHxE, g):

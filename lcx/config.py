@@ -31,6 +31,7 @@ MLPS = ("gelu", "swiglu")
 PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
+RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/positions/randomized.py)
 SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
 
 # (field, predicate, what is allowed)
@@ -59,6 +60,7 @@ RANGES = [
   ("train.weight_decay", lambda v: v >= 0, ">= 0"),
   ("train.clip_norm", lambda v: v >= 0, ">= 0 (0: no clipping)"),
   ("train.random_positions", lambda v: v >= 0, ">= 0 (0: off)"),
+  ("train.random_bias", lambda v: v in RANDOM_BIAS, f"one of {RANDOM_BIAS}"),
   ("train.log_every", lambda v: v >= 1, ">= 1"),
   ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
   ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
@@ -129,10 +131,17 @@ OPTIONS = [
     f"one of {temperature.TEMPERATURES}",
   ),
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
+  ("model.attention.si_tau", lambda v: v > 0, "a number > 0 (scale-invariant attention's tau)"),
+  (
+    "model.attention.ssmax_n",
+    lambda v: v in temperature.SSMAX_N,
+    f"one of {temperature.SSMAX_N}",
+  ),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
   ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
   ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
   ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
+  ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
 ]
 
 

@@ -62,10 +62,14 @@ def get_config(arg=None):
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512
-  # Logit temperature (lcx/temperature.py): none | log_n | ssmax (trained), and C of the
+  # Logit temperature (lcx/temperature.py): none | log_n | ssmax | scale_invariant (trained;
+  # scale_invariant's length scale tau: si_tau, the paper's 10), and C of the
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
   config.model.attention.temperature = "none"
+  config.model.attention.si_tau = 10.0
   config.model.attention.beta_c = 0.0
+  # SSMax's n: keys (the keys each query sees, the paper's) | position (position + 1).
+  config.model.attention.ssmax_n = "keys"
   config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
   # softmax | stick_breaking (lcx/stick_breaking.py: each query breaks a stick over its keys
   # from the nearest back, weights summing to <= 1; no sink).
@@ -74,6 +78,9 @@ def get_config(arg=None):
   # the XLA kernels on CPU; block_size: the Pallas kernel's query and key block (a power of two).
   config.model.attention.impl = "auto"
   config.model.attention.block_size = 128
+  # stick_breaking only: the stick's remainder times a learned vector per head (from 0) joins
+  # the output, as the reference model's `rem * head_bias`; False: the remainder goes nowhere.
+  config.model.attention.remainder_bias = True
 
   config.train = ml_collections.ConfigDict()
   config.train.steps = 2000
@@ -87,6 +94,9 @@ def get_config(arg=None):
   config.train.weight_decay = 0.1  # on matrices only
   config.train.clip_norm = 1.0
   config.train.random_positions = 0  # >0: Ruoss 2023 randomized positions from [0, this)
+  # With random_positions, a distance-only bias (ALiBi, T5, KERPLE, Sandwich): distances
+  # (the paper's sorted distances, offset k -> the k-th) | positions (sorted positions).
+  config.train.random_bias = "distances"
   # >0: PoSE (Zhu 2024) positions toward this length: each document's positions in two chunks,
   # the second shifted by a random skip, all below this (not with random_positions).
   config.train.pose_target = 0

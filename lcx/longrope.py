@@ -6,13 +6,14 @@ longrope`) starts from the run's own config (DIR/config.json, as `lcx.main --mod
 only eval-time fields may change (`lcx.evaluate.restore` refuses a trained one).
 
 A candidate is a `longrope` scaling for the scale s = N / L: a factor lambda_i per rotary pair
-(inv_freq_i = theta_i / lambda_i), non-decreasing in i (pair 0 has the highest frequency) and in [1,
-max_factor] (default 1.25 s), and n_hat (positions < n_hat keep theta; one of 0, 1, 2, 4, ... up to
-L). Its fitness is the perplexity at length N on `documents` validation documents of at least N
-tokens from the search split (`samples.split_ids`: a fixed quarter of the validation documents that
-no evaluation scores, so the factors are not fitted to the table's documents; `samples.select(...,
-"long", N, ..., "search")`, one window each, every token scored) with LongRoPE's attention factor,
-as `eval.documents=long` evaluation of `longrope@factors.json` at N scores the evaluation split. The
+(inv_freq_i = theta_i / lambda_i), non-decreasing in i (pair 0 has the highest frequency) and in
+[1, max_factor] (default 1.25 s), and n_hat (positions < n_hat keep theta; one of the paper's
+Table 4 candidates 0, 1, 2, 4, 8, 12, ..., 28, 32, 64, 128, 256 up to L). Its fitness is the
+perplexity at length N on `documents` validation documents of at least N tokens from the search
+split (`samples.split_ids`: a fixed quarter of the validation documents that no evaluation
+scores, so the factors are not fitted to the table's documents; `samples.select(..., "long", N,
+..., "search")`, one window each, every token scored) with LongRoPE's attention factor, as
+`eval.documents=long` evaluation of `longrope@factors.json` at N scores the evaluation split. The
 state records the split and its document ids. The first generation is PI (every lambda = s),
 NTK-aware (lambda_i = s^(2i/(d-2)), from its larger base) and YaRN (theta_i / YaRN's inv_freq_i),
 then mutations of them; each later generation keeps the `parents` best (elitism, so the best never
@@ -115,9 +116,13 @@ class Space:
     return min(max(round(int(rng.integers(first, last + 1)) * self.step, 10), lo), hi)
 
 
+# The paper's n_hat candidates (Ding 2024, Table 4): every 4 from 4 to 32, then powers of two.
+N_HAT_CANDIDATES = (0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64, 128, 256)
+
+
 def n_hat_choices(train_len: int) -> tuple[int, ...]:
-  """0 and the powers of two up to the training length L (the paper's n_hat candidates)."""
-  return (0,) + tuple(2**k for k in range(train_len.bit_length()) if 2**k <= train_len)
+  """The paper's n_hat candidates up to the training length L."""
+  return tuple(n for n in N_HAT_CANDIDATES if n <= train_len)
 
 
 def seed_factors(rotary_dim: int, base: float, scale: float, train_len: int) -> dict:

@@ -16,6 +16,7 @@ positions, remaps, biases, masks and rotations go through the same attention cod
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lcx import attention, cpu_tuned, kernels, patterns, positions, temperature
-from lcx.positions import remaps
+from lcx.positions import randomized, remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -128,8 +129,9 @@ class Attention(nnx.Module):
     self.wv = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
-    # QK-norm (OLMo 2, Qwen 3, Gemma 3): q and k RMS-normalized per head, one learned scale
-    # over head_dim each, before any position hook, so logits stay bounded at any length.
+    # QK-norm as Qwen 3 and Gemma 3: q and k RMS-normalized per head, one learned scale over
+    # head_dim each, before any position hook, so logits stay bounded at any length. (OLMo 2
+    # normalizes q and k across all heads at once, a scale over heads x head_dim.)
     self.q_norm, self.k_norm = (
       (RMSNorm(k, cfg.norm_eps, "head_dim"), RMSNorm(k, cfg.norm_eps, "head_dim"))
       if cfg.qk_norm
@@ -138,6 +140,7 @@ class Attention(nnx.Module):
     # Logit temperature (lcx/temperature.py): SSMax's learned s per head, or None.
     self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
     self.beta_c = float(cfg.attention.beta_c)
+    self.ssmax_keys = cfg.attention.ssmax_n == "keys"  # n: the keys seen, or position + 1
     self.ssmax_H = (
       None
       if self.temperature != "ssmax"
@@ -150,6 +153,12 @@ class Attention(nnx.Module):
       None
       if cfg.attention.sink == "none"
       else nnx.Param(jnp.zeros((h,), jnp.float32), logical_axes=("heads",))
+    )
+    # Stick-breaking's remainder vector per head (lcx/stick_breaking.py), from 0, or None.
+    self.remainder_HxE = (
+      nnx.Param(jnp.zeros((h, k), jnp.float32), logical_axes=("heads", "head_dim"))
+      if cfg.attention.kind == "stick_breaking" and cfg.attention.remainder_bias
+      else None
     )
 
   def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
@@ -168,11 +177,15 @@ class Attention(nnx.Module):
         train_len=self.train_len,
         ssmax_H=None if self.ssmax_H is None else self.ssmax_H[...],
         beta_c=self.beta_c,
+        keys_BxL=(
+          temperature.visible_keys(plan) if self.ssmax_H is not None and self.ssmax_keys else None
+        ),
       ),
     )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
+    remainder = {} if self.remainder_HxE is None else {"remainder_HxE": self.remainder_HxE[...]}
     out_BxHxLxE = kernel.attend(
       q_BxLxHxE,
       k_BxLxGxE,
@@ -180,6 +193,7 @@ class Attention(nnx.Module):
       plan,
       scheme=scheme,
       sink_H=None if self.sink_H is None else self.sink_H[...],
+      **remainder,
     )
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
@@ -262,7 +276,9 @@ class Decoder(nnx.Module):
     )
     self.position = positions.build(cfg.position, positions.Dims.of(cfg), rngs=rngs)
     remaps.check_scheme(cfg.remap, cfg.position.name)
-    self.remap = remaps.build(cfg.remap, positions.Dims.of(cfg))
+    self.remap = remaps.build(
+      remaps.for_temperature(cfg.remap, cfg.attention.temperature), positions.Dims.of(cfg)
+    )
     self.pattern = patterns.build(cfg.attention.pattern)
     self.nope_every = cfg.nope_every
     # The NoPE blocks' hooks (identity) and remap (none); the positioned blocks' window.
@@ -282,13 +298,20 @@ class Decoder(nnx.Module):
       else _param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, ("embed", "vocab"))
     )
     self.chunk_size = cfg.attention.chunk_size
+    # SSMax counting the keys each query sees: once per forward pass, in the plans.
+    attn = cfg.attention
+    self.count_keys = attn.temperature == "ssmax" and attn.ssmax_n == "keys"
+    # Scale-invariant attention's tau, or None: it wraps each block's scheme (layer_scheme).
+    self.si_tau = float(attn.si_tau) if attn.temperature == "scale_invariant" else None
     self.attention_kind = cfg.attention.kind  # softmax | stick_breaking (lcx/stick_breaking.py)
     # xla | pallas: `model.attention.impl` with auto resolved on this backend (lcx/kernels).
     self.attention_impl = kernels.resolve_impl(cfg)
     self.block_size = cfg.attention.get("block_size", kernels.flash.BLOCK)
 
-  def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense"):
-    """With a KV cache, L must be its size: every slot is (re)written (generation's prefill)."""
+  def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense", distances_L=None):
+    """With a KV cache, L must be its size: every slot is (re)written (generation's prefill).
+    `distances_L`: randomized training's distances for a distance-only bias (offset k reads
+    as distance D[k]: positions.randomized.RandomDistances), or None."""
     size = self.cache_size()
     if size is not None and tokens_BxL.shape[1] != size:
       raise ValueError(
@@ -297,7 +320,7 @@ class Decoder(nnx.Module):
       )
     kernel = self.kernel(kernel)
     # Position-only work (remap branches, mask, biases) once, shared by every layer.
-    plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
+    plans = self.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL), distances_L)
     return self.forward(tokens_BxL, pos_BxL, kernel, plans)
 
   def kernel(self, name: str) -> attention.Kernel:
@@ -311,22 +334,52 @@ class Decoder(nnx.Module):
     """Whether block `layer` (from 0) gets the position signal: all but every nope_every-th."""
     return not (self.nope_every and (layer + 1) % self.nope_every == 0)
 
-  def plans(self, prepare) -> tuple[attention.Plan, attention.Plan | None]:
+  def plans(self, prepare, distances_L=None) -> tuple[attention.Plan, attention.Plan | None]:
     """(the positioned blocks' plan, the NoPE blocks' plan or None when there are none).
 
     `prepare` is a kernel's prepare with the positions bound; it gets scheme, remap, pattern.
+    `distances_L` (randomized distances, or None) rides in the positioned plan's extras.
     """
-    plan = prepare(scheme=self.position, remap=self.remap, pattern=self.positioned_pattern)
+    scheme = self._tempered(self.position, distances_L)
+    identity = self._tempered(self.identity)
+    plan = prepare(scheme=scheme, remap=self.remap, pattern=self.positioned_pattern)
+    if distances_L is not None:
+      plan = dataclasses.replace(plan, extras={**plan.extras, "distances_L": distances_L})
     if all(self.has_positions(i) for i in range(len(self.blocks))):
-      return plan, None
-    return plan, prepare(scheme=self.identity, remap=self.no_remap, pattern=self.pattern)
+      return self._counted(plan), None
+    nope_plan = prepare(scheme=identity, remap=self.no_remap, pattern=self.pattern)
+    return self._counted(plan), self._counted(nope_plan)
+
+  def _counted(self, plan):
+    """`plan` with each query's visible keys (SSMax's n) when they are read."""
+    if not self.count_keys:
+      return plan
+    return dataclasses.replace(
+      plan, extras={**plan.extras, "keys_BxQ": temperature.visible_keys(plan)}
+    )
+
+  def _tempered(self, scheme, distances_L=None):
+    """`scheme` reading randomized distances (a distance-only bias, given `distances_L`),
+    inside scale-invariant attention's logit transform when it is on."""
+    if distances_L is not None and scheme.bias_of_distance:
+      scheme = randomized.RandomDistances(scheme, distances_L)
+    return scheme if self.si_tau is None else temperature.ScaleInvariant(scheme, self.si_tau)
+
+  def layer_scheme(self, layer: int, distances_L=None):
+    """The scheme block `layer` attends with: its own (CoPE's per-layer tables) or, in a NoPE
+    block of the per-layer schedule, the identity; with randomized distances and
+    scale-invariant attention around it."""
+    if self.has_positions(layer):
+      return self._tempered(self.position.for_layer(layer), distances_L)
+    return self._tempered(self.identity)
 
   def layer_inputs(self, layer: int, plans) -> dict:
     """The scheme and plan block `layer` attends with (its keyword arguments but the kernel)."""
     plan, nope_plan = plans
     if self.has_positions(layer):
-      return {"scheme": self.position, "plan": plan}
-    return {"scheme": self.identity, "plan": nope_plan}
+      scheme = self.layer_scheme(layer, plan.extras.get("distances_L"))
+      return {"scheme": scheme, "plan": plan}
+    return {"scheme": self.layer_scheme(layer), "plan": nope_plan}
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""

@@ -12,8 +12,11 @@ with the same ingredients as softmax: z_ij = q_i . k_j / sqrt(E) with the scheme
 The diagonal is excluded: query i sees keys j < i only, as the reference's default
 (`attend_current=False` in shawntan/stickbreaking-attention's `sb_attn_varlen`; its decoding
 step drops the current key, `k[..., :-1, :]`). A document's first token attends to nothing
-(output 0; the residual carries it). The reference model adds rem_i times a learned per-head
-vector to o_i; lcx does not.
+(output 0; the residual carries it). As the reference model (`rem * head_bias`), the stick's
+remainder rem_i = 1 - sum_j A_ij = prod_j (1 - beta_ij) times a learned vector b_h per head
+(from 0) joins the output: o_i + rem_i b_h, so a query that takes little from its keys still
+says so (`remainder_HxE`; `model.attention.remainder_bias=False` drops it). The reference then
+applies a GroupNorm per head, which lcx does not.
 
 Log space, for stability at any length (1 - sigmoid(z) = sigmoid(-z), log of it = -softplus(z)):
   log A_ij = log_sigmoid(z_ij) - sum_{allowed k, j < k < i} softplus(z_ik),
@@ -54,6 +57,16 @@ def _weights(logits_BxGxPxQxS, allowed_BxQxS, nearer_BxGxPxQ):
   return jnp.where(allowed, jnp.exp(log_a), 0.0), from_j[..., 0]
 
 
+def _with_remainder(out_BxGxPxQxE, broken_BxGxPxQ, remainder_HxE):
+  """o + rem * b_h, rem = exp(-sum of softplus over every allowed key) = prod_j (1 - beta_ij)."""
+  if remainder_HxE is None:
+    return out_BxGxPxQxE
+  g, p = out_BxGxPxQxE.shape[1:3]
+  bias_1xGxPx1xE = remainder_HxE.astype(jnp.float32).reshape(1, g, p, 1, -1)
+  rem = jnp.exp(-broken_BxGxPxQ)[..., None]
+  return (out_BxGxPxQxE.astype(jnp.float32) + rem * bias_1xGxPx1xE).astype(out_BxGxPxQxE.dtype)
+
+
 def weights(logits_BxGxPxQxS, mask_BxQxS, q_idx_Q, k_idx_S) -> jax.Array:
   """A_BxGxPxQxS of queries over all their keys, from a plan's logits and mask (diagonal
   included: the query and key indices drop it). Also what `lcx.analysis` maps."""
@@ -62,8 +75,11 @@ def weights(logits_BxGxPxQxS, mask_BxQxS, q_idx_Q, k_idx_S) -> jax.Array:
   return out
 
 
-def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None) -> jax.Array:
-  """-> out_BxHxTxE, as `attention.attend_dense` (a generation step's keys: the cache's slots)."""
+def attend_dense(
+  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, remainder_HxE=None
+) -> jax.Array:
+  """-> out_BxHxTxE, as `attention.attend_dense` (a generation step's keys: the cache's slots);
+  `remainder_HxE`: the remainder's learned vector per head (`_with_remainder`), or None."""
   _no_sink(sink_H)
   b, t, h, d = q_BxTxHxE.shape
   rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
@@ -74,13 +90,22 @@ def attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=
     ]
   )
   k_idx_S = jnp.arange(logits.shape[-1])
-  a = weights(logits, plan.extras["mask_BxTxT"], plan.start + jnp.arange(t), k_idx_S)
+  allowed = plan.extras["mask_BxTxT"] & _earlier(plan.start + jnp.arange(t), k_idx_S)
+  a, broken = _weights(logits, allowed, jnp.zeros(logits.shape[:-1], jnp.float32))
   out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", a.astype(v_BxGxTxE.dtype), v_BxGxTxE)
-  return out_BxGxPxTxE.reshape(b, h, t, d)
+  return _with_remainder(out_BxGxPxTxE, broken, remainder_HxE).reshape(b, h, t, d)
 
 
 def attend_chunked(
-  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, chunk_size=512
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxGxTxE,
+  plan: Plan,
+  *,
+  scheme,
+  sink_H=None,
+  remainder_HxE=None,
+  chunk_size=512,
 ) -> jax.Array:
   """-> out_BxHxTxE, as `attention.attend_chunked` (a `prepare_chunked` plan); memory O(T * C).
 
@@ -147,8 +172,8 @@ def attend_chunked(
 
     shape = (b, g, h // g, c)
     init = (jnp.zeros(shape, jnp.float32), jnp.zeros(shape + (d,), jnp.float32))
-    (_, acc), _ = jax.lax.scan(step, init, jnp.arange(n))
-    return acc.astype(q_BxTxHxE.dtype)  # BxGxPxCxE
+    (broken, acc), _ = jax.lax.scan(step, init, jnp.arange(n))
+    return _with_remainder(acc, broken, remainder_HxE).astype(q_BxTxHxE.dtype)  # BxGxPxCxE
 
   out_NxBxGxPxCxE = jax.lax.map(query_block, jnp.arange(n))
   out_BxHxTxE = jnp.transpose(out_NxBxGxPxCxE, (1, 2, 3, 0, 4, 5)).reshape(b, h, tp, d)

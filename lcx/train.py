@@ -82,9 +82,9 @@ def optimizer(train_cfg) -> optax.GradientTransformation:
   return tx
 
 
-def loss_fn(model, batch, pos_BxL):
+def loss_fn(model, batch, pos_BxL, distances_L=None):
   """Mean next-token cross entropy over tokens with loss_mask > 0."""
-  logits_BxLxV = model(batch["inputs"], pos_BxL, batch["segment_ids"])
+  logits_BxLxV = model(batch["inputs"], pos_BxL, batch["segment_ids"], distances_L=distances_L)
   nll_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, batch["targets"])
   mask_BxL = batch["loss_mask"].astype(jnp.float32)
   return (nll_BxL * mask_BxL).sum() / jnp.maximum(mask_BxL.sum(), 1.0)
@@ -95,10 +95,19 @@ def make_step(graphdef, tx, config):
   schedule = learning_rate(config.train)
   key = jax.random.key(config.seed)
   random_max, pose_target = config.train.random_positions, config.train.pose_target
+  # Ruoss et al.: a distance-only bias samples sorted distances, every other scheme positions.
+  distances = (
+    random_max
+    and config.train.random_bias == "distances"
+    and positions.spec(config.model.position.name).cls.bias_of_distance
+  )
 
   def step_fn(params, opt_state, batch, step):
-    pos_BxL = batch["positions"]
-    if random_max:
+    pos_BxL, distances_L = batch["positions"], None
+    if distances:
+      length = pos_BxL.shape[1]
+      distances_L = positions.random_distances(jax.random.fold_in(key, step), length, random_max)
+    elif random_max:
       pos_BxL = positions.randomized_positions(
         jax.random.fold_in(key, step), pos_BxL, random_max, batch["segment_ids"]
       )
@@ -106,9 +115,9 @@ def make_step(graphdef, tx, config):
       pos_BxL = positions.pose_positions(
         jax.random.fold_in(key, step), pos_BxL, pose_target, batch["segment_ids"]
       )
-    loss, grads = jax.value_and_grad(lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL))(
-      params
-    )
+    loss, grads = jax.value_and_grad(
+      lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL, distances_L)
+    )(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     # loss and grad_norm describe the input parameters; param_norm guards the ones saved.

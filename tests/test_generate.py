@@ -64,8 +64,9 @@ def _model(scheme, remap="none", rope_type="default", pattern="dense", options=N
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   zero_at_init = {"t5": "table_NxH", "cope": "embedding_NxE"}
   if scheme in zero_at_init:  # give the buckets (embeddings) values, so the scheme matters
-    table = getattr(model.position, zero_at_init[scheme])
-    table[...] = jax.random.normal(jax.random.key(1), table[...].shape)
+    for layer in range(cfg.num_layers):  # CoPE: one table per layer
+      table = getattr(model.position.for_layer(layer), zero_at_init[scheme])
+      table[...] = jax.random.normal(jax.random.key(1 + layer), table[...].shape)
   return model
 
 
@@ -170,12 +171,17 @@ OPTIONS = {
     "attention.sink": "learned",
   },
   "stick_breaking_log_n": {"attention.kind": "stick_breaking", "attention.temperature": "log_n"},
+  "scale_invariant": {"attention.temperature": "scale_invariant"},
 }
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
 def test_cached_logits_equal_the_full_forward_pass_with_attention_options(name):
   model = _model("rope", "rerope", "default", "strided", OPTIONS[name])
+  for i, block in enumerate(model.blocks):  # stick-breaking's remainder vectors: not 0
+    if block.attn.remainder_HxE is not None:
+      vector = block.attn.remainder_HxE
+      vector[...] = jax.random.normal(jax.random.key(i), vector[...].shape)
   tokens_BxN, logits_BxNxV = _generate(model, _prompt())
   reference = _prefix_logits(model, np.concatenate([_prompt(), tokens_BxN], axis=1))
   assert np.isfinite(logits_BxNxV).all()

@@ -50,9 +50,10 @@ def test_seeds_are_pi_ntk_and_yarn_as_per_pair_factors():
     assert _valid(longrope.Candidate(lam, 0, name)), name
 
 
-def test_n_hat_choices_are_zero_and_powers_of_two_up_to_l():
-  assert longrope.n_hat_choices(32) == (0, 1, 2, 4, 8, 16, 32)
-  assert longrope.n_hat_choices(48) == (0, 1, 2, 4, 8, 16, 32)
+def test_n_hat_choices_are_the_papers_table_4_up_to_l():
+  assert longrope.n_hat_choices(32) == (0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+  assert longrope.n_hat_choices(48) == (0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+  assert longrope.n_hat_choices(4096) == (0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64, 128, 256)
   assert longrope.n_hat_choices(1) == (0, 1)
 
 

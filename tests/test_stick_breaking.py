@@ -33,11 +33,11 @@ def _inputs(b=2, t=24, h=4, g=2, e=8, seed=0):
   return q, k, v
 
 
-def _attend(kernel, q, k, v, pos, seg, *, scheme, remap, pattern=None, chunk_size=8):
+def _attend(kernel, q, k, v, pos, seg, *, scheme, remap, pattern=None, chunk_size=8, **options):
   """Stick-breaking through `attention.get_kernel`, all token-major."""
   kern = attention.get_kernel(kernel, chunk_size, "stick_breaking")
   plan = kern.prepare(pos, seg, scheme=scheme, remap=remap, pattern=pattern)
-  out = kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme)
+  out = kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme, **options)
   return jnp.swapaxes(out, 1, 2)  # BxTxHxE
 
 
@@ -89,6 +89,62 @@ def test_weights_are_the_closed_form_and_sum_to_at_most_one(kernel):
   assert (weights_HxTxT[:, [0, 4]] == 0).all()  # each document's first token: no keys
   sums = weights_HxTxT.sum(-1)
   assert (sums <= 1).all() and (sums[:, [1, 2, 3, 5, 6, 7, 8]] > 0).all()
+
+
+@pytest.mark.parametrize("kernel", ["dense", "chunked"])
+def test_the_remainder_times_a_vector_per_head_joins_the_output(kernel):
+  """The reference model's o_i + rem_i b_h, rem_i = 1 - sum_j A_ij (1 at a document's first
+  token, which sees no key), with GQA (4 heads on 2 kv heads): values and gradients."""
+  t, e = 11, 8
+  q, k, v = _inputs(b=1, t=t, h=4, g=2, e=e)
+  b_HxE = jnp.asarray(np.random.default_rng(3).normal(size=(4, e)), jnp.float32)
+  seg = jnp.asarray([[1] * 5 + [2] * 6])
+  pos = jnp.asarray([list(range(5)) + list(range(6))])
+
+  def run(q, k, v, b_HxE):
+    return _attend(
+      kernel,
+      q,
+      k,
+      v,
+      pos,
+      seg,
+      scheme=_scheme("nope"),
+      remap=_remap("none"),
+      chunk_size=4,
+      remainder_HxE=b_HxE,
+    )
+
+  got = np.asarray(run(q, k, v, b_HxE))[0]  # TxHxE
+  kv_head = np.arange(4) // 2
+  logits = np.einsum("qhe,she->hqs", np.asarray(q[0]), np.asarray(k[0])[:, kv_head]) / np.sqrt(e)
+  same = np.asarray(seg[0])[:, None] == np.asarray(seg[0])[None, :]
+  weights_HxTxT = _closed_form(logits, same)
+  rem_HxT = 1 - weights_HxTxT.sum(-1)
+  want = np.einsum("hqs,she->qhe", weights_HxTxT, np.asarray(v[0])[:, kv_head])
+  want = want + rem_HxT.T[:, :, None] * np.asarray(b_HxE)[None]
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  np.testing.assert_allclose(rem_HxT[:, [0, 5]], 1.0)  # first tokens: all remainder
+  cotangent = jnp.asarray(np.random.default_rng(4).normal(size=(1, t, 4, e)), jnp.float32)
+  grad_b = jax.grad(lambda b: (run(q, k, v, b) * cotangent).sum())(b_HxE)
+  want_grad = np.einsum("hq,qhe->he", rem_HxT, np.asarray(cotangent[0]))
+  np.testing.assert_allclose(grad_b, want_grad, atol=1e-5)
+
+
+def test_the_model_holds_the_remainder_vector_by_default():
+  """model.attention.remainder_bias: True (the reference) gives each layer a zero H x E
+  vector; False, none (the stick's remainder then goes to no value)."""
+  config = tiny_config("nope")
+  config.model.vocab_size, config.model.attention.kind = 64, "stick_breaking"
+  assert config.model.attention.remainder_bias is True
+  attn = Decoder(config.model, rngs=nnx.Rngs(0)).blocks[0].attn
+  assert attn.remainder_HxE[...].shape == (config.model.num_heads, config.model.head_dim)
+  assert not np.asarray(attn.remainder_HxE[...]).any()
+  config.model.attention.remainder_bias = False
+  assert Decoder(config.model, rngs=nnx.Rngs(0)).blocks[0].attn.remainder_HxE is None
+  config.model.attention.kind = "softmax"  # softmax has no stick: no vector
+  config.model.attention.remainder_bias = True
+  assert Decoder(config.model, rngs=nnx.Rngs(0)).blocks[0].attn.remainder_HxE is None
 
 
 def _strided():

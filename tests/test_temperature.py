@@ -122,3 +122,93 @@ def test_beta_variant_sets_the_eval_time_field():
   config.model.attention.temperature = "ssmax"
   with pytest.raises(ValueError, match=r"model.attention.temperature='ssmax' differs"):
     variants.check_trained(config.to_dict(), trained)  # trained: refused
+
+
+def _brute_keys(seg_T, pattern):
+  """Per query: its allowed keys, by a loop over every (query, key) pair."""
+  t = len(seg_T)
+  first = [min(k for k in range(i + 1) if len(set(seg_T[k : i + 1])) == 1) for i in range(t)]
+  doc = [i - first[i] for i in range(t)]
+  return [
+    sum(
+      1
+      for j in range(i + 1)
+      if seg_T[j] == seg_T[i] and (pattern is None or pattern(doc[i], doc[j]))
+    )
+    for i in range(t)
+  ]
+
+
+@pytest.mark.parametrize(
+  "name, fields",
+  [
+    ("dense", {}),
+    ("sliding_window", {"window": 4}),
+    ("streaming", {"sink": 2, "window": 3}),
+    ("strided", {"window": 3, "stride": 4}),
+    ("block_global", {"block": 4}),
+  ],
+)
+def test_visible_keys_count_the_mask_in_both_kernels(name, fields):
+  """Packed documents (7 and 13 tokens), positions randomized: n counts the allowed keys, by
+  in-document index, never by position; the chunked plan (no mask) agrees with the dense one."""
+  from lcx import attention, patterns, positions
+  from lcx.positions import remaps
+
+  cfg = patterns.default_config(name)
+  cfg.update(fields)
+  pattern = patterns.build(cfg)
+  seg = jnp.asarray([[1] * 7 + [2] * 13])
+  pos = positions.randomized_positions(
+    jax.random.key(0), jnp.asarray([list(range(7)) + list(range(13))]), 500, seg
+  )
+  scheme = positions.Scheme()
+  remap = remaps.build(remaps.default_config("none"), positions.Dims(8, 2, 4, 16))
+  want = _brute_keys(list(np.asarray(seg[0])), pattern)
+  for prepare in (attention.prepare_dense, attention.prepare_chunked):
+    plan = prepare(pos, seg, scheme=scheme, remap=remap, pattern=pattern)
+    np.testing.assert_array_equal(np.asarray(temperature.visible_keys(plan))[0], want)
+
+
+def test_ssmax_n_is_the_keys_seen_not_the_position():
+  """NoPE + SSMax, a window of 4 keys: the logits do not depend on the positions (randomized
+  ones change nothing, n counts keys); ssmax_n=position (lcx before) reads them."""
+  t = 24
+  tokens, plain_pos, seg = _args(t)
+  far_pos = plain_pos * 37 + 5  # increasing, far past L
+  fields = {"model.position": __import__("lcx").positions.default_config("nope")}
+  fields.update({"model.attention.temperature": "ssmax", "model.position_window": 4})
+  model = _model(**fields)
+  run = jax.jit(lambda pos: model(tokens, pos, seg))
+  np.testing.assert_allclose(run(far_pos), run(plain_pos), atol=1e-5)
+  a = model.blocks[0].attn
+  plan_keys = np.minimum(np.arange(t) + 1, 4)  # the window: min(i + 1, 4) keys
+  from lcx import attention
+
+  plan = model.plans(lambda **kw: attention.prepare_dense(plain_pos, seg, **kw))[0]
+  np.testing.assert_array_equal(np.asarray(temperature.visible_keys(plan))[0], plan_keys)
+  assert a.ssmax_keys
+  old = _model(**fields, **{"model.attention.ssmax_n": "position"})
+  run_old = jax.jit(lambda pos: old(tokens, pos, seg))
+  assert np.abs(np.asarray(run_old(far_pos)) - np.asarray(run_old(plain_pos))).max() > 1e-3
+
+
+def test_log_n_run_with_rerope_applies_log_n_once():
+  """A log_n run evaluated with rerope@W (log_n_scaling on, its default): the query factor is
+  applied once, so the logits equal those of the same weights with no temperature and ReRoPE's
+  own log-n; at i = 63 with L = 8 the factor is ln 64 / ln 8 = 2, not its square 4."""
+  from lcx.positions import remaps
+
+  def model(temp):
+    config = tiny_config("rope")
+    config.model.vocab_size, config.model.max_len, config.model.attention.temperature = 259, 8, temp
+    config.model.remap = remaps.default_config("rerope")
+    config.model.remap.window = 4
+    return Decoder(config.model, rngs=nnx.Rngs(0))
+
+  log_n, plain = model("log_n"), model("none")
+  assert float(remaps.log_n_scale(jnp.asarray(63), 8)) == pytest.approx(2.0)
+  np.testing.assert_allclose(_logits(log_n, 64), _logits(plain, 64), atol=1e-5, rtol=1e-5)
+  pos = _args(64)[1]
+  assert all(b.q_scale is None for b in log_n.remap.branches(pos, pos))  # the remap's: off
+  assert all(b.q_scale is not None for b in plain.remap.branches(pos, pos))

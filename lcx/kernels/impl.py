@@ -29,6 +29,8 @@ def unsupported(model_cfg) -> str | None:
     return f"model.attention.kind={model_cfg.attention.kind!r}"
   if positions_base.is_contextual(model_cfg.position.name):
     return f"model.position.name={model_cfg.position.name!r} (a contextual hook)"
+  if model_cfg.attention.get("temperature") == "scale_invariant":
+    return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   return None
 
 

@@ -16,5 +16,5 @@ from lcx.positions.base import (
   validate,
 )
 from lcx.positions.biases import alibi_slopes, t5_bucket
-from lcx.positions.randomized import pose_positions, randomized_positions
+from lcx.positions.randomized import pose_positions, random_distances, randomized_positions
 from lcx.positions.scaling import rope_frequencies

@@ -13,7 +13,8 @@ Positions are always explicit inputs (int or float), so a bias is a function of 
 a stored (T, T) matrix: the chunked attention kernel evaluates it block by block at any length.
 A contextual hook reads no positions; the chunked kernel calls it once per key block, nearest
 block first, threading `carry` (see `Scheme.contextual`).
-One scheme instance is shared by all layers (learned schemes hold one set of parameters).
+One scheme instance serves all layers (learned schemes hold one set of parameters), unless its
+`for_layer(i)` returns another for block i (CoPE's per-layer tables).
 Shape letters (E head dim, S key length, R rotary pairs, ...): lcx/attention.py's docstring.
 """
 
@@ -39,11 +40,18 @@ class Dims:
   num_heads: int
   head_dim: int
   max_len: int
+  num_layers: int = 1
 
   @classmethod
   def of(cls, model_cfg) -> "Dims":
     """The dimensions of a `model.*` config section."""
-    return cls(model_cfg.d_model, model_cfg.num_heads, model_cfg.head_dim, model_cfg.max_len)
+    return cls(
+      model_cfg.d_model,
+      model_cfg.num_heads,
+      model_cfg.head_dim,
+      model_cfg.max_len,
+      model_cfg.num_layers,
+    )
 
 
 class Scheme(nnx.Module):
@@ -53,6 +61,12 @@ class Scheme(nnx.Module):
     del pos_BxL
     return x_BxLxD
 
+  def for_layer(self, layer: int) -> "Scheme":
+    """The scheme block `layer` (from 0) attends with: itself, unless the scheme keeps
+    parameters per layer (CoPE's default, one table per layer as the paper)."""
+    del layer
+    return self
+
   def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, *, q_len_BxL=None, k_len_BxL=None):
     del q_pos_BxL, k_pos_BxL, q_len_BxL, k_len_BxL
     return q_BxLxHxE, k_BxLxGxE
@@ -61,6 +75,10 @@ class Scheme(nnx.Module):
     """Additive logit bias, BxHxQxS (or broadcastable), or None when the scheme has none."""
     del q_pos_BxQ, k_pos_BxS
     return None
+
+  # True where `bias` is a function of the distance i - j alone (ALiBi, T5, KERPLE, Sandwich):
+  # randomized training then samples distances, as Ruoss et al. (lcx/positions/randomized.py).
+  bias_of_distance = False
 
   # contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry):
   # float32 logits added before the softmax that depend on q and on the logits themselves, not

@@ -53,6 +53,8 @@ def _check_heads(cfg, dims):
 class ALiBi(Scheme):
   """bias = -m_h * (i - j): a fixed linear penalty on distance, one slope per head."""
 
+  bias_of_distance = True
+
   def __init__(self, *, dims, rngs):
     del rngs
     # A tuple, not an array: constants stay static; modules hold only nnx.Param state.
@@ -104,6 +106,8 @@ def _check_t5(cfg, dims):
 class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
+  bias_of_distance = True
+
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
     self.table_NxH = nnx.Param(
@@ -124,8 +128,13 @@ class T5(Scheme):
     return jnp.moveaxis(bias_BxQxSxH, -1, 1)
 
 
+FIRE_INITS = ("linear", "normal")
+
+
 def _check_fire(cfg, dims):
   _check_heads(cfg, dims)
+  if cfg.init not in FIRE_INITS:
+    raise errors.not_allowed(f"{PREFIX}.init", cfg.init, f"one of {FIRE_INITS}")
   for field in ("hidden", "c_init"):
     if not cfg[field] > 0:
       raise errors.not_allowed(f"{PREFIX}.{field}", cfg[field], "> 0")
@@ -140,7 +149,11 @@ def _check_fire(cfg, dims):
 FIRE_EPS = 1e-6  # added to psi(normalizer), as the paper's code does
 
 
-@register("fire", {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float)}, check=_check_fire)
+@register(
+  "fire",
+  {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float), "init": "linear"},
+  check=_check_fire,
+)
 class FIRE(Scheme):
   """bias(i, j) = MLP(psi(i - j) / (psi(max(i, L_thr)) + eps)), psi(x) = ln(|c x| + 1).
 
@@ -152,6 +165,12 @@ class FIRE(Scheme):
   never reach past the threshold in training). The query position normalizes the distance, so
   the input stays in [0, 1] at any length.
 
+  `init`: `linear` (default), PyTorch nn.Linear's, as the paper's appendix code builds the MLP:
+  weights and biases of each layer uniform in +-1/sqrt(fan_in) (+-1 for the 1 -> hidden layer).
+  `normal` (lcx before): normal weights over sqrt(fan_in) and zero biases; with b_in = 0 and
+  an input >= 0 every unit with w_in < 0 stays at 0 and never gets a gradient (about half),
+  and the MLP starts exactly linear in the input.
+
   The MLP over every (row, query, key) is B x Q x S x hidden units, forward and backward. When
   the positions are integers in [0, N), N = max(Q, S) (packed training rows, plain evaluation),
   the bias only depends on (i, |i - j|), so the MLP runs once over that N x N grid, shared by
@@ -160,18 +179,28 @@ class FIRE(Scheme):
   beyond N) take the direct path; `lax.cond` picks one at run time.
   """
 
-  def __init__(self, *, dims, rngs, hidden, c_init, threshold_init):
+  def __init__(self, *, dims, rngs, hidden, c_init, threshold_init, init):
     def normal(shape, fan_in):
       return jax.random.normal(rngs.params(), shape) / math.sqrt(fan_in)
+
+    def uniform(shape, fan_in):
+      bound = 1 / math.sqrt(fan_in)
+      return jax.random.uniform(rngs.params(), shape, jnp.float32, -bound, bound)
+
+    def zeros(shape, fan_in):
+      del fan_in
+      return jnp.zeros(shape)
+
+    weight, bias = {"linear": (uniform, uniform), "normal": (normal, zeros)}[init]
 
     self.c = nnx.Param(jnp.asarray(c_init, jnp.float32))
     # A float, not an array: a constant, not state (only m is learned).
     self.threshold_init = float(dims.max_len if threshold_init is None else threshold_init)
     self.threshold_multiplier = nnx.Param(jnp.asarray(1.0, jnp.float32))
-    self.w_in = nnx.Param(normal((hidden,), 1))
-    self.b_in = nnx.Param(jnp.zeros((hidden,)))
-    self.w_out = nnx.Param(normal((hidden, dims.num_heads), hidden))
-    self.b_out = nnx.Param(jnp.zeros((dims.num_heads,)))
+    self.w_in = nnx.Param(weight((hidden,), 1))
+    self.b_in = nnx.Param(bias((hidden,), 1))
+    self.w_out = nnx.Param(weight((hidden, dims.num_heads), hidden))
+    self.b_out = nnx.Param(bias((dims.num_heads,), hidden))
 
   def threshold(self) -> jax.Array:
     """The effective threshold L_thr = |m * L_init|."""
@@ -290,6 +319,7 @@ class KerpleBias:
 
   kernel = None  # kerple_log or kerple_power
   r2_max = None
+  bias_of_distance = True
 
   def __init__(self, *, dims, rngs, r1_init, r2_init, init, eps):
     def start(scale):
@@ -376,6 +406,8 @@ class Sandwich(Scheme):
   Computed as an inner product (one matmul over dim, memory B x Q x S), which in float32 loses
   about |position| * 1e-7 radians per angle: negligible below ~10^5.
   """
+
+  bias_of_distance = True
 
   def __init__(self, *, dims, rngs, dim, base, compression):
     del rngs

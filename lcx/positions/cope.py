@@ -9,10 +9,11 @@ floor(p) and ceil(p) of the logits q_i.e[n] / sqrt(E), added to z_ij before the 
 
 As the paper's code (facebookresearch/RAM, projects/cope/src/cope/context_position.py):
 `npos_max` defaults to the training length + 1 (its block size + 1: p lies in [0, L]), the
-embeddings start at zero (CoPE starts as NoPE) and are shared by the heads, and both the gates'
-logits and the position logits are divided by sqrt(E) (its default, not `--cope-nodiv`). Unlike
-its default, one table serves every layer (lcx: one scheme instance per model; its
-`--cope-shared`). No position ids are read, so remaps are refused (remaps.check_scheme).
+embeddings start at zero (CoPE starts as NoPE) and are shared by the heads, both the gates'
+logits and the position logits are divided by sqrt(E) (its default, not `--cope-nodiv`), and
+each layer has its own table (its default; `shared=True` is its `--cope-shared`: one table for
+every layer). A block of the per-layer schedule without positions (`model.nope_every`) leaves
+its table unused. No position ids are read, so remaps are refused (remaps.check_scheme).
 """
 
 from __future__ import annotations
@@ -200,16 +201,25 @@ def _check(cfg, dims):
     )
 
 
-@register("cope", {"npos_max": Unset(int)}, check=_check)
+@register("cope", {"npos_max": Unset(int), "shared": False}, check=_check)
 class CoPE(Scheme):
-  """Position logits from gate counts; `embedding_NxE`: e[0..npos_max-1], zero at init."""
+  """Position logits from gate counts; `embedding_NxE`: e[0..npos_max-1], zero at init.
 
-  def __init__(self, *, dims, rngs, npos_max):
-    del rngs
+  This instance is block 0's (or every block's, `shared`); `others` holds blocks 1.. 's."""
+
+  def __init__(self, *, dims, rngs, npos_max, shared):
     n = dims.max_len + 1 if npos_max is None else npos_max
     self.embedding_NxE = nnx.Param(
       jnp.zeros((n, dims.head_dim), jnp.float32), logical_axes=(None, "head_dim")
     )
+    self.shared = bool(shared)
+    others = 0 if shared else dims.num_layers - 1
+    self.others = nnx.List(
+      [CoPE(dims=dims, rngs=rngs, npos_max=npos_max, shared=True) for _ in range(others)]
+    )
+
+  def for_layer(self, layer):
+    return self if self.shared or layer == 0 else self.others[layer - 1]
 
   def contextual(self, q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry):
     """carry: (the summed gates of the keys already visited, nearer than this block; q.e for

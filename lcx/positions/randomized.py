@@ -10,8 +10,20 @@ Rows are packed, so a row holds several documents; each gets its own sample, dis
 standalone document's (a short document is not squeezed into the low positions). The row draws
 L distinct values in random order (a uniform permutation's prefix); each document takes the
 values at its own tokens' indices and sorts them. Any fixed set of n indices of a uniform random
-permutation is a uniform n-subset, so each document's sample is exactly the paper's; documents
-of one row get disjoint samples (not independent, which training does not need).
+permutation is a uniform n-subset, so each document's sample is the paper's sample of sorted
+positions; documents of one row get disjoint samples (not independent, which training does not
+need).
+
+That is the paper's sample for the absolute schemes (sinusoidal, learned) and RoPE, whose
+noisy variants in its code sample sorted positions as here. For biases its noisy ALiBi and
+noisy relative (Transformer-XL) encodings sample one sorted set of L - 1 *distances* from
+[1, max_position) per step and give offset k the k-th smallest, so the bias depends on the
+offset alone (`compute_noisy_alibi_encodings_biases` in google-deepmind/
+randomized_positional_encodings). lcx does the same (`random_distances`, `RandomDistances`)
+for every scheme whose bias is a function of i - j alone (`Scheme.bias_of_distance`: ALiBi,
+T5, KERPLE, Sandwich) unless `train.random_bias=positions`, which samples positions for them
+too: two tokens k apart are then a sum of k random gaps apart, which changes with the query.
+FIRE, whose bias also reads the query's position, always samples positions.
 """
 
 from __future__ import annotations
@@ -88,3 +100,40 @@ def pose_positions(
   skip_BxL = per_document(skip_key, 0, target - n_BxL)
   out_BxL = index_BxL + jnp.where(index_BxL >= first_chunk_BxL, skip_BxL, 0)
   return out_BxL.astype(pos_BxL.dtype)
+
+
+def random_distances(key: jax.Array, length: int, max_position: int) -> jax.Array:
+  """D_L: D[0] = 0 and D[1..L-1] a sorted sample of L - 1 distinct distances in
+  [1, max_position): offset k reads as distance D[k] (int32)."""
+  if max_position < length:
+    raise ValueError(
+      f"train.random_positions={max_position} must be >= the row length {length}: "
+      "each row needs that many distinct distances"
+    )
+  sample = jax.random.choice(key, jnp.arange(1, max_position), (length - 1,), replace=False)
+  return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.sort(sample).astype(jnp.int32)])
+
+
+class RandomDistances:
+  """A distance-only bias scheme whose offset k = i - j reads as distance D[k]: the scheme's
+  bias evaluated once per distance of D (at query position D[k], key 0), then gathered by
+  offset. Offsets come from the (plain, per-document) positions; future keys, masked, read
+  D[0]. Every other hook is the scheme's; built per train step (lcx.model.Decoder)."""
+
+  def __init__(self, inner, distances_L):
+    self.inner, self.distances_L = inner, distances_L
+    self.contextual = inner.contextual
+
+  def embed(self, x_BxLxD, pos_BxL):
+    return self.inner.embed(x_BxLxD, pos_BxL)
+
+  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
+    return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)
+
+  def bias(self, q_pos_BxQ, k_pos_BxS):
+    n = self.distances_L.shape[0]
+    table_1xHxNx1 = self.inner.bias(self.distances_L[None, :], jnp.zeros((1, 1), jnp.int32))
+    table_HxN = table_1xHxNx1[0, :, :, 0]
+    offset_BxQxS = jnp.asarray(q_pos_BxQ)[:, :, None] - jnp.asarray(k_pos_BxS)[:, None, :]
+    offset_BxQxS = jnp.clip(offset_BxQxS.astype(jnp.int32), 0, n - 1)
+    return jnp.moveaxis(jnp.take(table_HxN, offset_BxQxS, axis=1), 0, 1)  # BxHxQxS

@@ -201,6 +201,17 @@ def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
     raise ValueError(refusal)
 
 
+def for_temperature(cfg: ml_collections.ConfigDict, temperature: str) -> ml_collections.ConfigDict:
+  """`cfg` with ReRoPE's log-n off when `model.attention.temperature=log_n` already scales
+  every query by the same max(1, ln(i + 1) / ln(L)): a log_n run evaluated with rerope@W gets
+  the factor once (2.0 at i = 63, L = 8), not squared (4.0)."""
+  if temperature != "log_n" or not cfg.get("log_n_scaling", False):
+    return cfg
+  out = ml_collections.ConfigDict(cfg.to_dict())
+  out.log_n_scaling = False
+  return out
+
+
 def build(cfg: ml_collections.ConfigDict, dims: Dims) -> Remap:
   entry, fields = REMAPS.resolve(cfg)
   return Remap(functools.partial(entry.value, dims=dims, **fields))

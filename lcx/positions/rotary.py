@@ -119,12 +119,12 @@ class RoPE(Scheme):
 
   def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, *, q_len_BxL=None, k_len_BxL=None):
     window = q_BxLxHxE.shape[1]  # the current length when no per-token one is given
-    q_angle, factor = self.angles(q_pos_BxL, window if q_len_BxL is None else q_len_BxL)
-    k_angle, _ = self.angles(k_pos_BxL, window if k_len_BxL is None else k_len_BxL)
+    q_angle, q_factor = self.angles(q_pos_BxL, window if q_len_BxL is None else q_len_BxL)
+    k_angle, k_factor = self.angles(k_pos_BxL, window if k_len_BxL is None else k_len_BxL)
     q_scale, k_scale = self.scales(q_pos_BxL, k_pos_BxL)
     return (
-      rotate_pairs(q_BxLxHxE, q_angle, self.pairing, factor * q_scale),
-      rotate_pairs(k_BxLxGxE, k_angle, self.pairing, factor * k_scale),
+      rotate_pairs(q_BxLxHxE, q_angle, self.pairing, q_factor * q_scale),
+      rotate_pairs(k_BxLxGxE, k_angle, self.pairing, k_factor * k_scale),
     )
 
 

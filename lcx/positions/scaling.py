@@ -472,7 +472,9 @@ def rope_angles(
   LongRoPE's n_hat is applied exactly as the paper's rule, per token: a position p < n_hat is
   rotated by p * theta_i (unscaled), any other by p * inv_freq_i. A query and a key on different
   sides of n_hat therefore use different frequency sets, as in the paper; their logit then
-  depends on both positions, not only on their difference.
+  depends on both positions, not only on their difference. The attention factor scales only
+  the positions >= n_hat (a BxLx1 factor then): the reference's mixed embedding takes the
+  first n_hat positions' cos and sin from the original, unscaled embedding.
   """
   per_token = length is not None and not isinstance(length, (int, np.integer))
   per_row = isinstance(sc.n_hat, jax.Array)  # with_row_factors: the LongRoPE search
@@ -496,6 +498,7 @@ def rope_angles(
       pos_BxLx1 * unscaled_R.reshape((1,) * jnp.ndim(pos_BxL) + (-1,)),
       angle_BxLxR,
     )
+    factor = jnp.where(pos_BxLx1 < sc.n_hat, 1.0, jnp.asarray(factor, jnp.float32))
   return angle_BxLxR, factor
 
 

@@ -172,6 +172,12 @@ def test_model_with_pallas_equals_xla(temp):
   cfg.num_layers, cfg.num_kv_heads, cfg.vocab_size, cfg.max_len = 1, 2, 64, 16
   cfg.attention.sink, cfg.attention.temperature, cfg.attention.block_size = "learned", temp, 8
   cfg.attention.beta_c = 0.5 if temp == "none" else 0.0  # the eval-time temperature too
+  if impl.unsupported(cfg):  # scale-invariant attention: refused, xla under auto
+    cfg.attention.impl = "pallas"
+    with pytest.raises(ValueError, match="model.attention.impl"):
+      impl.check_impl(cfg)
+    assert impl.resolve_impl(cfg, "gpu") == "xla"
+    return
   tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64)
   seg = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
   pos = attention.document_index(seg)

@@ -113,6 +113,36 @@ def test_fire_matches_its_formula():
   np.testing.assert_allclose(scheme.bias(q_pos, k_pos)[0], expected, rtol=1e-5, atol=1e-6)
 
 
+def test_fire_mlp_starts_as_torch_nn_linear():
+  """The paper's appendix code: nn.Linear(1, hidden) and nn.Linear(hidden, heads) with
+  PyTorch's default init, weights and biases uniform in +-1/sqrt(fan_in). With b_in = 0 (lcx's
+  old `init=normal`) every unit with w_in < 0 is dead on inputs in [0, 1]: no gradient."""
+  scheme = build("fire", hidden=4096)
+  bound_out = 1 / math.sqrt(4096)
+  for name, bound in (("w_in", 1.0), ("b_in", 1.0), ("w_out", bound_out), ("b_out", bound_out)):
+    x = np.asarray(getattr(scheme, name)[...])
+    assert np.abs(x).max() <= bound and np.abs(x).max() > 0.9 * bound, name
+    if x.size >= 4096:  # uniform: mean 0, variance bound^2 / 3
+      assert abs(x.mean()) < 0.05 * bound and abs(x.var() / bound**2 - 1 / 3) < 0.03, name
+  pos = jnp.arange(32)[None]
+
+  def dead_units(s):
+    grad = nnx.grad(lambda m: m.bias(pos, pos).sum())(s).w_in[...]
+    return int((np.asarray(grad) == 0).sum())
+
+  old = build("fire", hidden=4096, init="normal")
+  assert not np.asarray(old.b_in[...]).any()
+  assert dead_units(old) == int((np.asarray(old.w_in[...]) <= 0).sum())  # half: ~2048
+  assert dead_units(scheme) < 0.9 * dead_units(old)
+  x_N = jnp.linspace(0.0, 1.0, 65)  # FIRE's inputs lie in [0, 1]
+
+  def curvature(s):  # second differences of the MLP over x: 0 where it is linear
+    return float(jnp.abs(jnp.diff(s._mlp(x_N), n=2, axis=0)).max())
+
+  # at the default width (32 units)
+  assert curvature(build("fire", init="normal")) < 1e-5 < 1e-3 < curvature(build("fire"))
+
+
 def test_fire_threshold_defaults_to_the_training_length():
   assert float(build("fire").threshold()) == DIMS.max_len
   assert float(build("fire", threshold_init=6.0).threshold()) == 6.0
@@ -204,6 +234,7 @@ def test_t5_bias_reads_the_bucket_table():
     ("t5", {"num_buckets": 1}, "model.position.num_buckets=1 is not allowed; allowed: >= 2"),
     ("t5", {"max_distance": 8}, "model.position.max_distance=8 must exceed the exact range 16"),
     ("fire", {"hidden": 0}, "model.position.hidden=0 is not allowed; allowed: > 0"),
+    ("fire", {"init": "zeros"}, "model.position.init='zeros' is not allowed; allowed: one of"),
     ("alibi", {"slope": 1.0}, "model.position.slope is not a known field; allowed: (none)"),
   ],
 )

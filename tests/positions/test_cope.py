@@ -295,8 +295,9 @@ def test_model_past_the_training_length_chunked_equals_dense(dtype):
   cfg = config.model
   cfg.vocab_size, cfg.dtype, cfg.attention.chunk_size = 259, dtype, 16
   model = Decoder(cfg, rngs=nnx.Rngs(0))
-  table = model.position.embedding_NxE
-  table[...] = jax.random.normal(jax.random.key(1), table[...].shape)
+  for layer in range(cfg.num_layers):  # per-layer tables (the default): each its own values
+    table = model.position.for_layer(layer).embedding_NxE
+    table[...] = jax.random.normal(jax.random.key(1 + layer), table[...].shape)
   t = 80
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 259, (1, t)))
   pos, seg = jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
@@ -305,3 +306,43 @@ def test_model_past_the_training_length_chunked_equals_dense(dtype):
   assert np.isfinite(dense).all() and np.isfinite(chunked).all()
   if dtype == "float32":
     np.testing.assert_allclose(chunked, dense, atol=1e-4, rtol=1e-4)
+
+
+def _cope_model(shared, tables):
+  """A tiny 2-layer CoPE decoder whose block i reads `tables[i]` (shared: tables[0] only)."""
+  config = tiny_config("cope")
+  config.model.vocab_size = 259
+  config.model.position.shared = shared
+  model = Decoder(config.model, rngs=nnx.Rngs(0))
+  for layer in range(1 if shared else config.model.num_layers):
+    model.position.for_layer(layer).embedding_NxE[...] = tables[layer]
+  return model
+
+
+def test_one_table_per_layer_by_default_and_shared_as_an_option():
+  """The paper's default: each layer reads its own table (its --cope-shared: one for all).
+  With equal tables the two layouts give the same logits; a different table in block 1 alone
+  changes them, and each table gets its own gradient."""
+  assert positions.default_config("cope").shared is False
+  shape = (tiny_config().model.max_len + 1, tiny_config().model.head_dim)
+  x, y = (jax.random.normal(jax.random.key(k), shape) for k in (1, 2))
+  t = 24
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 259, (2, t)))
+  pos, seg = jnp.broadcast_to(jnp.arange(t), (2, t)), jnp.ones((2, t), jnp.int32)
+
+  def logits(model):
+    return np.asarray(model(tokens, pos, seg))
+
+  per_layer = _cope_model(False, [x, x])
+  assert per_layer.position.for_layer(1) is not per_layer.position.for_layer(0)
+  shared = _cope_model(True, [x])
+  assert shared.position.for_layer(1) is shared.position and not len(shared.position.others)
+  np.testing.assert_allclose(logits(per_layer), logits(shared), atol=1e-5, rtol=1e-5)
+  assert np.abs(logits(_cope_model(False, [x, y])) - logits(shared)).max() > 1e-3
+
+  def loss(model):
+    return model(tokens, pos, seg).mean()
+
+  grads = nnx.grad(loss)(_cope_model(False, [x, y])).position
+  g0, g1 = np.asarray(grads.embedding_NxE[...]), np.asarray(grads.others[0].embedding_NxE[...])
+  assert np.abs(g0).max() > 0 and np.abs(g1).max() > 0 and np.abs(g0 - g1).max() > 0

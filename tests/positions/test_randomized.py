@@ -107,9 +107,14 @@ def runs():
     steps[name] = train.make_step(graphdefs[name], tx, config)
     states[name] = (params, tx.init(params))
   initial = {name: params for name, (params, _) in states.items()}
+
+  def distances(name, d_L):  # a distance-only bias samples distances (train.random_bias)
+    return d_L if positions.spec(name).cls.bias_of_distance else None
+
   losses_at = jax.jit(
-    lambda params, pos: {
-      name: train.loss_fn(nnx.merge(graphdefs[name], p), batch, pos) for name, p in params.items()
+    lambda params, pos, d_L=None: {
+      name: train.loss_fn(nnx.merge(graphdefs[name], p), batch, pos, distances(name, d_L))
+      for name, p in params.items()
     },
     compiler_options=FAST_COMPILE,
   )
@@ -122,6 +127,7 @@ def runs():
   out = {
     "plain_before": losses_at(initial, plain),
     "sampled": losses_at(initial, positions.randomized_positions(first_key, plain, RANDOM_MAX)),
+    "distances": losses_at(initial, plain, positions.random_distances(first_key, 16, RANDOM_MAX)),
   }
   losses = {name: [] for name in states}
   for i in range(STEPS):
@@ -145,7 +151,12 @@ def test_train_step_randomizes_and_plain_forward_is_untouched(runs, name):
   run = runs[name]
   losses = run["losses"]
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
-  assert losses[0] == pytest.approx(run["sampled"], rel=1e-5)
+  if positions.spec(name).cls.bias_of_distance:  # the paper's sorted distances
+    assert losses[0] == pytest.approx(run["distances"], rel=1e-5)
+    if name != "t5":
+      assert abs(run["distances"] - run["sampled"]) > 1e-4
+  else:
+    assert losses[0] == pytest.approx(run["sampled"], rel=1e-5)
   # T5's table starts at zero: no position signal yet; CoPE reads no position ids.
   if name not in ("nope", "t5", "cope"):
     assert abs(run["sampled"] - run["plain_before"]) > 1e-4
@@ -229,3 +240,76 @@ def test_train_step_with_pose_learns_and_sees_skipped_positions():
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
   assert losses[0] == pytest.approx(at_skipped, rel=1e-5)
   assert abs(at_skipped - at_plain) > 1e-4
+
+
+def test_random_distances_are_zero_then_a_sorted_sample():
+  """Ruoss et al.'s noisy ALiBi: offset 0 reads 0, offsets 1..L-1 read L - 1 distinct sorted
+  distances from [1, N_max); a new key draws new ones."""
+  d = np.asarray(positions.random_distances(jax.random.key(0), 16, 1000))
+  assert d.dtype == np.int32 and d[0] == 0 and d.min() >= 0 and d.max() < 1000
+  assert np.all(np.diff(d) > 0)
+  assert not np.array_equal(d, np.asarray(positions.random_distances(jax.random.key(1), 16, 1000)))
+  np.testing.assert_array_equal(positions.random_distances(jax.random.key(2), 16, 16), range(16))
+  with pytest.raises(ValueError, match="train.random_positions=8 must be >= the row length 16"):
+    positions.random_distances(jax.random.key(0), 16, 8)
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "kerple_log", "sandwich"])
+def test_a_distance_bias_reads_offset_k_as_distance_d_k(name):
+  """The wrapped bias at (i, j) is the scheme's bias at distance D[i - j]: a function of the
+  offset alone, the same for every query (unlike differences of sampled positions)."""
+  from lcx.positions import randomized
+
+  dims = positions.Dims(32, 4, 8, 64)
+  scheme = randomized_params(
+    positions.build(positions.default_config(name), dims, rngs=nnx.Rngs(0))
+  )
+  assert type(scheme).bias_of_distance
+  d_L = positions.random_distances(jax.random.key(3), 12, 500)
+  pos = jnp.asarray([list(range(5)) + list(range(7))])  # two packed documents
+  got = np.asarray(randomized.RandomDistances(scheme, d_L).bias(pos, pos))[0]  # HxQxS
+  for i in range(12):
+    for j in range(12):
+      k = max(int(pos[0, i] - pos[0, j]), 0)
+      want = scheme.bias(jnp.asarray([[int(d_L[k])]]), jnp.asarray([[0]]))
+      np.testing.assert_allclose(got[:, i, j], np.asarray(want).reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def randomized_params(scheme):
+  """Random values for the learned parameters (T5's table starts at zero)."""
+  graphdef, state = nnx.split(scheme)
+  leaves, tree = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(1), max(len(leaves), 1))
+  leaves = [x + jax.random.uniform(k, x.shape) for x, k in zip(leaves, keys)]
+  return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves))
+
+
+def test_the_model_reads_the_distances_and_training_samples_them(monkeypatch, tmp_path):
+  """distances_L = 0..L-1 is plain ALiBi; sampled ones change the logits; FIRE and RoPE ignore
+  them (not distance-only). The train step samples distances for ALiBi by default and
+  positions with train.random_bias=positions."""
+  config = tiny_config("alibi")
+  config.model.vocab_size = 259
+  model = Decoder(config.model, rngs=nnx.Rngs(0))
+  t = 16
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 259, (1, t)))
+  pos, seg = jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
+  plain = np.asarray(model(tokens, pos, seg))
+  np.testing.assert_allclose(model(tokens, pos, seg, distances_L=jnp.arange(t)), plain, atol=1e-5)
+  d_L = positions.random_distances(jax.random.key(0), t, 1000)
+  assert np.abs(np.asarray(model(tokens, pos, seg, distances_L=d_L)) - plain).max() > 1e-2
+  rope_config = tiny_config("rope")
+  rope_config.model.vocab_size = 259
+  rope = Decoder(rope_config.model, rngs=nnx.Rngs(0))
+  np.testing.assert_array_equal(rope(tokens, pos, seg, distances_L=d_L), rope(tokens, pos, seg))
+
+  calls = []
+  original = positions.random_distances
+  monkeypatch.setattr(positions, "random_distances", lambda *a: calls.append(a[1:]) or original(*a))
+  config = tiny_config("alibi", steps=2, random_positions=256, checkpoint_every=100)
+  train.train(config, str(tmp_path / "distances"))
+  assert calls and calls[0] == (32, 256)
+  calls.clear()
+  config.train.random_bias = "positions"
+  train.train(config, str(tmp_path / "positions"))
+  assert not calls

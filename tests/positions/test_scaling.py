@@ -2,6 +2,7 @@
 rope type, the Hugging Face implementation where installed, the validation messages, per-token
 lengths, and Hugging Face scaling dicts and config files read verbatim."""
 
+import dataclasses
 import json
 import math
 
@@ -9,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from lcx import positions
 from lcx.positions import scaling
@@ -748,3 +750,31 @@ def test_read_hf_scaling_errors_name_the_file(tmp_path, content, message):
   with pytest.raises(ValueError) as error:
     scaling.read_hf_scaling(str(path))
   assert str(error.value).startswith(f"{path}: {message}")
+
+
+def test_longrope_attention_factor_spares_the_positions_below_n_hat():
+  """The reference's mixed embedding: positions < n_hat take the original cos and sin, so
+  neither the scaled frequencies nor the attention factor m = sqrt(1 + ln s / ln L); a query
+  at 2 and a key at 10 then get factors 1 and m (their logit m times, not m^2)."""
+  sc = scaling.resolve({**LONGROPE, "n_hat": 4}, 16)
+  m = math.sqrt(1 + math.log(4.0) / math.log(64))
+  pos_BxL = jnp.arange(12)[None]
+  _, factor = scaling.rope_angles(pos_BxL, 16, 10000.0, sc, jnp.full((1, 12), 200))
+  np.testing.assert_allclose(np.asarray(factor)[0, :, 0], [1.0] * 4 + [m] * 8, rtol=1e-6)
+  cfg = positions.default_config("rope")
+  cfg.scaling.update({**LONGROPE, "n_hat": 4})
+  rope = positions.build(cfg, positions.Dims(64, 1, 16, 64), rngs=nnx.Rngs(0))
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 1, 1, 16)), jnp.float32)
+  length = jnp.full((1, 1), 200)
+
+  def logit(q_pos, k_pos, scheme):
+    q, k = scheme.rotate(
+      x, x, jnp.asarray([[q_pos]]), jnp.asarray([[k_pos]]), q_len_BxL=length, k_len_BxL=length
+    )
+    return float(jnp.sum(q * k))
+
+  no_factor = positions.build(cfg, positions.Dims(64, 1, 16, 64), rngs=nnx.Rngs(0))
+  no_factor.scaling = dataclasses.replace(no_factor.scaling, attention_factor=1.0)
+  assert logit(2, 10, rope) == pytest.approx(m * logit(2, 10, no_factor), rel=1e-5)
+  assert logit(10, 2, rope) == pytest.approx(m * logit(10, 2, no_factor), rel=1e-5)
+  assert logit(20, 10, rope) == pytest.approx(m * m * logit(20, 10, no_factor), rel=1e-5)
