@@ -176,6 +176,7 @@ def test_model_with_pallas_equals_xla(temp):
     cfg.attention.impl = "pallas"
     with pytest.raises(ValueError, match="model.attention.impl"):
       impl.check_impl(cfg)
+    cfg.attention.impl = "auto"
     assert impl.resolve_impl(cfg, "gpu") == "xla"
     return
   tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64)
