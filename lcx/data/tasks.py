@@ -4,7 +4,8 @@ Each task maps `(rng, length)` to an `Example` of bytes. `length` is the task's 
 (how many symbols to copy, digits to add, key-value pairs, filler sentences, terms,
 variables, clauses, functions...), and an example's token count depends on `length`
 only, so a training length bound is a token bound. Answers are random given the length:
-only the prompt determines them.
+only the prompt determines them. Flip-flop (`FLIP_FLOP`) is the exception: its answer is the
+whole sequence, and only the bytes it marks `scored` (the read bits) are determined.
 
 SCAN and PCFG cannot keep that property (what a command or a function composition
 produces varies with the draw), so their answers end with `.` (a model must say where
@@ -35,8 +36,12 @@ LETTERS = string.ascii_lowercase.encode()
 
 @dataclasses.dataclass(frozen=True)
 class Example:
+  """`scored`: the answer bytes that carry loss and score (all when None), for a task whose
+  answer interleaves random bytes with determined ones (flip-flop)."""
+
   prompt: bytes
   answer: bytes
+  scored: tuple[int, ...] | None = None
 
 
 def _letters(rng: np.random.Generator, n: int) -> bytes:
@@ -413,6 +418,38 @@ def _pcfg_max_bytes(length: int) -> int:
   return max(unary, binary) * length + 2 * PCFG_LEAF + 2
 
 
+# Flip-flop language modelling (Liu et al. 2023, "Exposing Attention Glitches with Flip-Flop
+# Language Modeling"): `length` instructions w (write), r (read), i (ignore), each followed by a
+# bit; the first is w and the last r, the rest i with probability p_i and w or r with (1 - p_i)/2
+# each. A read's bit is the last written bit: the only determined bits, so the only ones scored
+# (the paper's error rate) and trained on. The paper's sequences are 512 tokens (length 256);
+# it trains on FFL(p_i=0.8) and tests on it, on a sparse FFL(0.98) and a dense FFL(0.1).
+FLIP_FLOP = {"flip_flop": 0.8, "flip_flop_sparse": 0.98, "flip_flop_dense": 0.1}
+
+
+def flip_flop_mix(rng: np.random.Generator, length: int, p_ignore: float) -> Example:
+  """`w1i0r1w0r0` -> the whole string as the answer (empty prompt), scored on the bits after r.
+
+  Every token but the read bits is random, so the model writes the whole sequence and only the
+  read bits can be right or wrong.
+  """
+  if length < 2:
+    raise errors.not_allowed("length", length, ">= 2 for flip-flop (a first write, a last read)")
+  p_write = (1 - p_ignore) / 2
+  middle = rng.choice(3, size=length - 2, p=[p_write, p_write, p_ignore])
+  ops = np.concatenate([[0], middle, [1]])  # 0 w, 1 r, 2 i
+  bits = rng.integers(0, 2, size=length)
+  text, scored, memory = bytearray(), [], 0
+  for op, bit in zip(ops.tolist(), bits.tolist()):
+    if op == 0:
+      memory = bit
+    elif op == 1:
+      bit = memory
+      scored.append(len(text) + 1)
+    text += b"wri"[op : op + 1] + str(bit).encode()
+  return Example(b"", bytes(text), tuple(scored))
+
+
 TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
   "copy": copy,
   "reverse": reverse,
@@ -431,6 +468,10 @@ TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
   "niah_multiquery": niah_multiquery,
   "niah_multivalue": niah_multivalue,
   "niah": niah,
+  **{
+    name: functools.partial(flip_flop_mix, p_ignore=p_ignore)
+    for name, p_ignore in FLIP_FLOP.items()
+  },
 }
 
 # Tasks whose example size varies at a given length: the most bytes prompt + answer
@@ -485,15 +526,26 @@ def eval_buckets(data_cfg) -> list[tuple[int, int]]:
   return [(low + 1, top) for low, top in zip(edges[:-1], edges[1:])]
 
 
+def scored_mask(example: Example, answer_ids: np.ndarray) -> np.ndarray:
+  """Which answer ids are scored: all, or the `scored` bytes (tasks are byte-level)."""
+  if example.scored is None:
+    return np.ones(len(answer_ids), bool)
+  mask_N = np.zeros(len(answer_ids), bool)
+  mask_N[list(example.scored)] = True
+  return mask_N
+
+
 def training_document(example: Example, tokenizer) -> dict:
-  """`[BOS] + prompt + answer + [EOS]` ids, loss mask 1 exactly on the answer ids."""
+  """`[BOS] + prompt + answer + [EOS]` ids, loss mask 1 exactly on the (scored) answer ids."""
   prompt_ids = tokenizer.encode(example.prompt)
   answer_ids = tokenizer.encode(example.answer)
   ids_N = np.concatenate([[tokenizer.bos_id], prompt_ids, answer_ids, [tokenizer.eos_id]]).astype(
     np.int32
   )
   loss_mask_N = np.zeros(ids_N.shape, np.float32)
-  loss_mask_N[1 + len(prompt_ids) : 1 + len(prompt_ids) + len(answer_ids)] = 1.0
+  loss_mask_N[1 + len(prompt_ids) : 1 + len(prompt_ids) + len(answer_ids)] = scored_mask(
+    example, answer_ids
+  )
   return {"ids": ids_N, "loss_mask": loss_mask_N}
 
 
@@ -538,12 +590,13 @@ def eval_examples(
   seed: int = 0,
   tokenizer=None,
   depth: float | None = None,
-) -> list[tuple[np.ndarray, np.ndarray]]:
+  scored: bool = False,
+) -> list[tuple[np.ndarray, ...]]:
   """`num` (prompt_ids, answer_ids) pairs of size `length`; prompts start with BOS.
 
   `depth` places the needle of an `AT_DEPTH` task; the same draws are used at every
   depth, so depths compare like for like. Decode greedily from the prompt and score
-  with `exact_match`.
+  with `exact_match`. `scored` adds each answer's `scored_mask` as a third item.
   """
   if tokenizer is None:
     from lcx.data import tokenizers  # Tasks are byte-level by default.
@@ -554,7 +607,9 @@ def eval_examples(
   for index in range(num):
     example = generate(_eval_rng(seed, length, index), length)
     prompt_ids = np.concatenate([[tokenizer.bos_id], tokenizer.encode(example.prompt)])
-    pairs.append((prompt_ids.astype(np.int32), tokenizer.encode(example.answer)))
+    answer_ids = tokenizer.encode(example.answer)
+    mask = (scored_mask(example, answer_ids),) if scored else ()
+    pairs.append((prompt_ids.astype(np.int32), answer_ids, *mask))
   return pairs
 
 
