@@ -450,6 +450,119 @@ def flip_flop_mix(rng: np.random.Generator, length: int, p_ignore: float) -> Exa
   return Example(b"", bytes(text), tuple(scored))
 
 
+MQAR_VALUES = string.ascii_uppercase.encode()
+
+
+def mqar(rng: np.random.Generator, length: int) -> Example:
+  """Multi-query associative recall (Arora et al. 2023, Zoology): `length` pairs of a key (two
+  lowercase letters, distinct) and a value (an uppercase letter), then every key asked once in a
+  random order, each followed by its value: `abXcdY` -> `cdYabX`, scored on the values.
+
+  The answer is the query block; its keys are random (unscored), its values determined.
+  """
+  if not 1 <= length <= LEGO_NAMES:
+    raise errors.not_allowed("length", length, f"1..{LEGO_NAMES} for mqar (two-letter keys)")
+  keys = [
+    bytes([LETTERS[i // 26], LETTERS[i % 26]])
+    for i in rng.choice(LEGO_NAMES, size=length, replace=False)
+  ]
+  values = [MQAR_VALUES[i : i + 1] for i in rng.integers(0, len(MQAR_VALUES), size=length)]
+  order = rng.permutation(length)
+  answer = b"".join(keys[i] + values[i] for i in order)
+  return Example(
+    b"".join(k + v for k, v in zip(keys, values)), answer, tuple(range(2, 3 * length, 3))
+  )
+
+
+# Tasks whose answer is a whole random sequence with determined bytes in it (`Example.scored`):
+# no function of the prompt gives their answer.
+SEQUENCE_TASKS = (*FLIP_FLOP, "mqar")
+
+
+# A subset of Deletang et al. 2023's ("Neural Networks and the Chomsky Hierarchy") tasks, as
+# Ruoss et al. 2023 use them, sized like the paper by input symbols, one byte each. Answers with
+# a length that varies end with `.` (the paper's termination token).
+
+
+def even_pairs(rng: np.random.Generator, length: int) -> Example:
+  """`length` letters a/b -> `1` if `ab` and `ba` occur an even number of times in all, else `0`."""
+  symbols = bytes(rng.choice(np.frombuffer(b"ab", np.uint8), size=length))
+  pairs = sum(symbols[i] != symbols[i + 1] for i in range(length - 1))
+  return Example(symbols + b"=", b"1" if pairs % 2 == 0 else b"0")
+
+
+CHOMSKY_MODULUS = 5  # The paper's modulus for modular arithmetic and cycle length.
+
+
+def modular_arithmetic(rng: np.random.Generator, length: int) -> Example:
+  """`length` numbers in 0..4 joined by `+`, `-`, `*` (`*` first, then left to right) mod 5:
+  `1-1-1=` -> `4`, `0*1+4*3-2=` -> `0`."""
+  numbers = rng.integers(0, CHOMSKY_MODULUS, size=length)
+  ops = rng.choice(np.frombuffer(b"+-*", np.uint8), size=length - 1)
+  terms, sign, product = [], 1, int(numbers[0])
+  for op, number in zip(bytes(ops), numbers[1:].tolist()):
+    if op == ord("*"):
+      product *= number
+    else:
+      terms.append(sign * product)
+      sign, product = (1 if op == ord("+") else -1), number
+  terms.append(sign * product)
+  text = "".join(str(n) + chr(o) for n, o in zip(numbers[:-1].tolist(), bytes(ops)))
+  prompt = (text + str(numbers[-1]) + "=").encode()
+  return Example(prompt, str(sum(terms) % CHOMSKY_MODULUS).encode())
+
+
+def cycle_navigation(rng: np.random.Generator, length: int) -> Example:
+  """`length` moves on a cycle of 5 from 0: `0` stay, `+` one forward, `-` one back -> the
+  final position: `++-+=` -> `2`."""
+  moves = rng.integers(0, 3, size=length)
+  position = int((moves == 1).sum() - (moves == 2).sum()) % CHOMSKY_MODULUS
+  return Example(bytes(b"0+-"[m] for m in moves) + b"=", str(position).encode())
+
+
+STACK_ACTIONS = b"pzo"  # pop, push 0, push 1
+
+
+def stack_manipulation(rng: np.random.Generator, length: int) -> Example:
+  """A stack of bits given bottom to top, then actions `p` pop (ignored on an empty stack),
+  `z` push 0, `o` push 1, `length` symbols in all -> the final stack top to bottom and `.`:
+  `0110opp=` -> `110.`. The stack takes 1..length-1 symbols (one bit at length 1)."""
+  size = 1 if length == 1 else int(rng.integers(1, length))
+  stack = bytes(rng.choice(np.frombuffer(b"01", np.uint8), size=size))
+  actions = bytes(rng.choice(np.frombuffer(STACK_ACTIONS, np.uint8), size=length - size))
+  final = bytearray(stack)
+  for action in actions:
+    if action == ord("p"):
+      final = final[:-1]
+    else:
+      final.append(ord("0") if action == ord("z") else ord("1"))
+  return Example(stack + actions + b"=", bytes(final[::-1]) + b".")
+
+
+def bucket_sort(rng: np.random.Generator, length: int) -> Example:
+  """`length` letters from `a`..`e` -> sorted: `ceab=` -> `abce`."""
+  symbols = bytes(rng.choice(np.frombuffer(b"abcde", np.uint8), size=length))
+  return Example(symbols + b"=", bytes(sorted(symbols)))
+
+
+def duplicate_string(rng: np.random.Generator, length: int) -> Example:
+  """`length` bits -> them twice: `011=` -> `011011`."""
+  symbols = bytes(rng.choice(np.frombuffer(b"01", np.uint8), size=length))
+  return Example(symbols + b"=", symbols + symbols)
+
+
+def binary_addition(rng: np.random.Generator, length: int) -> Example:
+  """Two `length`-bit numbers, little-endian (lowest bit first) -> their sum, little-endian,
+  `length + 1` bits: `110+100=` -> `0010` (3 + 1 = 4). The paper splits `length` between two
+  numbers of random widths and ends the sum with a termination token; equal widths keep every
+  answer one size, as the `addition` task does."""
+  a, b = (rng.integers(0, 2, size=length) for _ in range(2))
+  total = int("".join(map(str, a[::-1])), 2) + int("".join(map(str, b[::-1])), 2)
+  bits = f"{total:b}".zfill(length + 1)[::-1]
+  text = "".join(map(str, a)) + "+" + "".join(map(str, b)) + "="
+  return Example(text.encode(), bits.encode())
+
+
 TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
   "copy": copy,
   "reverse": reverse,
@@ -472,6 +585,14 @@ TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
     name: functools.partial(flip_flop_mix, p_ignore=p_ignore)
     for name, p_ignore in FLIP_FLOP.items()
   },
+  "mqar": mqar,
+  "even_pairs": even_pairs,
+  "modular_arithmetic": modular_arithmetic,
+  "cycle_navigation": cycle_navigation,
+  "stack_manipulation": stack_manipulation,
+  "bucket_sort": bucket_sort,
+  "duplicate_string": duplicate_string,
+  "binary_addition": binary_addition,
 }
 
 # Tasks whose example size varies at a given length: the most bytes prompt + answer
@@ -480,6 +601,7 @@ MAX_BYTES: dict[str, Callable[[int], int]] = {
   "scan": _scan_max_bytes,
   "pcfg": _pcfg_max_bytes,
   "niah": _niah_max_bytes,
+  "stack_manipulation": lambda length: 2 * length + 2,  # the stack at most `length` bits
 }
 
 

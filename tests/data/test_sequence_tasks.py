@@ -1,4 +1,5 @@
-"""Flip-flop language modelling (Liu et al. 2023): the language, its mixes, its error rate."""
+"""Tasks whose answer is a random sequence with determined bytes scored: flip-flop language
+modelling (Liu et al. 2023: the language, its mixes, its error rate) and MQAR (Zoology)."""
 
 import re
 import types
@@ -95,7 +96,7 @@ def test_flip_flop_trains_on_the_read_bits_only():
   assert set(targets.tolist()) <= set(b"01") and set(mask.tolist()) == {ord("r")}
 
 
-class _Oracle:
+class _NextToken:
   """A runner stand-in: predicts each next token of the true sequence, or `constant` always."""
 
   def __init__(self, data_cfg, constant=None):
@@ -110,20 +111,25 @@ class _Oracle:
       return np.full(inputs_NxT.shape, self.constant, np.int32)
     next_NxT = np.zeros_like(inputs_NxT)
     next_NxT[:, :-1] = inputs_NxT[:, 1:]
-    for row in range(len(inputs_NxT)):  # the last input's next token: the read answer
-      text = bytes(inputs_NxT[row][segments_NxT[row] == 1][1:].astype(np.uint8)) + b"0"
-      next_NxT[row, segments_NxT[row].sum() - 1] = ord(str(_reads(text)[-1][1]))
+    for row in range(len(inputs_NxT)):  # the last input's next token: a read's or a query's
+      text = bytes(inputs_NxT[row][segments_NxT[row] == 1][1:].astype(np.uint8))
+      if self.config.data.task == "mqar":
+        key = text[-2:]
+        last = text[text.index(key) + 2]
+      else:
+        last = ord(str(_reads(text + b"0")[-1][1]))
+      next_NxT[row, segments_NxT[row].sum() - 1] = last
     return next_NxT
 
 
 def test_a_perfect_predictor_scores_no_error_and_a_constant_one_the_share_of_other_bits():
   data_cfg = _cfg()
-  perfect = task_eval.sweep(_Oracle(data_cfg), TOKENIZER)
+  perfect = task_eval.sweep(_NextToken(data_cfg), TOKENIZER)
   assert list(perfect["buckets"]) == ["8-8", "9-16"]
   for bucket in perfect["buckets"].values():
     assert bucket["error_rate"] == 0.0 and bucket["accuracy"] == 1.0
     assert bucket["error_rate_ci"] == [0.0, 0.0]
-  zeros = task_eval.sweep(_Oracle(data_cfg, constant=ord("0")), TOKENIZER)
+  zeros = task_eval.sweep(_NextToken(data_cfg, constant=ord("0")), TOKENIZER)
   sizes = tasks.eval_lengths(data_cfg, data_cfg.task_eval_examples, data_cfg.seed)
   for (lo, hi), bucket in zip(tasks.eval_buckets(data_cfg), zeros["buckets"].values()):
     reads = []
@@ -153,3 +159,41 @@ def test_the_flip_flop_config_is_paths_table_1_setting_with_the_three_mixes():
     "dense": "flip_flop_dense",
   }
   assert config.eval.variants == "none,sparse,dense"
+
+
+def _mqar(prompt: bytes, answer: bytes) -> list[tuple[int, int]]:
+  """Independent oracle: (answer index, value) of each query, from the pairs in the prompt."""
+  table = dict(re.findall(rb"([a-z]{2})([A-Z])", prompt))
+  assert len(table) == len(prompt) // 3  # distinct keys
+  return [(m.start(2), table[m.group(1)][0]) for m in re.finditer(rb"([a-z]{2})([A-Z])", answer)]
+
+
+@pytest.mark.parametrize("length", [1, 2, 9, 64])
+def test_mqar_asks_every_key_once_and_scores_its_value(length):
+  for seed in range(20):
+    example = tasks.mqar(np.random.default_rng(seed), length)
+    assert (
+      re.fullmatch(rb"(?:[a-z]{2}[A-Z])+", example.prompt) and len(example.prompt) == 3 * length
+    )
+    assert len(example.answer) == 3 * length
+    queries = _mqar(example.prompt, example.answer)
+    assert example.scored == tuple(i for i, _ in queries)
+    assert [example.answer[i] for i in example.scored] == [v for _, v in queries]
+    assert sorted(re.findall(rb"[a-z]{2}", example.answer)) == sorted(
+      re.findall(rb"[a-z]{2}", example.prompt)
+    )
+  with pytest.raises(ValueError, match=r"^length=677 is not allowed; allowed: 1..676 for mqar"):
+    tasks.mqar(np.random.default_rng(0), 677)
+
+
+def test_mqar_trains_on_the_values_and_a_perfect_predictor_scores_no_error():
+  data_cfg = _cfg(task="mqar", seq_len=tasks.document_tokens("mqar", 8) - 1)
+  document = tasks.train_examples(data_cfg, TOKENIZER, 0, 1)[0]
+  ids_N = document["ids"]
+  assert len(ids_N) == 2 + 6 * 8 and document["loss_mask"].sum() == 8
+  assert set(ids_N[document["loss_mask"] == 1].tolist()) <= set(tasks.MQAR_VALUES)
+  perfect = task_eval.sweep(_NextToken(data_cfg), TOKENIZER)
+  assert all(b["error_rate"] == 0.0 and b["accuracy"] == 1.0 for b in perfect["buckets"].values())
+  first = task_eval.sweep(_NextToken(data_cfg, constant=ord("A")), TOKENIZER)
+  for bucket in first["buckets"].values():  # wrong on every value but the A's: ~25/26
+    assert 0.9 < bucket["error_rate"] < 1.0
