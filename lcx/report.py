@@ -1,6 +1,7 @@
 """Tables, a CSV and plots from evaluation results (schema "lcx.eval/1"), nothing else.
 
     python -m lcx.report PATH... --out=DIR [--title=TEXT] [--baseline=RUN/VARIANT]
+      [--effective_tolerance=NATS]
 
 PATH: a result JSON, a directory (every lcx result JSON below it, e.g. runs/x/eval/ or
 experiments/NAME/results/) or a glob. Prints the markdown tables and writes DIR/report.md,
@@ -508,6 +509,79 @@ def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
   return "\n\n".join(out)
 
 
+def _within(diff_xN: np.ndarray, lengths_N: Sequence[int], tolerance: float):
+  """The longest of `lengths_N` (ascending, from L) before the first difference over
+  `tolerance`, along the last axis."""
+  over_xN = diff_xN > tolerance
+  first_over = np.where(over_xN.any(-1), over_xN.argmax(-1), len(lengths_N))
+  return np.asarray(lengths_N)[np.maximum(first_over - 1, 0)]
+
+
+def effective_length(r: dict, tolerance: float) -> tuple[int, list[int] | None] | None:
+  """(the longest evaluated length N >= L up to which the loss at every length stays within
+  `tolerance` nats/token of the loss at L, its interval), None without L's loss.
+
+  The interval: the same statistic on each resample of the paired per-document bootstrap (the
+  documents resampled once for every length); None where the lengths do not hold per-document
+  losses of the same documents and tokens."""
+  train = r["train_len"]
+  if str(train) not in r["lengths"]:
+    return None
+  lengths_N = sorted(int(n) for n in r["lengths"] if int(n) >= train)
+  entries = [r["lengths"][str(n)] for n in lengths_N]
+  diff_N = np.array([e["loss"] - entries[0]["loss"] for e in entries])
+  point = int(_within(diff_N, lengths_N, tolerance))
+  docs = [_documents(e) for e in entries]
+  if any(d is None or d[0] != docs[0][0] or not np.array_equal(d[2], docs[0][2]) for d in docs):
+    return point, None
+  p = r.get("protocol") or {}
+  weights_RxD = bootstrap.resample_weights(
+    len(docs[0][0]), p.get("bootstrap", 1000), p.get("seed", 0)
+  )
+  if not len(weights_RxD):
+    return point, None
+  _, base_D, tokens_D = docs[0]
+  diff_RxN = np.stack(
+    [bootstrap.difference_resamples(d[1], d[2], base_D, tokens_D, weights_RxD) for d in docs], -1
+  )
+  length_R = _within(diff_RxN, lengths_N, tolerance)
+  tail = (1 - p.get("confidence", bootstrap.CONFIDENCE)) / 2
+  low, high = (
+    np.quantile(length_R, tail, method="lower"),
+    np.quantile(length_R, 1 - tail, method="higher"),
+  )
+  return point, [int(low), int(high)]
+
+
+def effective_length_tables(results: Sequence[dict], tolerance: float | None) -> str:
+  """Per protocol group: each result's effective context length (`effective_length`); empty
+  unless a tolerance is given (`--effective_tolerance`)."""
+  if tolerance is None:
+    return ""
+  out = []
+  for group in _groups(_lengths_results(results), _length_group_key):
+    rows = []
+    for r in group:
+      got = effective_length(r, tolerance)
+      if got is None:
+        rows.append([label(r), "-", "-"])
+        continue
+      n, ci = got
+      interval = "-" if ci is None else f"[{ci[0]}, {ci[1]}]"
+      rows.append([label(r), _times(n, r["train_len"]), interval])
+    p = group[0].get("protocol") or {}
+    out.append(
+      f"{describe_protocol(p)}; train length {group[0]['train_len']}. The longest evaluated "
+      f"length up to which the loss stays within {tolerance:g} nats/token of the loss at the "
+      f"training length (at every length from L to it); interval: "
+      f"{p.get('confidence', 0.95) * 100:g}% over the paired per-document bootstrap "
+      f"({p.get('bootstrap', 1000)} resamples, seed {p.get('seed', 0)}), - without "
+      "per-document losses.\n\n"
+      + markdown_table(["run/variant", "effective length", "interval"], rows)
+    )
+  return "\n\n".join(out)
+
+
 def baselines(results: Sequence[dict]) -> list[str]:
   """The labels `pair_tables` accepts as a baseline: results with per-document losses."""
   return sorted({label(r) for r in _with_documents(results)})
@@ -714,7 +788,9 @@ def passkey_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
-def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str, str | None]]:
+def sections(
+  results: Sequence[dict], baseline: str = "", tolerance: float | None = None
+) -> list[tuple[str, str, str | None]]:
   """(heading, markdown, plot key) for every table that has data, in report order. The paired
   tables need per-document losses, so older results leave them out. `baseline`: see
   `pair_tables`."""
@@ -723,6 +799,7 @@ def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str
     ("Bits per byte by evaluation length", length_tables(results, "bits_per_byte"), None),
     ("Paired: each length against 1x", length_pair_tables(results), None),
     ("Paired: each result against a baseline", pair_tables(results, baseline), None),
+    ("Effective context length", effective_length_tables(results, tolerance), None),
     ("Perplexity across seeds", seed_tables(results), None),
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),
@@ -734,9 +811,11 @@ def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str
   return [(h, body, plot) for h, body, plot in candidates if body]
 
 
-def format_tables(results: Sequence[dict], baseline: str = "") -> str:
+def format_tables(
+  results: Sequence[dict], baseline: str = "", tolerance: float | None = None
+) -> str:
   """All tables as markdown: what the CLI prints and evaluation shows after a run."""
-  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results, baseline))
+  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results, baseline, tolerance))
 
 
 def _short_protocol(r: dict) -> str:
@@ -1198,7 +1277,11 @@ PLOTTERS = {
 
 
 def format_report(
-  results: Sequence[dict], title: str, plots: dict[str, str], baseline: str = ""
+  results: Sequence[dict],
+  title: str,
+  plots: dict[str, str],
+  baseline: str = "",
+  tolerance: float | None = None,
 ) -> str:
   """report.md: title, the tables with links to their plots, and what each result is."""
   parts = [
@@ -1207,7 +1290,7 @@ def format_report(
     f"{len(results)} results (schema `{SCHEMA}`), rendered by `python -m lcx.report`. "
     "Cells: value [95% CI].",
   ]
-  for heading, body, plot in sections(results, baseline):
+  for heading, body, plot in sections(results, baseline, tolerance):
     parts += ["", f"## {heading}", "", body]
     if plot in plots:
       parts += ["", f"![{plot.replace('_', ' ')}]({os.path.basename(plots[plot])})"]
@@ -1219,7 +1302,11 @@ def format_report(
 
 
 def write(
-  results: Sequence[dict], out_dir: str, title: str = "lcx report", baseline: str = ""
+  results: Sequence[dict],
+  out_dir: str,
+  title: str = "lcx report",
+  baseline: str = "",
+  tolerance: float | None = None,
 ) -> dict[str, str]:
   """Writes out_dir/report.md, results.csv and the plots that have data; returns
   {"report": path, "csv": path, plot key: path, ...}."""
@@ -1232,7 +1319,7 @@ def write(
     if path:
       paths[key] = path
   report = os.path.join(out_dir, "report.md")
-  _write_text(report, format_report(results, title, paths, baseline))
+  _write_text(report, format_report(results, title, paths, baseline, tolerance))
   table = os.path.join(out_dir, "results.csv")
   _write_text(table, format_csv(results, baseline))
   return {"report": report, "csv": table, **paths}
@@ -1265,8 +1352,11 @@ def main(argv):
   baseline = flags.FLAGS.baseline
   if baseline and baseline not in baselines(results):
     cli.fail(str(errors.not_allowed("--baseline", baseline, baselines(results) or ["(none)"])))
-  print(format_tables(results, baseline), flush=True)
-  written = write(results, out, flags.FLAGS.title, baseline)
+  tolerance = flags.FLAGS.effective_tolerance
+  if tolerance is not None and not tolerance >= 0:
+    cli.fail(str(errors.not_allowed("--effective_tolerance", tolerance, ">= 0 (nats/token)")))
+  print(format_tables(results, baseline, tolerance), flush=True)
+  written = write(results, out, flags.FLAGS.title, baseline, tolerance)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
 
 
@@ -1279,6 +1369,12 @@ if __name__ == "__main__":
   flags.DEFINE_string("title", "lcx report", "Title of report.md.")
   flags.DEFINE_string(
     "baseline", "", "run/variant each result is paired against (default: each group's first)."
+  )
+  flags.DEFINE_float(
+    "effective_tolerance",
+    None,
+    "Adds the effective context length table: the longest length whose loss stays within this "
+    "many nats/token of the loss at the training length.",
   )
   flags.mark_flag_as_required("out")
   app.run(main, flags_parser=cli.parse_flags)
