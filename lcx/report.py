@@ -582,6 +582,37 @@ def effective_length_tables(results: Sequence[dict], tolerance: float | None) ->
   return "\n\n".join(out)
 
 
+def longppl_tables(results: Sequence[dict]) -> str:
+  """LongPPL (eval.longppl) per result and length: `value [lo, hi]` and its key tokens; only
+  results that computed it."""
+  out = []
+  chosen = [
+    r for r in _lengths_results(results) if any("longppl" in e for e in r["lengths"].values())
+  ]
+  for group in _groups(chosen, _length_group_key):
+    lengths = sorted({int(n) for r in group for n in r["lengths"]})
+    rows = []
+    for r in group:
+      row = [label(r)]
+      for n in lengths:
+        got = r["lengths"].get(str(n), {}).get("longppl")
+        if got is None or got["longppl"] is None:
+          row.append("-")
+        else:
+          row.append(f"{_cell(got['longppl'], got['longppl_ci'], _ppl)} ({got['key_tokens']})")
+      rows.append(row)
+    first = next(e["longppl"] for e in group[0]["lengths"].values() if "longppl" in e)
+    out.append(
+      f"{describe_protocol(group[0].get('protocol'))}; train length {group[0]['train_len']}. "
+      f"Perplexity on the key tokens (in parentheses: how many): loss with at most "
+      f"{first['short']} tokens of context minus loss with the window > {first['alpha']:g} "
+      f"nats, and loss with the window < {-first['beta']:g} nats (Fang et al. 2025); - where "
+      "no token is key (lengths up to the short context have none).\n\n"
+      + markdown_table(["run/variant"] + [_times(n, group[0]["train_len"]) for n in lengths], rows)
+    )
+  return "\n\n".join(out)
+
+
 def baselines(results: Sequence[dict]) -> list[str]:
   """The labels `pair_tables` accepts as a baseline: results with per-document losses."""
   return sorted({label(r) for r in _with_documents(results)})
@@ -800,6 +831,7 @@ def sections(
     ("Paired: each length against 1x", length_pair_tables(results), None),
     ("Paired: each result against a baseline", pair_tables(results, baseline), None),
     ("Effective context length", effective_length_tables(results, tolerance), None),
+    ("LongPPL by evaluation length", longppl_tables(results), None),
     ("Perplexity across seeds", seed_tables(results), None),
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),

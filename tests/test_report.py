@@ -700,3 +700,28 @@ def test_cli_refuses_a_negative_effective_tolerance(tmp_path):
     "error: --effective_tolerance=-0.1 is not allowed; allowed: >= 0 (nats/token)"
   )
   assert not (tmp_path / "out").exists()
+
+
+def test_longppl_table_shows_the_recorded_values_only_where_computed():
+  plain = lengths_result("nope")
+  assert "LongPPL" not in report.format_tables([plain])
+  withppl = lengths_result("rope")
+  for n, entry in withppl["lengths"].items():
+    key = 0 if n == "64" else 7
+    entry["longppl"] = {
+      "longppl": None if key == 0 else 3.5,
+      "longppl_ci": None if key == 0 else [3.0, 4.25],
+      "key_tokens": key,
+      "short": 64,
+      "alpha": 2.0,
+      "beta": -2.0,
+    }
+  text = report.format_tables([plain, withppl])
+  body = text.split("## LongPPL by evaluation length\n")[1].split("\n## ")[0]
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.splitlines()
+    if x.startswith("|")
+  }
+  assert "nope/none" not in rows and "at most 64 tokens of context" in body
+  assert rows["rope/none"] == ["-", "3.50 [3.00, 4.25] (7)", "3.50 [3.00, 4.25] (7)"]
