@@ -710,6 +710,35 @@ def task_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
+def task_error_tables(results: Sequence[dict]) -> str:
+  """Per task: the error rate on the scored answer tokens (wrong / all, pooled over examples:
+  flip-flop's read bits, MQAR's values) per size bucket; results recorded before it have none."""
+  out = []
+  chosen = [
+    r
+    for r in results
+    if r["kind"] == "tasks" and any("error_rate" in b for b in r["buckets"].values())
+  ]
+  for group in _groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
+    buckets = sorted({b for r in group for b in r["buckets"]}, key=_bucket_order)
+    rows = [
+      [label(r)]
+      + [
+        _cell(r["buckets"][b].get("error_rate"), r["buckets"][b].get("error_rate_ci"), _f3)
+        if r["buckets"].get(b, {}).get("error_rate") is not None
+        else "-"
+        for b in buckets
+      ]
+      for r in group
+    ]
+    low, high = group[0]["train_sizes"]
+    out.append(
+      f"Task {group[0]['task']}: error rate on the scored answer tokens by task size, 95% CI; "
+      f"trained on sizes {low}-{high}.\n\n" + markdown_table(["run/variant"] + buckets, rows)
+    )
+  return "\n\n".join(out)
+
+
 def task_seed_tables(results: Sequence[dict]) -> str:
   """Task runs named STEM-s<seed> that differ only in the seed: per size bucket, the mean exact
   match over seeds [min, max across seeds]. One table per task; stems with one seed are left out."""
@@ -836,6 +865,7 @@ def sections(
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),
     ("Task exact match by size", task_tables(results), "tasks"),
+    ("Task error rate on scored tokens", task_error_tables(results), None),
     ("Task exact match across seeds", task_seed_tables(results), None),
     ("Ranking across tasks", rank_tables(results), None),
     ("Passkey retrieval", passkey_tables(results), "passkey"),

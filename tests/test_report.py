@@ -725,3 +725,17 @@ def test_longppl_table_shows_the_recorded_values_only_where_computed():
   }
   assert "nope/none" not in rows and "at most 64 tokens of context" in body
   assert rows["rope/none"] == ["-", "3.50 [3.00, 4.25] (7)", "3.50 [3.00, 4.25] (7)"]
+
+
+def test_task_error_rates_show_only_for_results_that_record_them():
+  old = tasks_result()
+  assert "error rate" not in report.format_tables([old])
+  new = tasks_result(run="flip")
+  new["buckets"]["1-16"].update(error_rate=0.125, error_rate_ci=[0.0625, 0.25])
+  body = report.format_tables([old, new]).split("## Task error rate on scored tokens\n")[1]
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.split("\n## ")[0].splitlines()
+    if x.startswith("|")
+  }
+  assert "copy/none" not in rows and rows["flip/none"][0] == "0.125 [0.062, 0.250]"
