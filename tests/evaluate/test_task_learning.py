@@ -59,6 +59,10 @@ def test_tiny_model_learns_mqar(tmp_path):
     ("duplicate_string", [1, 2, 3, 4, 5, 6], 0.9),
     # 400 steps measured 0.99 (guessing a position of 5: 0.2).
     ("cycle_navigation", [1, 2, 3, 4, 5, 6, 7, 8], 0.8),
+    # 400 steps measured 1.0 (guessing: 0.5).
+    ("even_pairs", [1, 2, 3, 4, 5, 6, 7, 8], 0.9),
+    # 400 steps measured 0.999 (guessing a letter of 5: 0.2).
+    ("bucket_sort", [1, 2, 3, 4, 5, 6], 0.9),
   ],
 )
 def test_tiny_model_learns_chomsky_tasks(tmp_path, task, sizes, floor):
