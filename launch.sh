@@ -19,7 +19,8 @@ usage: ./launch.sh COMMAND [FLAGS...]
                [--temperature=0 --top_k=0 --seed=0 --eval_step=STEP] [--config.model...=V]:
                the run's checkpoint continues TEXT (KV cache; temperature 0 is greedy);
                prints the prompt and continuation, and tokens/s on stderr
-  report       python -m lcx.report PATH... --out=DIR [--title=T] [--baseline=RUN/VARIANT]: tables
+  report       python -m lcx.report PATH... --out=DIR [--title=T] [--baseline=RUN/VARIANT]
+               [--effective_tolerance=NATS]: tables
                (stdout), DIR/report.md, results.csv and plots from result JSON files,
                directories or globs (no jax); paired intervals where results allow
   sweep        python -m lcx.sweep experiments/NAME[:full] [--dry_run] [--only=RUN,...]

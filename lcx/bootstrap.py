@@ -41,8 +41,15 @@ def paired_difference(
   diff = float(sum_a_D.sum() / tokens_a_D.sum() - sum_b_D.sum() / tokens_b_D.sum())
   if not len(weights_RxD):
     return diff, None
-  diff_R = (weights_RxD @ sum_a_D) / (weights_RxD @ tokens_a_D) - (weights_RxD @ sum_b_D) / (
-    weights_RxD @ tokens_b_D
-  )
+  diff_R = difference_resamples(loss_a_D, tokens_a_D, loss_b_D, tokens_b_D, weights_RxD)
   tail = (1 - confidence) / 2 * 100
   return diff, [float(x) for x in np.percentile(diff_R, [tail, 100 - tail])]
+
+
+def difference_resamples(loss_a_D, tokens_a_D, loss_b_D, tokens_b_D, weights_RxD) -> np.ndarray:
+  """R: A's mean loss per token minus B's in each resample (`paired_difference`'s draws), for a
+  statistic of several paired differences taken on the same resamples."""
+  sum_a_D, sum_b_D = loss_a_D * tokens_a_D, loss_b_D * tokens_b_D
+  return (weights_RxD @ sum_a_D) / (weights_RxD @ tokens_a_D) - (weights_RxD @ sum_b_D) / (
+    weights_RxD @ tokens_b_D
+  )

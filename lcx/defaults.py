@@ -137,6 +137,10 @@ def get_config(arg=None):
   config.eval.random_positions = -1
   config.eval.bootstrap = 1000  # resamples of documents for 95% confidence intervals (0: none)
   config.eval.buckets_per_octave = 4  # loss-by-position buckets, log-spaced
+  # LongPPL (Fang et al. 2025) per length past L: perplexity on the key tokens, those whose
+  # loss with at most L tokens of context exceeds their loss with the whole window by > 2 nats
+  # while the latter is < 2 (the paper's thresholds); ~4x the scoring compute.
+  config.eval.longppl = False
   config.eval.batch_tokens = 16384  # tokens per forward pass
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process

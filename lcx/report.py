@@ -1,6 +1,7 @@
 """Tables, a CSV and plots from evaluation results (schema "lcx.eval/1"), nothing else.
 
     python -m lcx.report PATH... --out=DIR [--title=TEXT] [--baseline=RUN/VARIANT]
+      [--effective_tolerance=NATS]
 
 PATH: a result JSON, a directory (every lcx result JSON below it, e.g. runs/x/eval/ or
 experiments/NAME/results/) or a glob. Prints the markdown tables and writes DIR/report.md,
@@ -525,6 +526,110 @@ def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
   return "\n\n".join(out)
 
 
+def _within(diff_xN: np.ndarray, lengths_N: Sequence[int], tolerance: float):
+  """The longest of `lengths_N` (ascending, from L) before the first difference over
+  `tolerance`, along the last axis."""
+  over_xN = diff_xN > tolerance
+  first_over = np.where(over_xN.any(-1), over_xN.argmax(-1), len(lengths_N))
+  return np.asarray(lengths_N)[np.maximum(first_over - 1, 0)]
+
+
+def effective_length(r: dict, tolerance: float) -> tuple[int, list[int] | None] | None:
+  """(the longest evaluated length N >= L up to which the loss at every length stays within
+  `tolerance` nats/token of the loss at L, its interval), None without L's loss.
+
+  The interval: the same statistic on each resample of the paired per-document bootstrap (the
+  documents resampled once for every length); None where the lengths do not hold per-document
+  losses of the same documents and tokens."""
+  train = r["train_len"]
+  if str(train) not in r["lengths"]:
+    return None
+  lengths_N = sorted(int(n) for n in r["lengths"] if int(n) >= train)
+  entries = [r["lengths"][str(n)] for n in lengths_N]
+  diff_N = np.array([e["loss"] - entries[0]["loss"] for e in entries])
+  point = int(_within(diff_N, lengths_N, tolerance))
+  docs = [_documents(e) for e in entries]
+  if any(d is None or d[0] != docs[0][0] or not np.array_equal(d[2], docs[0][2]) for d in docs):
+    return point, None
+  p = r.get("protocol") or {}
+  weights_RxD = bootstrap.resample_weights(
+    len(docs[0][0]), p.get("bootstrap", 1000), p.get("seed", 0)
+  )
+  if not len(weights_RxD):
+    return point, None
+  _, base_D, tokens_D = docs[0]
+  diff_RxN = np.stack(
+    [bootstrap.difference_resamples(d[1], d[2], base_D, tokens_D, weights_RxD) for d in docs], -1
+  )
+  length_R = _within(diff_RxN, lengths_N, tolerance)
+  tail = (1 - p.get("confidence", bootstrap.CONFIDENCE)) / 2
+  low, high = (
+    np.quantile(length_R, tail, method="lower"),
+    np.quantile(length_R, 1 - tail, method="higher"),
+  )
+  return point, [int(low), int(high)]
+
+
+def effective_length_tables(results: Sequence[dict], tolerance: float | None) -> str:
+  """Per protocol group: each result's effective context length (`effective_length`); empty
+  unless a tolerance is given (`--effective_tolerance`)."""
+  if tolerance is None:
+    return ""
+  out = []
+  for group in _groups(_lengths_results(results), _length_group_key):
+    rows = []
+    for r in group:
+      got = effective_length(r, tolerance)
+      if got is None:
+        rows.append([label(r), "-", "-"])
+        continue
+      n, ci = got
+      interval = "-" if ci is None else f"[{ci[0]}, {ci[1]}]"
+      rows.append([label(r), _times(n, r["train_len"]), interval])
+    p = group[0].get("protocol") or {}
+    out.append(
+      f"{describe_protocol(p)}; train length {group[0]['train_len']}. The longest evaluated "
+      f"length up to which the loss stays within {tolerance:g} nats/token of the loss at the "
+      f"training length (at every length from L to it); interval: "
+      f"{p.get('confidence', 0.95) * 100:g}% over the paired per-document bootstrap "
+      f"({p.get('bootstrap', 1000)} resamples, seed {p.get('seed', 0)}), - without "
+      "per-document losses.\n\n"
+      + markdown_table(["run/variant", "effective length", "interval"], rows)
+    )
+  return "\n\n".join(out)
+
+
+def longppl_tables(results: Sequence[dict]) -> str:
+  """LongPPL (eval.longppl) per result and length: `value [lo, hi]` and its key tokens; only
+  results that computed it."""
+  out = []
+  chosen = [
+    r for r in _lengths_results(results) if any("longppl" in e for e in r["lengths"].values())
+  ]
+  for group in _groups(chosen, _length_group_key):
+    lengths = sorted({int(n) for r in group for n in r["lengths"]})
+    rows = []
+    for r in group:
+      row = [label(r)]
+      for n in lengths:
+        got = r["lengths"].get(str(n), {}).get("longppl")
+        if got is None or got["longppl"] is None:
+          row.append("-")
+        else:
+          row.append(f"{_cell(got['longppl'], got['longppl_ci'], _ppl)} ({got['key_tokens']})")
+      rows.append(row)
+    first = next(e["longppl"] for e in group[0]["lengths"].values() if "longppl" in e)
+    out.append(
+      f"{describe_protocol(group[0].get('protocol'))}; train length {group[0]['train_len']}. "
+      f"Perplexity on the key tokens (in parentheses: how many): loss with at most "
+      f"{first['short']} tokens of context minus loss with the window > {first['alpha']:g} "
+      f"nats, and loss with the window < {-first['beta']:g} nats (Fang et al. 2025); - where "
+      "no token is key (lengths up to the short context have none).\n\n"
+      + markdown_table(["run/variant"] + [_times(n, group[0]["train_len"]) for n in lengths], rows)
+    )
+  return "\n\n".join(out)
+
+
 def baselines(results: Sequence[dict]) -> list[str]:
   """The labels `pair_tables` accepts as a baseline: results with per-document losses."""
   return sorted({label(r) for r in _with_documents(results)})
@@ -619,6 +724,35 @@ def task_tables(results: Sequence[dict]) -> str:
           f"{label(r)}: {r['task']} exact match by needle depth and size\n\n"
           + markdown_table(["depth"] + buckets, rows)
         )
+  return "\n\n".join(out)
+
+
+def task_error_tables(results: Sequence[dict]) -> str:
+  """Per task: the error rate on the scored answer tokens (wrong / all, pooled over examples:
+  flip-flop's read bits, MQAR's values) per size bucket; results recorded before it have none."""
+  out = []
+  chosen = [
+    r
+    for r in results
+    if r["kind"] == "tasks" and any("error_rate" in b for b in r["buckets"].values())
+  ]
+  for group in _groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
+    buckets = sorted({b for r in group for b in r["buckets"]}, key=_bucket_order)
+    rows = [
+      [label(r)]
+      + [
+        _cell(r["buckets"][b].get("error_rate"), r["buckets"][b].get("error_rate_ci"), _f3)
+        if r["buckets"].get(b, {}).get("error_rate") is not None
+        else "-"
+        for b in buckets
+      ]
+      for r in group
+    ]
+    low, high = group[0]["train_sizes"]
+    out.append(
+      f"Task {group[0]['task']}: error rate on the scored answer tokens by task size, 95% CI; "
+      f"trained on sizes {low}-{high}.\n\n" + markdown_table(["run/variant"] + buckets, rows)
+    )
   return "\n\n".join(out)
 
 
@@ -731,7 +865,9 @@ def passkey_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
-def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str, str | None]]:
+def sections(
+  results: Sequence[dict], baseline: str = "", tolerance: float | None = None
+) -> list[tuple[str, str, str | None]]:
   """(heading, markdown, plot key) for every table that has data, in report order. The paired
   tables need per-document losses, so older results leave them out. `baseline`: see
   `pair_tables`."""
@@ -740,10 +876,13 @@ def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str
     ("Bits per byte by evaluation length", length_tables(results, "bits_per_byte"), None),
     ("Paired: each length against 1x", length_pair_tables(results), None),
     ("Paired: each result against a baseline", pair_tables(results, baseline), None),
+    ("Effective context length", effective_length_tables(results, tolerance), None),
+    ("LongPPL by evaluation length", longppl_tables(results), None),
     ("Perplexity across seeds", seed_tables(results), None),
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),
     ("Task exact match by size", task_tables(results), "tasks"),
+    ("Task error rate on scored tokens", task_error_tables(results), None),
     ("Task exact match across seeds", task_seed_tables(results), None),
     ("Ranking across tasks", rank_tables(results), None),
     ("Passkey retrieval", passkey_tables(results), "passkey"),
@@ -751,9 +890,11 @@ def sections(results: Sequence[dict], baseline: str = "") -> list[tuple[str, str
   return [(h, body, plot) for h, body, plot in candidates if body]
 
 
-def format_tables(results: Sequence[dict], baseline: str = "") -> str:
+def format_tables(
+  results: Sequence[dict], baseline: str = "", tolerance: float | None = None
+) -> str:
   """All tables as markdown: what the CLI prints and evaluation shows after a run."""
-  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results, baseline))
+  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results, baseline, tolerance))
 
 
 def _short_protocol(r: dict) -> str:
@@ -1215,7 +1356,11 @@ PLOTTERS = {
 
 
 def format_report(
-  results: Sequence[dict], title: str, plots: dict[str, str], baseline: str = ""
+  results: Sequence[dict],
+  title: str,
+  plots: dict[str, str],
+  baseline: str = "",
+  tolerance: float | None = None,
 ) -> str:
   """report.md: title, the tables with links to their plots, and what each result is."""
   parts = [
@@ -1224,7 +1369,7 @@ def format_report(
     f"{len(results)} results (schema `{SCHEMA}`), rendered by `python -m lcx.report`. "
     "Cells: value [95% CI].",
   ]
-  for heading, body, plot in sections(results, baseline):
+  for heading, body, plot in sections(results, baseline, tolerance):
     parts += ["", f"## {heading}", "", body]
     if plot in plots:
       parts += ["", f"![{plot.replace('_', ' ')}]({os.path.basename(plots[plot])})"]
@@ -1236,7 +1381,11 @@ def format_report(
 
 
 def write(
-  results: Sequence[dict], out_dir: str, title: str = "lcx report", baseline: str = ""
+  results: Sequence[dict],
+  out_dir: str,
+  title: str = "lcx report",
+  baseline: str = "",
+  tolerance: float | None = None,
 ) -> dict[str, str]:
   """Writes out_dir/report.md, results.csv and the plots that have data; returns
   {"report": path, "csv": path, plot key: path, ...}."""
@@ -1249,7 +1398,7 @@ def write(
     if path:
       paths[key] = path
   report = os.path.join(out_dir, "report.md")
-  _write_text(report, format_report(results, title, paths, baseline))
+  _write_text(report, format_report(results, title, paths, baseline, tolerance))
   table = os.path.join(out_dir, "results.csv")
   _write_text(table, format_csv(results, baseline))
   return {"report": report, "csv": table, **paths}
@@ -1282,6 +1431,9 @@ def main(argv):
   baseline = flags.FLAGS.baseline
   if baseline and baseline not in baselines(results):
     cli.fail(str(errors.not_allowed("--baseline", baseline, baselines(results) or ["(none)"])))
+  tolerance = flags.FLAGS.effective_tolerance
+  if tolerance is not None and not tolerance >= 0:
+    cli.fail(str(errors.not_allowed("--effective_tolerance", tolerance, ">= 0 (nats/token)")))
   older = superseded(paths)
   if older:
     print(
@@ -1290,8 +1442,8 @@ def main(argv):
       file=sys.stderr,
       flush=True,
     )
-  print(format_tables(results, baseline), flush=True)
-  written = write(results, out, flags.FLAGS.title, baseline)
+  print(format_tables(results, baseline, tolerance), flush=True)
+  written = write(results, out, flags.FLAGS.title, baseline, tolerance)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
 
 
@@ -1304,6 +1456,12 @@ if __name__ == "__main__":
   flags.DEFINE_string("title", "lcx report", "Title of report.md.")
   flags.DEFINE_string(
     "baseline", "", "run/variant each result is paired against (default: each group's first)."
+  )
+  flags.DEFINE_float(
+    "effective_tolerance",
+    None,
+    "Adds the effective context length table: the longest length whose loss stays within this "
+    "many nats/token of the loss at the training length.",
   )
   flags.mark_flag_as_required("out")
   app.run(main, flags_parser=cli.parse_flags)

@@ -620,3 +620,122 @@ def test_cli_refuses_an_unknown_baseline_naming_the_allowed(tmp_path):
     "error: --baseline='nope/none' is not allowed; allowed: rope/none"
   )
   assert not (tmp_path / "out").exists()
+
+
+def _drifting(run, drift, docs=30, seed=0):
+  """A lengths result at 1x..8x (L = 64) whose documents' loss rises by `drift[i]` at the i-th
+  length (noise 0.03 per document); each length's loss is its token-weighted mean."""
+  result = lengths_result(run, losses={1: 2.0, 2: 2.0, 4: 2.0, 8: 2.0})
+  rng = np.random.default_rng(seed)
+  hard = rng.normal(2.0, 0.5, docs)
+  tokens = rng.integers(50, 300, docs).astype(float)
+  for entry, rise in zip(result["lengths"].values(), drift):
+    loss = hard + rise + rng.normal(0, 0.03, docs)
+    entry["loss"] = float((loss * tokens).sum() / tokens.sum())
+    entry["per_document"] = {
+      "ids": list(range(docs)),
+      "loss": list(loss),
+      "tokens": list(tokens),
+    }
+  return result
+
+
+def _effective_directly(result, tolerance, weights_D):
+  """The statistic by hand on one set of document weights: walk up from L, stop at the first
+  length whose weighted mean loss exceeds L's by more than `tolerance`."""
+  entries = sorted(result["lengths"].items(), key=lambda kv: int(kv[0]))
+
+  def mean(entry):
+    d = entry["per_document"]
+    w = weights_D * np.asarray(d["tokens"])
+    return float((w * np.asarray(d["loss"])).sum() / w.sum())
+
+  base, best = mean(entries[0][1]), int(entries[0][0])
+  for n, entry in entries[1:]:
+    if mean(entry) - base > tolerance:
+      break
+    best = int(n)
+  return best
+
+
+def test_effective_length_is_the_longest_length_within_tolerance_with_its_bootstrap_interval():
+  result = _drifting("rope", [0.0, 0.03, 0.07, 0.4])
+  weights_RxD = bootstrap.resample_weights(30, 1000, 0)
+  for tolerance, expected in ((0.05, 128), (0.1, 256), (0.5, 512), (0.01, 64)):
+    n, (lo, hi) = report.effective_length(result, tolerance)
+    assert n == expected == _effective_directly(result, tolerance, np.ones(30))
+    by_resample = sorted(_effective_directly(result, tolerance, w) for w in weights_RxD)
+    assert [lo, hi] == [by_resample[24], by_resample[975]]  # 2.5% and 97.5%, lower/higher
+  # Within again past a length that was not: the effective length stops at the first excess.
+  bumpy = _drifting("alibi", [0.0, 0.3, 0.0, 0.0])
+  assert report.effective_length(bumpy, 0.1)[0] == 64
+  # Without per-document losses: the point from the lengths' losses, no interval.
+  plain = lengths_result("nope", losses={1: 2.0, 2: 2.04, 4: 2.2})
+  assert report.effective_length(plain, 0.05) == (128, None)
+  del plain["lengths"]["64"]
+  assert report.effective_length(plain, 0.05) is None
+
+
+def test_the_effective_length_table_shows_only_with_a_tolerance():
+  results = [_drifting("rope", [0.0, 0.03, 0.07, 0.4]), lengths_result("nope")]
+  assert "Effective context length" not in report.format_tables(results)
+  text = report.format_tables(results, tolerance=0.05)
+  body = text.split("## Effective context length\n")[1].split("\n## ")[0]
+  assert "within 0.05 nats/token" in body
+  n, (lo, hi) = report.effective_length(results[0], 0.05)
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.splitlines()
+    if x.startswith("|")
+  }
+  assert rows["rope/none"] == [f"{n} (2x)", f"[{lo}, {hi}]"]
+  assert rows["nope/none"] == ["64 (1x)", "-"]  # 2.1 - 2.0 > 0.05 already at 2x
+
+
+def test_cli_refuses_a_negative_effective_tolerance(tmp_path):
+  _save(tmp_path / "in" / "rope.json", lengths_result())
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", "--effective_tolerance=-0.1")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+    "error: --effective_tolerance=-0.1 is not allowed; allowed: >= 0 (nats/token)"
+  )
+  assert not (tmp_path / "out").exists()
+
+
+def test_longppl_table_shows_the_recorded_values_only_where_computed():
+  plain = lengths_result("nope")
+  assert "LongPPL" not in report.format_tables([plain])
+  withppl = lengths_result("rope")
+  for n, entry in withppl["lengths"].items():
+    key = 0 if n == "64" else 7
+    entry["longppl"] = {
+      "longppl": None if key == 0 else 3.5,
+      "longppl_ci": None if key == 0 else [3.0, 4.25],
+      "key_tokens": key,
+      "short": 64,
+      "alpha": 2.0,
+      "beta": -2.0,
+    }
+  text = report.format_tables([plain, withppl])
+  body = text.split("## LongPPL by evaluation length\n")[1].split("\n## ")[0]
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.splitlines()
+    if x.startswith("|")
+  }
+  assert "nope/none" not in rows and "at most 64 tokens of context" in body
+  assert rows["rope/none"] == ["-", "3.50 [3.00, 4.25] (7)", "3.50 [3.00, 4.25] (7)"]
+
+
+def test_task_error_rates_show_only_for_results_that_record_them():
+  old = tasks_result()
+  assert "error rate" not in report.format_tables([old])
+  new = tasks_result(run="flip")
+  new["buckets"]["1-16"].update(error_rate=0.125, error_rate_ci=[0.0625, 0.25])
+  body = report.format_tables([old, new]).split("## Task error rate on scored tokens\n")[1]
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.split("\n## ")[0].splitlines()
+    if x.startswith("|")
+  }
+  assert "copy/none" not in rows and rows["flip/none"][0] == "0.125 [0.062, 0.250]"

@@ -4,7 +4,8 @@ Each task maps `(rng, length)` to an `Example` of bytes. `length` is the task's 
 (how many symbols to copy, digits to add, key-value pairs, filler sentences, terms,
 variables, clauses, functions...), and an example's token count depends on `length`
 only, so a training length bound is a token bound. Answers are random given the length:
-only the prompt determines them.
+only the prompt determines them. Flip-flop (`FLIP_FLOP`) is the exception: its answer is the
+whole sequence, and only the bytes it marks `scored` (the read bits) are determined.
 
 SCAN and PCFG cannot keep that property (what a command or a function composition
 produces varies with the draw), so their answers end with `.` (a model must say where
@@ -35,8 +36,12 @@ LETTERS = string.ascii_lowercase.encode()
 
 @dataclasses.dataclass(frozen=True)
 class Example:
+  """`scored`: the answer bytes that carry loss and score (all when None), for a task whose
+  answer interleaves random bytes with determined ones (flip-flop)."""
+
   prompt: bytes
   answer: bytes
+  scored: tuple[int, ...] | None = None
 
 
 def _letters(rng: np.random.Generator, n: int) -> bytes:
@@ -413,6 +418,151 @@ def _pcfg_max_bytes(length: int) -> int:
   return max(unary, binary) * length + 2 * PCFG_LEAF + 2
 
 
+# Flip-flop language modelling (Liu et al. 2023, "Exposing Attention Glitches with Flip-Flop
+# Language Modeling"): `length` instructions w (write), r (read), i (ignore), each followed by a
+# bit; the first is w and the last r, the rest i with probability p_i and w or r with (1 - p_i)/2
+# each. A read's bit is the last written bit: the only determined bits, so the only ones scored
+# (the paper's error rate) and trained on. The paper's sequences are 512 tokens (length 256);
+# it trains on FFL(p_i=0.8) and tests on it, on a sparse FFL(0.98) and a dense FFL(0.1).
+FLIP_FLOP = {"flip_flop": 0.8, "flip_flop_sparse": 0.98, "flip_flop_dense": 0.1}
+
+
+def flip_flop_mix(rng: np.random.Generator, length: int, p_ignore: float) -> Example:
+  """`w1i0r1w0r0` -> the whole string as the answer (empty prompt), scored on the bits after r.
+
+  Every token but the read bits is random, so the model writes the whole sequence and only the
+  read bits can be right or wrong.
+  """
+  if length < 2:
+    raise errors.not_allowed("length", length, ">= 2 for flip-flop (a first write, a last read)")
+  p_write = (1 - p_ignore) / 2
+  middle = rng.choice(3, size=length - 2, p=[p_write, p_write, p_ignore])
+  ops = np.concatenate([[0], middle, [1]])  # 0 w, 1 r, 2 i
+  bits = rng.integers(0, 2, size=length)
+  text, scored, memory = bytearray(), [], 0
+  for op, bit in zip(ops.tolist(), bits.tolist()):
+    if op == 0:
+      memory = bit
+    elif op == 1:
+      bit = memory
+      scored.append(len(text) + 1)
+    text += b"wri"[op : op + 1] + str(bit).encode()
+  return Example(b"", bytes(text), tuple(scored))
+
+
+MQAR_VALUES = string.ascii_uppercase.encode()
+
+
+def mqar(rng: np.random.Generator, length: int) -> Example:
+  """Multi-query associative recall (Arora et al. 2023, Zoology): `length` pairs of a key (two
+  lowercase letters, distinct) and a value (an uppercase letter), then every key asked once in a
+  random order, each followed by its value: `abXcdY` -> `cdYabX`, scored on the values.
+
+  The answer is the query block; its keys are random (unscored), its values determined.
+  """
+  if not 1 <= length <= LEGO_NAMES:
+    raise errors.not_allowed("length", length, f"1..{LEGO_NAMES} for mqar (two-letter keys)")
+  keys = [
+    bytes([LETTERS[i // 26], LETTERS[i % 26]])
+    for i in rng.choice(LEGO_NAMES, size=length, replace=False)
+  ]
+  values = [MQAR_VALUES[i : i + 1] for i in rng.integers(0, len(MQAR_VALUES), size=length)]
+  order = rng.permutation(length)
+  answer = b"".join(keys[i] + values[i] for i in order)
+  return Example(
+    b"".join(k + v for k, v in zip(keys, values)), answer, tuple(range(2, 3 * length, 3))
+  )
+
+
+# Tasks whose answer is a whole random sequence with determined bytes in it (`Example.scored`):
+# no function of the prompt gives their answer.
+SEQUENCE_TASKS = (*FLIP_FLOP, "mqar")
+
+
+# A subset of Deletang et al. 2023's ("Neural Networks and the Chomsky Hierarchy") tasks, as
+# Ruoss et al. 2023 use them, sized like the paper by input symbols, one byte each. Answers with
+# a length that varies end with `.` (the paper's termination token).
+
+
+def even_pairs(rng: np.random.Generator, length: int) -> Example:
+  """`length` letters a/b -> `1` if `ab` and `ba` occur an even number of times in all, else `0`."""
+  symbols = bytes(rng.choice(np.frombuffer(b"ab", np.uint8), size=length))
+  pairs = sum(symbols[i] != symbols[i + 1] for i in range(length - 1))
+  return Example(symbols + b"=", b"1" if pairs % 2 == 0 else b"0")
+
+
+CHOMSKY_MODULUS = 5  # The paper's modulus for modular arithmetic and cycle length.
+
+
+def modular_arithmetic(rng: np.random.Generator, length: int) -> Example:
+  """`length` numbers in 0..4 joined by `+`, `-`, `*` (`*` first, then left to right) mod 5:
+  `1-1-1=` -> `4`, `0*1+4*3-2=` -> `0`."""
+  numbers = rng.integers(0, CHOMSKY_MODULUS, size=length)
+  ops = rng.choice(np.frombuffer(b"+-*", np.uint8), size=length - 1)
+  terms, sign, product = [], 1, int(numbers[0])
+  for op, number in zip(bytes(ops), numbers[1:].tolist()):
+    if op == ord("*"):
+      product *= number
+    else:
+      terms.append(sign * product)
+      sign, product = (1 if op == ord("+") else -1), number
+  terms.append(sign * product)
+  text = "".join(str(n) + chr(o) for n, o in zip(numbers[:-1].tolist(), bytes(ops)))
+  prompt = (text + str(numbers[-1]) + "=").encode()
+  return Example(prompt, str(sum(terms) % CHOMSKY_MODULUS).encode())
+
+
+def cycle_navigation(rng: np.random.Generator, length: int) -> Example:
+  """`length` moves on a cycle of 5 from 0: `0` stay, `+` one forward, `-` one back -> the
+  final position: `++-+=` -> `2`."""
+  moves = rng.integers(0, 3, size=length)
+  position = int((moves == 1).sum() - (moves == 2).sum()) % CHOMSKY_MODULUS
+  return Example(bytes(b"0+-"[m] for m in moves) + b"=", str(position).encode())
+
+
+STACK_ACTIONS = b"pzo"  # pop, push 0, push 1
+
+
+def stack_manipulation(rng: np.random.Generator, length: int) -> Example:
+  """A stack of bits given bottom to top, then actions `p` pop (ignored on an empty stack),
+  `z` push 0, `o` push 1, `length` symbols in all -> the final stack top to bottom and `.`:
+  `0110opp=` -> `110.`. The stack takes 1..length-1 symbols (one bit at length 1)."""
+  size = 1 if length == 1 else int(rng.integers(1, length))
+  stack = bytes(rng.choice(np.frombuffer(b"01", np.uint8), size=size))
+  actions = bytes(rng.choice(np.frombuffer(STACK_ACTIONS, np.uint8), size=length - size))
+  final = bytearray(stack)
+  for action in actions:
+    if action == ord("p"):
+      final = final[:-1]
+    else:
+      final.append(ord("0") if action == ord("z") else ord("1"))
+  return Example(stack + actions + b"=", bytes(final[::-1]) + b".")
+
+
+def bucket_sort(rng: np.random.Generator, length: int) -> Example:
+  """`length` letters from `a`..`e` -> sorted: `ceab=` -> `abce`."""
+  symbols = bytes(rng.choice(np.frombuffer(b"abcde", np.uint8), size=length))
+  return Example(symbols + b"=", bytes(sorted(symbols)))
+
+
+def duplicate_string(rng: np.random.Generator, length: int) -> Example:
+  """`length` bits -> them twice: `011=` -> `011011`."""
+  symbols = bytes(rng.choice(np.frombuffer(b"01", np.uint8), size=length))
+  return Example(symbols + b"=", symbols + symbols)
+
+
+def binary_addition(rng: np.random.Generator, length: int) -> Example:
+  """Two `length`-bit numbers, little-endian (lowest bit first) -> their sum, little-endian,
+  `length + 1` bits: `110+100=` -> `0010` (3 + 1 = 4). The paper splits `length` between two
+  numbers of random widths and ends the sum with a termination token; equal widths keep every
+  answer one size, as the `addition` task does."""
+  a, b = (rng.integers(0, 2, size=length) for _ in range(2))
+  total = int("".join(map(str, a[::-1])), 2) + int("".join(map(str, b[::-1])), 2)
+  bits = f"{total:b}".zfill(length + 1)[::-1]
+  text = "".join(map(str, a)) + "+" + "".join(map(str, b)) + "="
+  return Example(text.encode(), bits.encode())
+
+
 TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
   "copy": copy,
   "reverse": reverse,
@@ -431,6 +581,18 @@ TASKS: dict[str, Callable[[np.random.Generator, int], Example]] = {
   "niah_multiquery": niah_multiquery,
   "niah_multivalue": niah_multivalue,
   "niah": niah,
+  **{
+    name: functools.partial(flip_flop_mix, p_ignore=p_ignore)
+    for name, p_ignore in FLIP_FLOP.items()
+  },
+  "mqar": mqar,
+  "even_pairs": even_pairs,
+  "modular_arithmetic": modular_arithmetic,
+  "cycle_navigation": cycle_navigation,
+  "stack_manipulation": stack_manipulation,
+  "bucket_sort": bucket_sort,
+  "duplicate_string": duplicate_string,
+  "binary_addition": binary_addition,
 }
 
 # Tasks whose example size varies at a given length: the most bytes prompt + answer
@@ -439,6 +601,7 @@ MAX_BYTES: dict[str, Callable[[int], int]] = {
   "scan": _scan_max_bytes,
   "pcfg": _pcfg_max_bytes,
   "niah": _niah_max_bytes,
+  "stack_manipulation": lambda length: 2 * length + 2,  # the stack at most `length` bits
 }
 
 
@@ -485,15 +648,26 @@ def eval_buckets(data_cfg) -> list[tuple[int, int]]:
   return [(low + 1, top) for low, top in zip(edges[:-1], edges[1:])]
 
 
+def scored_mask(example: Example, answer_ids: np.ndarray) -> np.ndarray:
+  """Which answer ids are scored: all, or the `scored` bytes (tasks are byte-level)."""
+  if example.scored is None:
+    return np.ones(len(answer_ids), bool)
+  mask_N = np.zeros(len(answer_ids), bool)
+  mask_N[list(example.scored)] = True
+  return mask_N
+
+
 def training_document(example: Example, tokenizer) -> dict:
-  """`[BOS] + prompt + answer + [EOS]` ids, loss mask 1 exactly on the answer ids."""
+  """`[BOS] + prompt + answer + [EOS]` ids, loss mask 1 exactly on the (scored) answer ids."""
   prompt_ids = tokenizer.encode(example.prompt)
   answer_ids = tokenizer.encode(example.answer)
   ids_N = np.concatenate([[tokenizer.bos_id], prompt_ids, answer_ids, [tokenizer.eos_id]]).astype(
     np.int32
   )
   loss_mask_N = np.zeros(ids_N.shape, np.float32)
-  loss_mask_N[1 + len(prompt_ids) : 1 + len(prompt_ids) + len(answer_ids)] = 1.0
+  loss_mask_N[1 + len(prompt_ids) : 1 + len(prompt_ids) + len(answer_ids)] = scored_mask(
+    example, answer_ids
+  )
   return {"ids": ids_N, "loss_mask": loss_mask_N}
 
 
@@ -538,12 +712,13 @@ def eval_examples(
   seed: int = 0,
   tokenizer=None,
   depth: float | None = None,
-) -> list[tuple[np.ndarray, np.ndarray]]:
+  scored: bool = False,
+) -> list[tuple[np.ndarray, ...]]:
   """`num` (prompt_ids, answer_ids) pairs of size `length`; prompts start with BOS.
 
   `depth` places the needle of an `AT_DEPTH` task; the same draws are used at every
   depth, so depths compare like for like. Decode greedily from the prompt and score
-  with `exact_match`.
+  with `exact_match`. `scored` adds each answer's `scored_mask` as a third item.
   """
   if tokenizer is None:
     from lcx.data import tokenizers  # Tasks are byte-level by default.
@@ -554,7 +729,9 @@ def eval_examples(
   for index in range(num):
     example = generate(_eval_rng(seed, length, index), length)
     prompt_ids = np.concatenate([[tokenizer.bos_id], tokenizer.encode(example.prompt)])
-    pairs.append((prompt_ids.astype(np.int32), tokenizer.encode(example.answer)))
+    answer_ids = tokenizer.encode(example.answer)
+    mask = (scored_mask(example, answer_ids),) if scored else ()
+    pairs.append((prompt_ids.astype(np.int32), answer_ids, *mask))
   return pairs
 
 

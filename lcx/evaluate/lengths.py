@@ -3,7 +3,8 @@
 `samples` decides which tokens are scored with what context (the protocol); this module runs
 the model over those windows and summarizes: the mean loss with a bootstrap interval over
 documents, perplexity, bits per byte, the loss by position (log-spaced buckets of the
-position each target is predicted from) and each document's mean loss and tokens, per length.
+position each target is predicted from) and each document's mean loss and tokens, per length,
+and with `eval.longppl` LongPPL.
 """
 
 from __future__ import annotations
@@ -80,6 +81,60 @@ def summarize(
   }
 
 
+# LongPPL (Fang et al. 2025, "What is Wrong with Perplexity for Long-context Language
+# Modeling?"): a token is key when its long-short difference (log-prob with the whole window
+# minus with a short context) exceeds ALPHA and its long-context log-prob exceeds BETA.
+LONGPPL_ALPHA, LONGPPL_BETA = 2.0, -2.0
+
+
+def short_nll(runner, windows: samples.Windows, short: int, long_nll_NxT: np.ndarray):
+  """Each target's loss with `short` tokens of context or fewer, as the paper's code does it:
+  targets in chunks of short / 4, each chunk scored in a window of `short` tokens ending with
+  it (so 3/4 short to short tokens of context). Targets whose whole context fits in `short`
+  keep their long-window loss: their context is the same."""
+  n, t = windows.inputs_NxT.shape
+  hop = max(1, short // 4)
+  out_NxT = long_nll_NxT.astype(np.float32).copy()
+  ends = [end for end in range(hop, t + hop, hop) if min(end, t) > short]
+  if not ends:
+    return out_NxT
+  cut = {k: [] for k in ("inputs", "targets", "positions", "segments")}
+  offset_S = np.arange(short)
+  for end in (min(e, t) for e in ends):
+    sl = slice(end - short, end)
+    cut["inputs"].append(windows.inputs_NxT[:, sl])
+    cut["targets"].append(windows.targets_NxT[:, sl])
+    # Positions restart where the short window starts, unless a document starts inside it.
+    cut["positions"].append(np.minimum(windows.positions_NxT[:, sl], offset_S))
+    cut["segments"].append(windows.segments_NxT[:, sl])
+  nll_CNxS = runner.nll(*(np.concatenate(cut[k]) for k in cut)).reshape(len(ends), n, short)
+  for c, end in enumerate(ends):
+    start = max(end - hop, short)  # targets before `short` already hold their loss
+    end = min(end, t)
+    out_NxT[:, start:end] = nll_CNxS[c, :, short - (end - start) :]
+  return out_NxT
+
+
+def longppl(long_nll_NxT, short_nll_NxT, windows, doc_index, weights_RxD, short) -> dict:
+  """exp(mean long-window loss over the key tokens) with its interval over documents."""
+  scored = windows.scored_NxT
+  long_N, short_N = long_nll_NxT[scored], short_nll_NxT[scored]
+  key_N = (short_N - long_N > LONGPPL_ALPHA) & (-long_N > LONGPPL_BETA)
+  record = {"short": short, "alpha": LONGPPL_ALPHA, "beta": LONGPPL_BETA}
+  if not key_N.any():
+    return {"longppl": None, "longppl_ci": None, "key_tokens": 0, **record}
+  doc_N = np.vectorize(doc_index.get, otypes=[np.int64])(windows.doc_NxT[scored])
+  loss, ci = stats.mean_with_ci(
+    long_N[key_N].astype(np.float64), doc_N[key_N], len(doc_index), weights_RxD
+  )
+  return {
+    "longppl": stats.perplexity(loss),
+    "longppl_ci": None if ci is None else [stats.perplexity(x) for x in ci],
+    "key_tokens": int(key_N.sum()),
+    **record,
+  }
+
+
 def per_document(loss_N: np.ndarray, doc_N: np.ndarray, doc_index: dict) -> dict:
   """Each scored document's mean loss and token count (ids: validation split indices), so a
   report can pair two results, or two lengths, on the same documents (`lcx.bootstrap`)."""
@@ -120,6 +175,9 @@ def sweep(
     )
     r = summarize(nll_NxT, windows, doc_index, weights_RxD, byte_lengths_V, ev.buckets_per_octave)
     r["kernel"] = runner.kernel(length)
+    if ev.longppl:
+      short_NxT = short_nll(runner, windows, train_len, nll_NxT)
+      r["longppl"] = longppl(nll_NxT, short_NxT, windows, doc_index, weights_RxD, train_len)
     results[str(length)] = r
     ci = (
       ""

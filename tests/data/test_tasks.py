@@ -136,6 +136,35 @@ def _pcfg(prompt):
   return ("".join(symbols) + ".").encode()
 
 
+def _modular_arithmetic(prompt):
+  assert re.fullmatch(rb"[0-4](?:[-+*][0-4])*=", prompt)
+  return str(eval(prompt[:-1].decode()) % 5).encode()  # Python's precedence: `*` first
+
+
+def _cycle_navigation(prompt):
+  position = 0
+  for move in prompt.removesuffix(b"="):
+    position = (position + {ord("0"): 0, ord("+"): 1, ord("-"): -1}[move]) % 5
+  return str(position).encode()
+
+
+def _stack_manipulation(prompt):
+  stack, actions = re.fullmatch(rb"([01]+)([pzo]*)=", prompt).groups()
+  stack = list(stack)
+  for action in actions:
+    if action == ord("p"):
+      stack = stack[:-1]
+    else:
+      stack.append(ord("0") + (action == ord("o")))
+  return bytes(reversed(stack)) + b"."
+
+
+def _binary_addition(prompt):
+  a, b = prompt.removesuffix(b"=").split(b"+")
+  total = int(a[::-1], 2) + int(b[::-1], 2)
+  return bin(total)[2:].zfill(len(a) + 1)[::-1].encode()
+
+
 ORACLES = {
   "copy": lambda p: p.removesuffix(b"="),
   "reverse": lambda p: p.removesuffix(b"=")[::-1],
@@ -156,6 +185,15 @@ ORACLES = {
   "niah_multiquery": _niah,
   "niah_multivalue": _niah,
   "niah": _niah,
+  "even_pairs": lambda p: (
+    b"1" if sum(p[i : i + 2] in (b"ab", b"ba") for i in range(len(p))) % 2 == 0 else b"0"
+  ),
+  "modular_arithmetic": _modular_arithmetic,
+  "cycle_navigation": _cycle_navigation,
+  "stack_manipulation": _stack_manipulation,
+  "bucket_sort": lambda p: bytes(sorted(p.removesuffix(b"="))),
+  "duplicate_string": lambda p: p.removesuffix(b"=") * 2,
+  "binary_addition": _binary_addition,
 }
 
 # How the size `length` shows in a prompt, checked independently of the generator.
@@ -177,16 +215,28 @@ SIZES = {
     task: lambda p, a: sum(p.count(s) for s in tasks.FILLER)
     for task in ("niah_multikey", "niah_multiquery", "niah_multivalue", "niah")
   },
+  "even_pairs": lambda p, a: len(p) - 1,
+  "modular_arithmetic": lambda p, a: len(p) // 2,
+  "cycle_navigation": lambda p, a: len(p) - 1,
+  "stack_manipulation": lambda p, a: len(p) - 1,
+  "bucket_sort": lambda p, a: len(p) - 1,
+  "duplicate_string": lambda p, a: len(p) - 1,
+  "binary_addition": lambda p, a: len(p.split(b"+")[0]),
 }
 # The paper's tasks (Kazemnejad et al. 2023) that lcx generates besides the classics.
 PAPER_TASKS = ("polynomial", "summation", "lego", "scan", "pcfg")
 
 
+# Flip-flop's and MQAR's answers are random sequences with determined bytes in them, not a
+# function of the prompt: tests/data/test_sequence_tasks.py.
+PROMPT_TASKS = sorted(set(tasks.TASKS) - set(tasks.SEQUENCE_TASKS))
+
+
 def test_every_task_has_an_oracle():
-  assert set(ORACLES) == set(tasks.TASKS) == set(SIZES)
+  assert set(ORACLES) == set(PROMPT_TASKS) == set(SIZES)
 
 
-@pytest.mark.parametrize("task", sorted(tasks.TASKS))
+@pytest.mark.parametrize("task", PROMPT_TASKS)
 @pytest.mark.parametrize("length", [1, 2, 7, 40])
 def test_examples_are_correct_and_of_the_asked_size(task, length):
   for seed in range(10):
@@ -204,7 +254,7 @@ def test_paper_tasks_agree_with_their_oracles_across_lengths(task):
     assert SIZES[task](example.prompt, example.answer) == length
 
 
-@pytest.mark.parametrize("task", sorted(tasks.TASKS))
+@pytest.mark.parametrize("task", PROMPT_TASKS)
 def test_examples_are_deterministic_given_the_rng(task):
   for seed in range(5):
     first, again = (tasks.TASKS[task](np.random.default_rng(seed), 12) for _ in range(2))
@@ -214,7 +264,15 @@ def test_examples_are_deterministic_given_the_rng(task):
 
 
 # Tasks with few possible answers, and the most one answer may take of 200 draws.
-FEW_ANSWERS = {"parity": 0.65, "lego": 0.65, "summation": 0.2, "polynomial": 0.2}
+FEW_ANSWERS = {
+  "parity": 0.65,
+  "lego": 0.65,
+  "summation": 0.2,
+  "polynomial": 0.2,
+  "even_pairs": 0.65,
+  "modular_arithmetic": 0.3,
+  "cycle_navigation": 0.3,
+}
 
 
 @pytest.mark.parametrize("task", sorted(tasks.TASKS))
@@ -224,7 +282,7 @@ def test_the_answer_cannot_be_guessed_without_the_prompt(task):
   assert most_common_share < FEW_ANSWERS.get(task, 0.05)
 
 
-@pytest.mark.parametrize("task", sorted(set(tasks.TASKS) - set(tasks.MAX_BYTES)))
+@pytest.mark.parametrize("task", sorted(set(PROMPT_TASKS) - set(tasks.MAX_BYTES)))
 def test_document_size_depends_on_length_only(task):
   for length in (1, 5, 13):
     sizes = {
@@ -250,7 +308,8 @@ def test_varying_documents_stay_within_the_declared_bound(task):
       for s in range(300 if length > 1 else 2000)
     ]
     assert max(sizes) <= tasks.document_tokens(task, length, TOKENIZER)
-    assert len(set(sizes)) > 1
+    # One symbol is a one-bit stack and no action: the only stack_manipulation of size 1.
+    assert len(set(sizes)) > 1 or (task, length) == ("stack_manipulation", 1)
     if length == 1:  # Some one-clause / one-function draw reaches the bound.
       assert max(sizes) == tasks.document_tokens(task, length)
 
@@ -261,6 +320,8 @@ LONGEST = {
   "scan": lambda n: " after ".join(["jump around right thrice"] * n) + "=",
   "pcfg": lambda n: "remove_second " * n + "ABC" + " , DEF" * n + "=",
   # multivalue: the longest question and answer.
+  # a stack of n - 1 bits and one push: the stack ends n bits deep
+  "stack_manipulation": lambda n: "0" * max(n - 1, 1) + "o" * (n > 1) + "=",
   "niah": lambda n: (
     b"".join(tasks.FILLER[i % 5] for i in range(n)).decode()
     + "abc is 123. abc is 456. What are all values of abc? "
@@ -275,6 +336,20 @@ def test_the_declared_bound_is_reached(task):
     prompt = LONGEST[task](length).encode()
     assert SIZES[task](prompt, b"") == length
     assert len(prompt) + len(ORACLES[task](prompt)) + 2 == tasks.document_tokens(task, length)
+
+
+def test_chomsky_tasks_match_the_papers_examples():
+  """Deletang et al.'s worked examples, in lcx's symbols."""
+  assert ORACLES["modular_arithmetic"](b"1+2*3=") == b"2"
+  assert ORACLES["modular_arithmetic"](b"1-1-1=") == b"4"
+  assert ORACLES["modular_arithmetic"](b"0*1+4*3-2=") == b"0"
+  assert ORACLES["stack_manipulation"](b"0110opp=") == b"110."
+  assert ORACLES["stack_manipulation"](b"110ppp=") == b"."
+  assert _binary_addition(b"00100+01101=") == b"010110"  # 4 + 22 = 26, widths padded
+  assert ORACLES["even_pairs"](b"abba=") == b"1" and ORACLES["even_pairs"](b"aab=") == b"0"
+  for seed in range(200):  # the same examples from the generators' own code paths
+    example = tasks.modular_arithmetic(np.random.default_rng(seed), 3)
+    assert example.answer == _modular_arithmetic(example.prompt)
 
 
 def test_niah_needles_land_at_every_sentence_boundary_and_keep_their_order():
@@ -421,7 +496,7 @@ def _split(ids_N, answer_N):
   return (bytes(ids_N[1:start].astype(np.uint8)), bytes(ids_N[answer_N == 1].astype(np.uint8)))
 
 
-@pytest.mark.parametrize("task", sorted(tasks.TASKS))
+@pytest.mark.parametrize("task", PROMPT_TASKS)
 def test_every_task_trains_and_evaluates_through_the_pipeline(task):
   longest = tasks.document_tokens(task, 5)
   data_cfg = _task_cfg(task=task, task_min_len=1, task_max_len=5, seq_len=longest - 1)
