@@ -31,7 +31,14 @@ import jax
 import ml_collections
 
 from lcx import checkpoint, config as config_lib, data, prepare as prepare_lib, provenance, report
-from lcx.evaluate import lengths as lengths_lib, passkey, samples, tasks as tasks_lib, variants
+from lcx.evaluate import (
+  lengths as lengths_lib,
+  memory,
+  passkey,
+  samples,
+  tasks as tasks_lib,
+  variants,
+)
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
 
@@ -102,9 +109,10 @@ def restore(prepared, workdir: str, step: int | None = None):
 
 def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   """(result name, variant, overrides, config) for each of eval.variants x (for text runs)
-  eval.protocol x eval.documents, all checked before any runs. The result name is the variant's
-  file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless that is windows over the stream, and
-  `.randomM` (M recorded in the overrides too) with eval.random_positions=M.
+  eval.protocol x eval.documents, all checked before any runs (memory too: `memory.check`).
+  The result name is the variant's file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless
+  that is windows over the stream, and `.randomM` (M recorded in the overrides too) with
+  eval.random_positions=M.
   `prepare` checked the run's own fields; a variant's changed ones are checked here."""
   cfg, out = prepared.config, []
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(cfg.eval)
@@ -128,6 +136,9 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   if not out:
     raise ValueError("eval.variants is empty; give at least one, e.g. 'none'")
   passkey.check_lengths(cfg, prepared.tokenizer)
+  if cfg.data.name != "task":
+    for _, _, _, combo_cfg in out:  # before anything compiles: a length that cannot fit
+      memory.check(combo_cfg, config_lib.eval_lengths(combo_cfg), prepared.mesh)
   return out
 
 

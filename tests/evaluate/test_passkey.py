@@ -137,8 +137,8 @@ def test_evaluation_writes_a_passkey_result_per_variant_that_the_report_renders(
   capsys.readouterr()
   again = evaluate.evaluate(config, workdir)
   err = capsys.readouterr().err
-  assert "reusing" in err and err.count("reusing") == 2 and "none.json (same step" in err
-  assert "passkey@none.json (same step" not in err
+  assert "reusing" in err and err.count("reusing") == 2 and "none.json (same checkpoint" in err
+  assert "passkey@none.json (same checkpoint" not in err
   assert again["passkey@none"]["cells"][0]["examples"] == 3
   proc = run_lcx(
     [os.path.join(workdir, "eval"), f"--out={tmp_path / 'report'}"], module="lcx.report"

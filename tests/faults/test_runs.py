@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from lcx import evaluate, main, report, sweep, train
+from lcx import evaluate, main, prepare, report, sweep, train
 from lcx.data import corpus
+from lcx.evaluate import memory
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx, tiny_config
 from tests.test_sweep import _experiment, _sweep
 
@@ -376,3 +377,23 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(small_disk, ca
     "command to resume from the start"
   )
   assert os.listdir(workdir / "checkpoints") == []
+
+
+def test_an_evaluation_that_cannot_fit_is_refused_before_compiling(tmp_path, capsys):
+  config = tiny_config("rope", steps=2)
+  prepared = prepare.prepare(config)
+  limit, where = memory.device_bytes()
+  # 2^31 tokens of 259 float32 logits alone are 2.2 TB
+  assert memory.lower_bound(prepared.config, 2**31, prepared.mesh) > 2**31 * 259 * 4 > limit
+  assert memory.lower_bound(prepared.config, 64, prepared.mesh) < limit
+  config.eval.lengths = (64, 2**31)
+  with pytest.raises(SystemExit) as exit_:
+    main.run(config, str(tmp_path), "eval")  # no checkpoint needed: refused first
+  assert exit_.value.code == 2
+  need = memory.lower_bound(prepared.config, 2**31, prepared.mesh) / 2**30
+  assert _error_line(capsys) == (
+    f"error: eval.lengths: 2147483648 needs at least {need:.1f} GiB for one batch (its logits "
+    f"and one layer's attention scores), more than the {limit / 2**30:.1f} GiB of {where}; "
+    "evaluate shorter lengths"
+  )
+  assert os.listdir(tmp_path) == []
