@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # lcx launcher: creates .venv on first use, installs what the subcommand needs (re-installs when
 # pyproject.toml changes), then dispatches. Flags after the subcommand pass through unchanged.
+# Commands run in the caller's directory: relative paths (--workdir, --out, --runs_dir, data
+# paths, --config files) mean what they mean where the user typed them; lcx falls back to the
+# checkout for configs/ and experiments/ that are not there.
 set -euo pipefail
-cd "$(dirname "$0")"
+ROOT=$(cd "$(dirname "$0")" && pwd)
 
-VENV=.venv
+VENV=$ROOT/.venv
 PYTHON=${PYTHON:-python3}
 LCX_GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 
@@ -56,7 +59,8 @@ USAGE
 # holds the pyproject.toml hash and the extras installed: a superset is reused, anything else
 # installs the union, so alternating `test` and `bench` installs each extra once.
 ensure_venv() {
-  local stamp="$VENV/.lcx-install" hash old_hash="" have="" want extra spec=.
+  local stamp="$VENV/.lcx-install" hash old_hash="" have="" want extra spec=. caller=$PWD
+  cd "$ROOT"  # pip installs the checkout; the command itself runs back in $caller
   hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
   mkdir -p "$VENV"
   exec 9>"$VENV/.lcx-install.lock"
@@ -76,6 +80,7 @@ ensure_venv() {
     echo "$hash $want" > "$stamp"
   fi
   exec 9>&-
+  cd "$caller"
 }
 
 cmd=${1:-help}
@@ -107,6 +112,6 @@ case "$cmd" in
   longrope) exec "$PY" -m lcx.longrope "$@" ;;
   bench) exec "$PY" -m lcx.bench "$@" ;;
   data) exec "$PY" -m lcx.data.stats "$@" ;;
-  test) exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
-  notebook) exec "$PY" -m jupyterlab --notebook-dir=experiments/notebooks "$@" ;;
+  test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
+  notebook) exec "$PY" -m jupyterlab --notebook-dir="$ROOT/experiments/notebooks" "$@" ;;
 esac

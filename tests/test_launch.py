@@ -15,6 +15,7 @@ from tests.helpers import ROOT
 
 STUB_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
+echo "$PWD" >> "$STUB_LOG.cwd"
 echo "${GLIBC_TUNABLES-unset}" > "$STUB_LOG.env"
 if [[ "$1 $2" == "-m venv" ]]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi
 if [[ "$1 $2 $3" == "-m pip install" ]]; then sleep 1; fi  # long enough for a race to show
@@ -32,7 +33,7 @@ def checkout(tmp_path):
   return tmp_path
 
 
-def _start(checkout, *args, extras=None, env=None):
+def _start(checkout, *args, extras=None, env=None, cwd=None):
   """extras=None leaves LCX_EXTRAS unset, as on a fresh machine (launch.sh runs under set -u)."""
   env = {
     "PATH": "/usr/bin:/bin",
@@ -48,6 +49,7 @@ def _start(checkout, *args, extras=None, env=None):
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
+    cwd=cwd,
   )
 
 
@@ -59,8 +61,8 @@ def _calls(checkout):
   return calls
 
 
-def _launch(checkout, *args, extras=None, env=None):
-  proc = _start(checkout, *args, extras=extras, env=env)
+def _launch(checkout, *args, extras=None, env=None, cwd=None):
+  proc = _start(checkout, *args, extras=extras, env=env, cwd=cwd)
   out, err = proc.communicate(timeout=30)
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), _calls(checkout)
 
@@ -92,7 +94,7 @@ def test_each_command_installs_its_extras_once(checkout):
 
   proc, calls = _launch(checkout, "train", "--workdir=w")
   assert proc.returncode == 0, proc.stderr
-  assert calls[0] == "-m venv .venv"
+  assert calls[0] == f"-m venv {checkout / '.venv'}"
   assert _installs(calls) == ["."]  # train needs no torch
   assert calls[-1] == "-m lcx.main --mode=train --workdir=w"
   assert pip("test") == [".[test]"]
@@ -118,7 +120,26 @@ def test_concurrent_launches_install_once(checkout):
     assert proc.returncode == 0
   calls = _calls(checkout)
   assert _installs(calls) == [".[test]"]
-  assert calls.count("-m venv .venv") == 1
+  assert calls.count(f"-m venv {checkout / '.venv'}") == 1
+
+
+def test_commands_run_in_the_callers_directory(checkout):
+  """Launched from elsewhere (a SLURM script's directory), the venv and its install stay in the
+  checkout, but the command runs where the user is: --workdir=runs/x lands there."""
+  elsewhere = checkout / "jobs"
+  elsewhere.mkdir()
+  proc, calls = _launch(checkout, "train", "--workdir=runs/x", cwd=elsewhere)
+  assert proc.returncode == 0, proc.stderr
+  cwds = (checkout / "calls.log.cwd").read_text().splitlines()
+  assert [c.split()[:3] for c in calls] == [["-m", "venv", str(checkout / ".venv")]] + [
+    ["-m", "pip", "install"],
+    ["-m", "lcx.main", "--mode=train"],
+  ]
+  assert cwds == [str(checkout), str(checkout), str(elsewhere)]  # venv, pip: in the checkout
+  assert not (elsewhere / ".venv").exists()
+  (checkout / "calls.log.cwd").unlink()
+  assert _launch(checkout, "test", "-q", cwd=elsewhere)[0].returncode == 0
+  assert (checkout / "calls.log.cwd").read_text().splitlines()[-1] == str(checkout)
 
 
 def _default_tunables():

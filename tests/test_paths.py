@@ -1,0 +1,61 @@
+"""Relative paths mean what they mean where the user ran the command (a SLURM script's
+directory, not the checkout): workdirs, --out, --runs_dir and data paths land there, while
+configs/... and experiments/... not found there fall back to lcx's own."""
+
+import json
+import os
+
+from lcx import cli
+from tests.helpers import ROOT, TINY_FLAGS, run_lcx
+
+
+def test_shipped_prefers_the_callers_file_then_lcx_own(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert cli.shipped("configs/base.py") == str(ROOT / "configs" / "base.py")
+  assert cli.shipped("experiments/alibi_table") == str(ROOT / "experiments" / "alibi_table")
+  (tmp_path / "configs").mkdir()
+  (tmp_path / "configs" / "base.py").write_text("")
+  assert cli.shipped("configs/base.py") == "configs/base.py"  # the caller's own wins
+  assert cli.shipped("configs/nothing.py") == "configs/nothing.py"  # the error names it as given
+  assert cli.with_shipped_config(["p", "--config=configs/extrapolation.py:pos=rope", "--x"]) == [
+    "p",
+    f"--config={ROOT / 'configs' / 'extrapolation.py'}:pos=rope",
+    "--x",
+  ]
+
+
+def test_train_eval_and_report_from_another_directory_write_there(tmp_path):
+  elsewhere = tmp_path / "job"
+  elsewhere.mkdir()
+  (elsewhere / "corpus").mkdir()
+  for i in range(20):  # enough held-out text for a 2048-token evaluation
+    (elsewhere / "corpus" / f"{i}.txt").write_text(f"{i} the quick brown fox jumps\n" * 200)
+  run_lcx(
+    [
+      *TINY_FLAGS,
+      "--mode=train_and_eval",
+      "--workdir=runs/x",
+      "--config.train.steps=2",
+      "--config.data.name=text_files",
+      "--config.data.text_files=corpus",
+      "--config.data.data_dir=data",
+      "--config.eval.multipliers=(1,)",
+    ],
+    cwd=elsewhere,
+  )
+  run = elsewhere / "runs" / "x"
+  assert json.loads((run / "config.json").read_text())["data"]["text_files"] == "corpus"
+  assert (elsewhere / "data").is_dir() and not (ROOT / "data").exists()
+  assert not (ROOT / "runs" / "x").exists()
+  run_lcx(["runs/x/eval", "--out=rep"], module="lcx.report", cwd=elsewhere)
+  assert (elsewhere / "rep" / "report.md").is_file()
+
+
+def test_sweep_finds_lcx_experiments_and_puts_runs_in_the_callers_directory(tmp_path):
+  proc = run_lcx(
+    ["experiments/alibi_table", "--dry_run", "--runs_dir=myruns"],
+    module="lcx.sweep",
+    cwd=tmp_path,
+  )
+  assert f"--workdir={tmp_path / 'myruns' / 'alibi_table'}" in proc.stdout
+  assert not os.path.exists(tmp_path / "myruns")  # a dry run writes nothing
