@@ -47,7 +47,9 @@ reached by `gcloud compute tpus tpu-vm ssh NAME --worker=all --command="cd lcx &
 train ..."` (it sets none of those variables). --distributed=on always initializes,
 --distributed=off never; elsewhere pass --coordinator_address=HOST:PORT --num_processes=N
 --process_id=I.
-Environment: LCX_EXTRAS (pip extras added to every command, e.g. gpu or tpu), LCX_DATA_DIR
+Environment: LCX_EXTRAS (pip extras added to every command: gpu (CUDA 12), cuda13, tpu),
+LCX_CONSTRAINTS (the pinned versions installed, default constraints.txt; empty: pyproject's
+ranges, e.g. to keep an image's newer jax), LCX_DATA_DIR
 (datasets), GLIBC_TUNABLES (when unset, every command runs with glibc.malloc.hugetlb=1:
 XLA:CPU's per-step buffers on transparent huge pages fault 2 MB at a time, CPU steps 1.3x
 faster). The first command installs into .venv under a file lock, so concurrent srun tasks
@@ -56,12 +58,15 @@ USAGE
 }
 
 # ensure_venv EXTRA...: the venv has lcx with at least these extras (and LCX_EXTRAS). The stamp
-# holds the pyproject.toml hash and the extras installed: a superset is reused, anything else
+# holds the hash of pyproject.toml and constraints.txt and the extras installed: a superset is reused, anything else
 # installs the union, so alternating `test` and `bench` installs each extra once.
 ensure_venv() {
   local stamp="$VENV/.lcx-install" hash old_hash="" have="" want extra spec=. caller=$PWD
   cd "$ROOT"  # pip installs the checkout; the command itself runs back in $caller
-  hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  # constraints.txt pins every package to the versions the tests passed on (the lock);
+  # LCX_CONSTRAINTS= (empty) resolves pyproject's ranges instead, e.g. in a newer jax image.
+  local lock=${LCX_CONSTRAINTS-constraints.txt}
+  hash=$({ cat pyproject.toml; if [[ -n "$lock" ]]; then cat "$lock"; fi; } | sha256sum | cut -d' ' -f1)
   mkdir -p "$VENV"
   exec 9>"$VENV/.lcx-install.lock"
   command -v flock >/dev/null && flock 9  # concurrent srun tasks: one installs, the rest wait
@@ -76,7 +81,8 @@ ensure_venv() {
   if [[ "$old_hash" != "$hash" || "$want" != "$have" ]]; then
     [[ -n "$want" ]] && spec=".[$want]"
     echo "[lcx] installing lcx${spec#.} into $VENV ..." >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check ${lock:+-c "$lock"} \
+      -e "$spec"
     echo "$hash $want" > "$stamp"
   fi
   exec 9>&-

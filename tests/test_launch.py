@@ -25,7 +25,7 @@ if [[ "$1 $2 $3" == "-m pip install" ]]; then sleep 1; fi  # long enough for a r
 @pytest.fixture
 def checkout(tmp_path):
   """launch.sh and pyproject.toml copied to tmp_path: the repository's .venv is never touched."""
-  for name in ("launch.sh", "pyproject.toml"):
+  for name in ("launch.sh", "pyproject.toml", "constraints.txt"):
     shutil.copy2(ROOT / name, tmp_path / name)
   stub = tmp_path / "stub_python"
   stub.write_text(STUB_PYTHON)
@@ -96,6 +96,7 @@ def test_each_command_installs_its_extras_once(checkout):
   assert proc.returncode == 0, proc.stderr
   assert calls[0] == f"-m venv {checkout / '.venv'}"
   assert _installs(calls) == ["."]  # train needs no torch
+  assert "pip install --quiet --disable-pip-version-check -c constraints.txt -e ." in calls[1]
   assert calls[-1] == "-m lcx.main --mode=train --workdir=w"
   assert pip("test") == [".[test]"]
   assert pip("bench") == [".[test,bench]"]  # the union: test's packages stay
@@ -110,6 +111,11 @@ def test_each_command_installs_its_extras_once(checkout):
   with open(checkout / "pyproject.toml", "a") as f:
     f.write("\n# changed\n")
   assert pip("quickstart") == ["."]  # a new pyproject.toml: install afresh
+  with open(checkout / "constraints.txt", "a") as f:
+    f.write("# changed\n")
+  assert pip("quickstart") == ["."]  # new pins: install afresh
+  proc, calls = _launch(checkout, "train", env={"LCX_CONSTRAINTS": ""})
+  assert _installs(calls) == ["."] and " -c " not in calls[0]  # pyproject's ranges
 
 
 @pytest.mark.slow  # the launcher in a subprocess, several times
