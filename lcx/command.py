@@ -20,6 +20,7 @@ COMMANDS = {
   "longrope": ("lcx.longrope", ()),
   "bench": ("lcx.bench", ()),
   "data": ("lcx.data.stats", ()),
+  "export": ("lcx.export", ()),
 }
 # glibc's malloc on transparent huge pages: XLA:CPU steps 1.3x faster (README, launch.sh).
 TUNABLES = "glibc.malloc.hugetlb=1"
