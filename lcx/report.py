@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -120,6 +121,23 @@ def load(
         check(result, match)
         found[os.path.realpath(match)] = result
   return [found[p] for p in sorted(found, key=lambda p: (_sort_key(found[p]), p))]
+
+
+def corpus_warning(results: Sequence[dict]) -> str | None:
+  """A warning when the results come from different corpora (their `corpus` fingerprints,
+  e.g. stdlib built by two Python versions): their numbers do not compare. Results written
+  before lcx recorded the corpus are left out."""
+  runs: dict[str, set[str]] = {}
+  for r in results:
+    if r.get("corpus"):
+      runs.setdefault(r["corpus"], set()).add(r["run"])
+  if len(runs) < 2:
+    return None
+  listed = "; ".join(f"{c} ({', '.join(sorted(names))})" for c, names in sorted(runs.items()))
+  return (
+    "warning: the results compared come from different corpora, so their numbers do not "
+    f"compare: {listed}"
+  )
 
 
 def _read_json(path: str):
@@ -1265,6 +1283,9 @@ def main(argv):
   baseline = flags.FLAGS.baseline
   if baseline and baseline not in baselines(results):
     cli.fail(str(errors.not_allowed("--baseline", baseline, baselines(results) or ["(none)"])))
+  warning = corpus_warning(results)
+  if warning:
+    print(warning, file=sys.stderr, flush=True)
   print(format_tables(results, baseline), flush=True)
   written = write(results, out, flags.FLAGS.title, baseline)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)

@@ -47,6 +47,8 @@ def test_train_eval_and_report_from_another_directory_write_there(tmp_path):
   assert json.loads((run / "config.json").read_text())["data"]["text_files"] == "corpus"
   assert (elsewhere / "data").is_dir() and not (ROOT / "data").exists()
   assert not (ROOT / "runs" / "x").exists()
+  result = json.loads((run / "eval" / "none.json").read_text())
+  assert result["corpus"].startswith("text_files_")  # the corpus's fingerprint
   run_lcx(["runs/x/eval", "--out=rep"], module="lcx.report", cwd=elsewhere)
   assert (elsewhere / "rep" / "report.md").is_file()
 

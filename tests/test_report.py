@@ -620,3 +620,18 @@ def test_cli_refuses_an_unknown_baseline_naming_the_allowed(tmp_path):
     "error: --baseline='nope/none' is not allowed; allowed: rope/none"
   )
   assert not (tmp_path / "out").exists()
+
+
+def test_cli_warns_when_the_results_come_from_different_corpora(tmp_path):
+  a, b, old = lengths_result("rope"), lengths_result("alibi"), lengths_result("nope")
+  a["corpus"], b["corpus"] = "stdlib_py3.11.7_val0.1", "stdlib_py3.12.3_val0.1"
+  for name, result in (("a", a), ("b", b), ("old", old)):  # old: written before `corpus`
+    _save(tmp_path / "in" / f"{name}.json", result)
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stderr == (
+    "warning: the results compared come from different corpora, so their numbers do not "
+    "compare: stdlib_py3.11.7_val0.1 (rope); stdlib_py3.12.3_val0.1 (alibi)\n"
+  )
+  b["corpus"] = a["corpus"]
+  assert report.corpus_warning([a, b, old]) is None

@@ -28,6 +28,7 @@ import jax
 import ml_collections
 
 from lcx import config as config_lib, data, prepare as prepare_lib, provenance
+from lcx.data import pipeline
 from lcx.evaluate import lengths as lengths_lib, passkey, samples, tasks as tasks_lib, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -172,6 +173,7 @@ def record(
     "scheme": variant_cfg.model.position.name,
     "remap": variant_cfg.model.remap.name,
     "train_len": train_len,
+    "corpus": None if variant_cfg.data.name == "task" else pipeline.corpus_name(variant_cfg.data),
     "init_from": _init_from(meta["config"]),
     **body,
     "settings": settings,
