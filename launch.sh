@@ -15,7 +15,8 @@ usage() {
   cat <<'USAGE'
 usage: ./launch.sh COMMAND [FLAGS...]
 
-  quickstart   train NoPE and RoPE briefly on the default data, print the length-sweep table
+  quickstart   train one tiny model per position family (sinusoidal, rope, alibi, t5, nope) on
+               the default data, print the length-sweep table once at the end
   train        python -m lcx.main --mode=train --config=... --workdir=...  [--config.x.y=V]
   eval         python -m lcx.main --mode=eval  --config=... --workdir=...  (same config as train)
   generate     python -m lcx.generate --workdir=DIR --prompt=TEXT [--max_new_tokens=64]
@@ -110,6 +111,9 @@ PY="$VENV/bin/python"
 # of the CPU time in the kernel; in 2 MB pages a few hundred. Train steps 1.27-1.34x faster, the
 # same peak memory (experiments/bench/page_faults.py). An existing GLIBC_TUNABLES is kept as it is.
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-$LCX_GLIBC_TUNABLES}
+# This checkout's lcx, whatever the caller's directory holds (from ~, ~/lcx/ would otherwise be
+# a namespace package `lcx` shadowing the venv's editable install).
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 case "$cmd" in
   quickstart) exec "$PY" -m lcx.quickstart "$@" ;;
   train) exec "$PY" -m lcx.main --mode=train "$@" ;;
@@ -122,5 +126,8 @@ case "$cmd" in
   data) exec "$PY" -m lcx.data.stats "$@" ;;
   export) exec "$PY" -m lcx.export "$@" ;;
   test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
-  notebook) exec "$PY" -m jupyterlab --notebook-dir="$ROOT/experiments/notebooks" "$@" ;;
+  notebook)
+    # JupyterLab refuses root (the default user in GPU containers) without --allow-root.
+    root_flag=(); [[ $(id -u) == 0 ]] && root_flag=(--allow-root)
+    exec "$PY" -m jupyterlab --notebook-dir="$ROOT/experiments/notebooks" "${root_flag[@]}" "$@" ;;
 esac

@@ -16,6 +16,7 @@ from tests.helpers import ROOT
 STUB_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
 echo "$PWD" >> "$STUB_LOG.cwd"
+echo "${PYTHONPATH-unset}" > "$STUB_LOG.pythonpath"
 echo "${GLIBC_TUNABLES-unset}" > "$STUB_LOG.env"
 if [[ "$1 $2" == "-m venv" ]]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi
 if [[ "$1 $2 $3" == "-m pip install" ]]; then sleep 1; fi  # long enough for a race to show
@@ -73,6 +74,7 @@ def test_help_prints_usage_without_a_venv(checkout):
   assert proc.stdout.startswith("usage: ./launch.sh COMMAND [FLAGS...]")
   assert "--distributed=auto" in proc.stdout
   assert "  generate     python -m lcx.generate --workdir=DIR --prompt=TEXT" in proc.stdout
+  assert "(sinusoidal, rope, alibi, t5, nope)" in proc.stdout  # what quickstart trains
   assert calls == [] and not (checkout / ".venv").exists()
 
 
@@ -143,6 +145,7 @@ def test_commands_run_in_the_callers_directory(checkout):
   ]
   assert cwds == [str(checkout), str(checkout), str(elsewhere)]  # venv, pip: in the checkout
   assert not (elsewhere / ".venv").exists()
+  assert (checkout / "calls.log.pythonpath").read_text().strip() == str(checkout)  # its own lcx
   (checkout / "calls.log.cwd").unlink()
   assert _launch(checkout, "test", "-q", cwd=elsewhere)[0].returncode == 0
   assert (checkout / "calls.log.cwd").read_text().splitlines()[-1] == str(checkout)
@@ -197,3 +200,16 @@ def test_malloc_tunables_cut_the_per_call_page_faults():
 
   assert faults(None) > 5 * 16000
   assert faults(_default_tunables()) < 5 * 1000
+
+
+def test_notebook_runs_as_root_with_allow_root(checkout):
+  """JupyterLab refuses root without --allow-root; root is the default in GPU containers."""
+  proc, calls = _launch(checkout, "notebook", "--no-browser")
+  assert proc.returncode == 0, proc.stderr
+  flags = calls[-1].split()
+  assert flags[:3] == [
+    "-m",
+    "jupyterlab",
+    f"--notebook-dir={checkout / 'experiments' / 'notebooks'}",
+  ]
+  assert ("--allow-root" in flags) == (os.geteuid() == 0) and flags[-1] == "--no-browser"

@@ -196,11 +196,19 @@ def _reusable(path: str, step: int, settings: str) -> dict | None:
 
 
 def evaluate(
-  config, workdir: str, step: int | None = None, *, force: bool = False, prepared=None, todo=None
+  config,
+  workdir: str,
+  step: int | None = None,
+  *,
+  force: bool = False,
+  prepared=None,
+  todo=None,
+  print_tables: bool = True,
 ) -> dict[str, dict]:
   """Evaluates every variant; writes WORKDIR/eval/<name>.json (and passkey@<variant>.json);
-  prints the tables. Returns the results by name: the file name without .json, the variant
-  as written (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
+  prints the tables (unless print_tables=False: the quickstart prints all runs' once).
+  Returns the results by name: the file name without .json, the variant as written
+  (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
   (`plan(prepared)`): if made already."""
   prepared = prepared or prepare_lib.prepare(config)
   cfg = prepared.config
@@ -275,7 +283,7 @@ def evaluate(
     if jax.process_index() == 0:
       _write(path, result)
     results[_key(name, spec)] = result
-  if jax.process_index() == 0:
+  if print_tables and jax.process_index() == 0:
     print(table(results), flush=True)
   return results
 
