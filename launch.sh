@@ -40,6 +40,8 @@ usage: ./launch.sh COMMAND [FLAGS...]
                checkpoint's parameters as model.safetensors plus config.json (lcx.export.load)
   test         the test suite (pytest flags pass through; adds the test extra)
   notebook     JupyterLab on experiments/notebooks/ (adds the notebooks extra; flags pass through)
+  tensorboard  TensorBoard on DIR (a run or a folder of runs): training curves, evaluation
+               during training and final evaluation (adds the tensorboard extra)
   help         this text
 
 Multi-host: run the same train/eval command on every host. --distributed=auto (the default)
@@ -101,6 +103,7 @@ case "$cmd" in
   test) ensure_venv test ;;
   bench) ensure_venv bench ;;
   notebook) ensure_venv notebooks ;;
+  tensorboard) ensure_venv tensorboard ;;
   *) echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
 
@@ -126,6 +129,7 @@ case "$cmd" in
   data) exec "$PY" -m lcx.data.stats "$@" ;;
   export) exec "$PY" -m lcx.export "$@" ;;
   test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
+  tensorboard) exec "$PY" -m tensorboard.main --logdir "$@" ;;
   notebook)
     # JupyterLab refuses root (the default user in GPU containers) without --allow-root.
     root_flag=(); [[ $(id -u) == 0 ]] && root_flag=(--allow-root)

@@ -213,3 +213,10 @@ def test_notebook_runs_as_root_with_allow_root(checkout):
     f"--notebook-dir={checkout / 'experiments' / 'notebooks'}",
   ]
   assert ("--allow-root" in flags) == (os.geteuid() == 0) and flags[-1] == "--no-browser"
+
+
+def test_tensorboard_installs_its_extra_and_views_the_directory(checkout):
+  proc, calls = _launch(checkout, "tensorboard", "runs/x", "--port=6007")
+  assert proc.returncode == 0, proc.stderr
+  assert _installs(calls) == [".[tensorboard]"]
+  assert calls[-1] == "-m tensorboard.main --logdir runs/x --port=6007"

@@ -4,6 +4,9 @@ configs/... and experiments/... not found there fall back to lcx's own."""
 
 import json
 import os
+import struct
+
+import pytest
 
 from lcx import cli
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx
@@ -22,6 +25,21 @@ def test_shipped_prefers_the_callers_file_then_lcx_own(tmp_path, monkeypatch):
     f"--config={ROOT / 'configs' / 'extrapolation.py'}:pos=rope",
     "--x",
   ]
+
+
+def _tensorboard_scalars(directory) -> dict:
+  """{(tag, step): value} from the TFRecord-framed event files (length, crc, event, crc)."""
+  from tensorboardX.proto import event_pb2
+
+  out = {}
+  for path in sorted(directory.glob("events.out.tfevents.*")):
+    data, i = path.read_bytes(), 0
+    while i < len(data):
+      (n,) = struct.unpack("<Q", data[i : i + 8])
+      event = event_pb2.Event.FromString(data[i + 12 : i + 12 + n])
+      out.update({(v.tag, event.step): v.simple_value for v in event.summary.value})
+      i += 12 + n + 4
+  return out
 
 
 def test_train_eval_and_report_from_another_directory_write_there(tmp_path):
@@ -49,6 +67,11 @@ def test_train_eval_and_report_from_another_directory_write_there(tmp_path):
   assert not (ROOT / "runs" / "x").exists()
   result = json.loads((run / "eval" / "none.json").read_text())
   assert result["corpus"].startswith("text_files_")  # the corpus's fingerprint
+  scalars = _tensorboard_scalars(run / "tensorboard")  # the final evaluation beside training's
+  assert scalars[("eval_final/none/ppl_32", 2)] == pytest.approx(
+    result["lengths"]["32"]["perplexity"]
+  )
+  assert scalars[("eval_final/none/loss_32", 2)] == pytest.approx(result["lengths"]["32"]["loss"])
   run_lcx(["runs/x/eval", "--out=rep"], module="lcx.report", cwd=elsewhere)
   assert (elsewhere / "rep" / "report.md").is_file()
 

@@ -27,7 +27,7 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, data, prepare as prepare_lib, provenance
+from lcx import config as config_lib, data, metrics, prepare as prepare_lib, provenance
 from lcx.data import pipeline
 from lcx.evaluate import lengths as lengths_lib, passkey, samples, tasks as tasks_lib, variants
 from lcx.evaluate.runner import Runner
@@ -282,10 +282,26 @@ def evaluate(
     )
     if jax.process_index() == 0:
       _write(path, result)
+      _to_tensorboard(workdir, name, result)
     results[_key(name, spec)] = result
   if print_tables and jax.process_index() == 0:
     print(table(results), flush=True)
   return results
+
+
+def _to_tensorboard(workdir: str, name: str, result: dict) -> None:
+  """A length result's perplexity and loss per length at its step, beside training's curves
+  in WORKDIR/tensorboard: `eval_final/<result name>/ppl_<length>` (and `loss_`; TensorBoard
+  shows a name's @ as _)."""
+  if result["kind"] != "lengths":
+    return
+  writer = metrics.summary_writer(os.path.join(workdir, "tensorboard"))
+  try:
+    for n, entry in result["lengths"].items():
+      writer.add_scalar(f"eval_final/{name}/ppl_{n}", entry["perplexity"], result["step"])
+      writer.add_scalar(f"eval_final/{name}/loss_{n}", entry["loss"], result["step"])
+  finally:
+    writer.close()
 
 
 def _key(name: str, spec: str) -> str:
