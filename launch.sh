@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # lcx launcher: creates .venv on first use, installs what the subcommand needs (re-installs when
 # pyproject.toml changes), then dispatches. Flags after the subcommand pass through unchanged.
+# Commands run in the caller's directory: relative paths (--workdir, --out, --runs_dir, data
+# paths, --config files) mean what they mean where the user typed them; lcx falls back to the
+# checkout for configs/ and experiments/ that are not there.
 set -euo pipefail
-cd "$(dirname "$0")"
+ROOT=$(cd "$(dirname "$0")" && pwd)
 
-VENV=.venv
+VENV=$ROOT/.venv
 PYTHON=${PYTHON:-python3}
 LCX_GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 
@@ -12,7 +15,8 @@ usage() {
   cat <<'USAGE'
 usage: ./launch.sh COMMAND [FLAGS...]
 
-  quickstart   train NoPE and RoPE briefly on the default data, print the length-sweep table
+  quickstart   train one tiny model per position family (sinusoidal, rope, alibi, t5, nope) on
+               the default data, print the length-sweep table once at the end
   train        python -m lcx.main --mode=train --config=... --workdir=...  [--config.x.y=V]
   eval         python -m lcx.main --mode=eval  --config=... --workdir=...  (same config as train)
   generate     python -m lcx.generate --workdir=DIR --prompt=TEXT [--max_new_tokens=64]
@@ -33,8 +37,12 @@ usage: ./launch.sh COMMAND [FLAGS...]
                evaluate them with eval --config.eval.variants=longrope@DIR/longrope/factors.json
   bench        throughput, MFU, position overhead, long eval, peers -> bench.json (adds the bench extra)
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
+  export       python -m lcx.export --workdir=DIR [--step=N] [--out=DIR/export]: the
+               checkpoint's parameters as model.safetensors plus config.json (lcx.export.load)
   test         the test suite (pytest flags pass through; adds the test extra)
   notebook     JupyterLab on experiments/notebooks/ (adds the notebooks extra; flags pass through)
+  tensorboard  TensorBoard on DIR (a run or a folder of runs): training curves, evaluation
+               during training and final evaluation (adds the tensorboard extra)
   help         this text
 
 Multi-host: run the same train/eval command on every host. --distributed=auto (the default)
@@ -45,7 +53,9 @@ reached by `gcloud compute tpus tpu-vm ssh NAME --worker=all --command="cd lcx &
 train ..."` (it sets none of those variables). --distributed=on always initializes,
 --distributed=off never; elsewhere pass --coordinator_address=HOST:PORT --num_processes=N
 --process_id=I.
-Environment: LCX_EXTRAS (pip extras added to every command, e.g. gpu or tpu), LCX_DATA_DIR
+Environment: LCX_EXTRAS (pip extras added to every command: gpu (CUDA 12), cuda13, tpu),
+LCX_CONSTRAINTS (the pinned versions installed, default constraints.txt; empty: pyproject's
+ranges, e.g. to keep an image's newer jax), LCX_DATA_DIR
 (datasets), GLIBC_TUNABLES (when unset, every command runs with glibc.malloc.hugetlb=1:
 XLA:CPU's per-step buffers on transparent huge pages fault 2 MB at a time, CPU steps 1.3x
 faster). The first command installs into .venv under a file lock, so concurrent srun tasks
@@ -54,11 +64,15 @@ USAGE
 }
 
 # ensure_venv EXTRA...: the venv has lcx with at least these extras (and LCX_EXTRAS). The stamp
-# holds the pyproject.toml hash and the extras installed: a superset is reused, anything else
+# holds the hash of pyproject.toml and constraints.txt and the extras installed: a superset is reused, anything else
 # installs the union, so alternating `test` and `bench` installs each extra once.
 ensure_venv() {
-  local stamp="$VENV/.lcx-install" hash old_hash="" have="" want extra spec=.
-  hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  local stamp="$VENV/.lcx-install" hash old_hash="" have="" want extra spec=. caller=$PWD
+  cd "$ROOT"  # pip installs the checkout; the command itself runs back in $caller
+  # constraints.txt pins every package to the versions the tests passed on (the lock);
+  # LCX_CONSTRAINTS= (empty) resolves pyproject's ranges instead, e.g. in a newer jax image.
+  local lock=${LCX_CONSTRAINTS-constraints.txt}
+  hash=$({ cat pyproject.toml; if [[ -n "$lock" ]]; then cat "$lock"; fi; } | sha256sum | cut -d' ' -f1)
   mkdir -p "$VENV"
   exec 9>"$VENV/.lcx-install.lock"
   command -v flock >/dev/null && flock 9  # concurrent srun tasks: one installs, the rest wait
@@ -73,10 +87,12 @@ ensure_venv() {
   if [[ "$old_hash" != "$hash" || "$want" != "$have" ]]; then
     [[ -n "$want" ]] && spec=".[$want]"
     echo "[lcx] installing lcx${spec#.} into $VENV ..." >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check ${lock:+-c "$lock"} \
+      -e "$spec"
     echo "$hash $want" > "$stamp"
   fi
   exec 9>&-
+  cd "$caller"
 }
 
 cmd=${1:-help}
@@ -84,10 +100,11 @@ cmd=${1:-help}
 # Extras each command needs beyond the base install.
 case "$cmd" in
   help|-h|--help) usage; exit 0 ;;
-  quickstart|train|eval|generate|data|report|sweep|longrope) ensure_venv ;;
+  quickstart|train|eval|generate|data|report|sweep|longrope|export) ensure_venv ;;
   test) ensure_venv test ;;
   bench) ensure_venv bench ;;
   notebook) ensure_venv notebooks ;;
+  tensorboard) ensure_venv tensorboard ;;
   *) echo "unknown command: $cmd" >&2; usage >&2; exit 2 ;;
 esac
 
@@ -98,6 +115,9 @@ PY="$VENV/bin/python"
 # of the CPU time in the kernel; in 2 MB pages a few hundred. Train steps 1.27-1.34x faster, the
 # same peak memory (experiments/bench/page_faults.py). An existing GLIBC_TUNABLES is kept as it is.
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-$LCX_GLIBC_TUNABLES}
+# This checkout's lcx, whatever the caller's directory holds (from ~, ~/lcx/ would otherwise be
+# a namespace package `lcx` shadowing the venv's editable install).
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 case "$cmd" in
   quickstart) exec "$PY" -m lcx.quickstart "$@" ;;
   train) exec "$PY" -m lcx.main --mode=train "$@" ;;
@@ -108,6 +128,11 @@ case "$cmd" in
   longrope) exec "$PY" -m lcx.longrope "$@" ;;
   bench) exec "$PY" -m lcx.bench "$@" ;;
   data) exec "$PY" -m lcx.data.stats "$@" ;;
-  test) exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
-  notebook) exec "$PY" -m jupyterlab --notebook-dir=experiments/notebooks "$@" ;;
+  export) exec "$PY" -m lcx.export "$@" ;;
+  test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
+  tensorboard) exec "$PY" -m tensorboard.main --logdir "$@" ;;
+  notebook)
+    # JupyterLab refuses root (the default user in GPU containers) without --allow-root.
+    root_flag=(); [[ $(id -u) == 0 ]] && root_flag=(--allow-root)
+    exec "$PY" -m jupyterlab --notebook-dir="$ROOT/experiments/notebooks" "${root_flag[@]}" "$@" ;;
 esac

@@ -224,7 +224,8 @@ def latest_step(workdir: str) -> int | None:
 
 
 def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
-  """For notebooks: (params as nested dicts of numpy arrays, checkpoint metadata + step).
+  """For notebooks and `lcx.export`: (params as nested dicts of numpy arrays, checkpoint
+  metadata + step).
 
   Works on any device layout (one CPU, another mesh size) because it restores to host numpy.
   """
@@ -237,15 +238,34 @@ def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
   ckpt.close()
   path = os.path.join(ckpt.directory, str(step), "state")
   reader = ocp.PyTreeCheckpointer()
-  tree = reader.metadata(path).item_metadata.tree["params"]
-  as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-  restored = reader.restore(
-    path,
-    args=ocp.args.PyTreeRestore(
-      item={"params": tree}, restore_args={"params": as_numpy}, partial_restore=True
-    ),
-  )
+  with _no_item_metadata_warning():
+    tree = reader.metadata(path).item_metadata.tree["params"]
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    restored = reader.restore(
+      path,
+      args=ocp.args.PyTreeRestore(
+        item={"params": tree}, restore_args={"params": as_numpy}, partial_restore=True
+      ),
+    )
   return _unwrap_variables(restored["params"]), meta
+
+
+@contextlib.contextmanager
+def _no_item_metadata_warning():
+  """Drops Orbax's "Metadata file does not exist: STEP/state/_CHECKPOINT_METADATA" warning.
+  Harmless: the CheckpointManager writes that file (save time, custom metadata) once per step,
+  at STEP/_CHECKPOINT_METADATA; a checkpointer opened on the `state` item looks for its own,
+  finds none and goes on with the item's array metadata (STEP/state/_METADATA), all it needs."""
+
+  def keep(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Metadata file does not exist")
+
+  logger = logging.getLogger("absl")
+  logger.addFilter(keep)
+  try:
+    yield
+  finally:
+    logger.removeFilter(keep)
 
 
 def _unwrap_variables(tree):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import re
 import signal
 import sys
@@ -20,6 +21,9 @@ from lcx import errors
 # path so that this module need not import lcx.prepare (and jax).
 RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
 OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
+# Where a relative `configs/...` or `experiments/...` not found in the caller's directory is
+# looked for: the installed package (a wheel ships configs/ as lcx/configs/), then the checkout.
+SHIPPED = (pathlib.Path(__file__).resolve().parent, pathlib.Path(__file__).resolve().parents[1])
 
 
 def fail(message: str, status: int = 2):
@@ -43,6 +47,31 @@ def config_argument(argv) -> str | None:
     if re.match(r"^--?config(=|$)", arg):
       found = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
   return found
+
+
+def shipped(path: str) -> str:
+  """`path` itself when it exists where the user ran the command (or is absolute); else lcx's
+  own file of that name (configs/base.py, experiments/NAME), so the README's commands work
+  from any directory while outputs stay relative to the caller's directory."""
+  if not path or os.path.isabs(path) or os.path.exists(path):
+    return path
+  for home in SHIPPED:
+    if (home / path).exists():
+      return str(home / path)
+  return path
+
+
+def with_shipped_config(argv):
+  """--config=PATH[:ARGS] with PATH resolved by `shipped`."""
+  out = list(argv)
+  for i, arg in enumerate(out):
+    match = re.match(r"^(--?config=)([^:]*)(.*)$", arg)
+    if match:
+      out[i] = match[1] + shipped(match[2]) + match[3]
+    elif re.match(r"^--?config$", arg) and i + 1 < len(out):
+      path, sep, rest = out[i + 1].partition(":")
+      out[i + 1] = shipped(path) + sep + rest
+  return out
 
 
 def with_run_config(argv):
@@ -96,7 +125,7 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
   `--workdir`: without --config, a run's own WORKDIR/config.json is the config; `missing()` is
   the error when there is neither (None: --config is optional). Each error (config file,
   override, type) is one line."""
-  argv = with_run_config(argv)
+  argv = with_run_config(with_shipped_config(argv))
   try:
     argv = flags.FLAGS(argv)
     if flags.FLAGS.config is None:

@@ -161,7 +161,11 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 
 def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
-  """(step, metadata saved with it: tokenizer, resolved config) of the latest or given step."""
+  """(step, metadata saved with it: tokenizer, resolved config) of the latest or given step.
+  A workdir without checkpoints/ is left as it is (the Checkpointer would create the folder)."""
+  if checkpoint.latest_step(workdir) is None:
+    where = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    raise FileNotFoundError(f"no checkpoint in {where}; train first (--mode=train)")
   ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
   try:
     steps = sorted(ckpt.manager.all_steps())

@@ -46,7 +46,9 @@ def main(argv):
     if train.train(config, workdir, prepared).interrupted:
       print("== stopped early (SIGTERM): run the same command again to resume", flush=True)
       return
-    results.append(evaluate.evaluate(config, workdir, prepared=prepared)["none"])
+    results.append(
+      evaluate.evaluate(config, workdir, prepared=prepared, print_tables=False)["none"]
+    )
   written = report.write(results, FLAGS.workdir, title="quickstart: one tiny model per family")
   print("\n" + report.length_tables(results))
   print(f"\nreport: {written['report']}")

@@ -128,6 +128,23 @@ def load(
   return [found[p] for p in sorted(found, key=lambda p: (_sort_key(found[p]), p))]
 
 
+def corpus_warning(results: Sequence[dict]) -> str | None:
+  """A warning when the results come from different corpora (their `corpus` fingerprints,
+  e.g. stdlib built by two Python versions): their numbers do not compare. Results written
+  before lcx recorded the corpus are left out."""
+  runs: dict[str, set[str]] = {}
+  for r in results:
+    if r.get("corpus"):
+      runs.setdefault(r["corpus"], set()).add(r["run"])
+  if len(runs) < 2:
+    return None
+  listed = "; ".join(f"{c} ({', '.join(sorted(names))})" for c, names in sorted(runs.items()))
+  return (
+    "warning: the results compared come from different corpora, so their numbers do not "
+    f"compare: {listed}"
+  )
+
+
 def _read_json(path: str):
   try:
     with open(path) as f:
@@ -1074,6 +1091,7 @@ def _pyplot():
 
 
 MANY_LINES = 10  # more lines than this: 20 colors x line styles, legend outside the axes
+MANY_BANDS = 4  # more variants than this in a panel: one CI band (the first's), legend outside
 
 
 def _subplots(n: int, width: float = 6.0, height: float = 4.0, cols: int = 2):
@@ -1116,7 +1134,7 @@ def _mark_train_lengths(ax, train_lens) -> None:
     )
 
 
-def _length_axes(ax, lengths, ylabel: str, values) -> None:
+def _length_axes(ax, lengths, ylabel: str, values, legend_outside: bool = False) -> None:
   ax.set_xscale("log", base=2)
   ax.set_xticks(lengths, [str(n) for n in lengths])
   ax.minorticks_off()
@@ -1131,7 +1149,7 @@ def _length_axes(ax, lengths, ylabel: str, values) -> None:
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel(ylabel)
   ax.grid(True, alpha=0.3)
-  if len(ax.get_lines()) > MANY_LINES:
+  if legend_outside or len(ax.get_lines()) > MANY_LINES:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
   else:
     ax.legend(fontsize=7)
@@ -1146,8 +1164,9 @@ def _line_style(i: int, count: int) -> dict:
   return {"color": color, "linestyle": ("-", "--", ":", "-.")[(i // 20) % 4]}
 
 
-def _plot_metric_lines(ax, results, metric: str, row_label) -> None:
-  """One line per result over its lengths, with its CI band where recorded."""
+def _plot_metric_lines(ax, results, metric: str, row_label, crowded: bool = False) -> None:
+  """One line per result over its lengths, with its CI band where recorded (crowded: only the
+  first result's band, the reference the others are read against, and the legend outside)."""
   lengths, values = set(), []
   band = _band_alpha(len(results))
   for i, r in enumerate(results):
@@ -1157,7 +1176,7 @@ def _plot_metric_lines(ax, results, metric: str, row_label) -> None:
       ns, ys, marker="o", markersize=3, label=row_label(r), **_line_style(i, len(results))
     )
     cis = [r["lengths"][str(n)].get(f"{metric}_ci") for n in ns]
-    if ns and all(ci and ci[0] is not None for ci in cis):
+    if ns and all(ci and ci[0] is not None for ci in cis) and not (crowded and i):
       ax.fill_between(
         ns,
         [c[0] for c in cis],
@@ -1175,6 +1194,7 @@ def _plot_metric_lines(ax, results, metric: str, row_label) -> None:
     sorted(lengths),
     metric.replace("_", " ") + " per token" if metric == "perplexity" else metric.replace("_", " "),
     values,
+    legend_outside=crowded,
   )
 
 
@@ -1212,10 +1232,12 @@ def plot_variants(results: Sequence[dict], path: str) -> str | None:
   ]
   if not runs:
     return None
-  fig, axes = _subplots(len(runs))
+  crowded = max(map(len, runs)) > MANY_BANDS  # one column: the legends go right of the axes
+  fig, axes = _subplots(len(runs), width=8.0 if crowded else 6.0, cols=1 if crowded else 2)
   for ax, group in zip(axes, runs):
-    _plot_metric_lines(ax, group, "perplexity", lambda r: str(r["variant"]))
-    ax.set_title(f"{group[0]['run']}: variants", fontsize=9)
+    _plot_metric_lines(ax, group, "perplexity", lambda r: str(r["variant"]), crowded)
+    band = f"95% CI of {group[0]['variant']}" if crowded else "95% CI"
+    ax.set_title(f"{group[0]['run']}: variants, {_short_protocol(group[0])} ({band})", fontsize=9)
   return _save(fig, path)
 
 
@@ -1442,6 +1464,9 @@ def main(argv):
       file=sys.stderr,
       flush=True,
     )
+  warning = corpus_warning(results)
+  if warning:
+    print(warning, file=sys.stderr, flush=True)
   print(format_tables(results, baseline, tolerance), flush=True)
   written = write(results, out, flags.FLAGS.title, baseline, tolerance)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)

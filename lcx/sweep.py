@@ -213,7 +213,7 @@ def load(target: str, runs_dir: str = "runs") -> Sweep:
     directory, arg = head, tail
   if arg and not re.fullmatch(r"[A-Za-z0-9_]+", arg):
     raise ValueError(f"{target}: the argument after ':' must be a word, e.g. full")
-  directory = os.path.normpath(directory)
+  directory = os.path.normpath(cli.shipped(directory))
   if not os.path.isdir(directory):
     raise ValueError(f"{target}: no experiment directory {directory}")
   path = os.path.join(directory, "sweep.py")

@@ -65,12 +65,13 @@ TINY_FLAGS = [
 ]
 
 
-def run_lcx(args, *, env=None, check=True, timeout=300, module="lcx.main"):
-  """Runs `python -m lcx.main ARGS` from the repo root; returns the CompletedProcess."""
-  full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+def run_lcx(args, *, env=None, check=True, timeout=300, module="lcx.main", cwd=ROOT):
+  """Runs `python -m lcx.main ARGS` from `cwd` (the repo root), with this checkout's lcx;
+  returns the CompletedProcess."""
+  full_env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **(env or {}))
   proc = subprocess.run(
     [sys.executable, "-m", module, *args],
-    cwd=ROOT,
+    cwd=cwd,
     env=full_env,
     capture_output=True,
     text=True,

@@ -15,6 +15,8 @@ from tests.helpers import ROOT
 
 STUB_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
+echo "$PWD" >> "$STUB_LOG.cwd"
+echo "${PYTHONPATH-unset}" > "$STUB_LOG.pythonpath"
 echo "${GLIBC_TUNABLES-unset}" > "$STUB_LOG.env"
 if [[ "$1 $2" == "-m venv" ]]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; fi
 if [[ "$1 $2 $3" == "-m pip install" ]]; then sleep 1; fi  # long enough for a race to show
@@ -24,7 +26,7 @@ if [[ "$1 $2 $3" == "-m pip install" ]]; then sleep 1; fi  # long enough for a r
 @pytest.fixture
 def checkout(tmp_path):
   """launch.sh and pyproject.toml copied to tmp_path: the repository's .venv is never touched."""
-  for name in ("launch.sh", "pyproject.toml"):
+  for name in ("launch.sh", "pyproject.toml", "constraints.txt"):
     shutil.copy2(ROOT / name, tmp_path / name)
   stub = tmp_path / "stub_python"
   stub.write_text(STUB_PYTHON)
@@ -32,7 +34,7 @@ def checkout(tmp_path):
   return tmp_path
 
 
-def _start(checkout, *args, extras=None, env=None):
+def _start(checkout, *args, extras=None, env=None, cwd=None):
   """extras=None leaves LCX_EXTRAS unset, as on a fresh machine (launch.sh runs under set -u)."""
   env = {
     "PATH": "/usr/bin:/bin",
@@ -48,6 +50,7 @@ def _start(checkout, *args, extras=None, env=None):
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
+    cwd=cwd,
   )
 
 
@@ -59,8 +62,8 @@ def _calls(checkout):
   return calls
 
 
-def _launch(checkout, *args, extras=None, env=None):
-  proc = _start(checkout, *args, extras=extras, env=env)
+def _launch(checkout, *args, extras=None, env=None, cwd=None):
+  proc = _start(checkout, *args, extras=extras, env=env, cwd=cwd)
   out, err = proc.communicate(timeout=30)
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), _calls(checkout)
 
@@ -71,6 +74,7 @@ def test_help_prints_usage_without_a_venv(checkout):
   assert proc.stdout.startswith("usage: ./launch.sh COMMAND [FLAGS...]")
   assert "--distributed=auto" in proc.stdout
   assert "  generate     python -m lcx.generate --workdir=DIR --prompt=TEXT" in proc.stdout
+  assert "(sinusoidal, rope, alibi, t5, nope)" in proc.stdout  # what quickstart trains
   assert calls == [] and not (checkout / ".venv").exists()
 
 
@@ -92,8 +96,9 @@ def test_each_command_installs_its_extras_once(checkout):
 
   proc, calls = _launch(checkout, "train", "--workdir=w")
   assert proc.returncode == 0, proc.stderr
-  assert calls[0] == "-m venv .venv"
+  assert calls[0] == f"-m venv {checkout / '.venv'}"
   assert _installs(calls) == ["."]  # train needs no torch
+  assert "pip install --quiet --disable-pip-version-check -c constraints.txt -e ." in calls[1]
   assert calls[-1] == "-m lcx.main --mode=train --workdir=w"
   assert pip("test") == [".[test]"]
   assert pip("bench") == [".[test,bench]"]  # the union: test's packages stay
@@ -108,6 +113,11 @@ def test_each_command_installs_its_extras_once(checkout):
   with open(checkout / "pyproject.toml", "a") as f:
     f.write("\n# changed\n")
   assert pip("quickstart") == ["."]  # a new pyproject.toml: install afresh
+  with open(checkout / "constraints.txt", "a") as f:
+    f.write("# changed\n")
+  assert pip("quickstart") == ["."]  # new pins: install afresh
+  proc, calls = _launch(checkout, "train", env={"LCX_CONSTRAINTS": ""})
+  assert _installs(calls) == ["."] and " -c " not in calls[0]  # pyproject's ranges
 
 
 @pytest.mark.slow  # the launcher in a subprocess, several times
@@ -118,7 +128,27 @@ def test_concurrent_launches_install_once(checkout):
     assert proc.returncode == 0
   calls = _calls(checkout)
   assert _installs(calls) == [".[test]"]
-  assert calls.count("-m venv .venv") == 1
+  assert calls.count(f"-m venv {checkout / '.venv'}") == 1
+
+
+def test_commands_run_in_the_callers_directory(checkout):
+  """Launched from elsewhere (a SLURM script's directory), the venv and its install stay in the
+  checkout, but the command runs where the user is: --workdir=runs/x lands there."""
+  elsewhere = checkout / "jobs"
+  elsewhere.mkdir()
+  proc, calls = _launch(checkout, "train", "--workdir=runs/x", cwd=elsewhere)
+  assert proc.returncode == 0, proc.stderr
+  cwds = (checkout / "calls.log.cwd").read_text().splitlines()
+  assert [c.split()[:3] for c in calls] == [["-m", "venv", str(checkout / ".venv")]] + [
+    ["-m", "pip", "install"],
+    ["-m", "lcx.main", "--mode=train"],
+  ]
+  assert cwds == [str(checkout), str(checkout), str(elsewhere)]  # venv, pip: in the checkout
+  assert not (elsewhere / ".venv").exists()
+  assert (checkout / "calls.log.pythonpath").read_text().strip() == str(checkout)  # its own lcx
+  (checkout / "calls.log.cwd").unlink()
+  assert _launch(checkout, "test", "-q", cwd=elsewhere)[0].returncode == 0
+  assert (checkout / "calls.log.cwd").read_text().splitlines()[-1] == str(checkout)
 
 
 def _default_tunables():
@@ -170,3 +200,23 @@ def test_malloc_tunables_cut_the_per_call_page_faults():
 
   assert faults(None) > 5 * 16000
   assert faults(_default_tunables()) < 5 * 1000
+
+
+def test_notebook_runs_as_root_with_allow_root(checkout):
+  """JupyterLab refuses root without --allow-root; root is the default in GPU containers."""
+  proc, calls = _launch(checkout, "notebook", "--no-browser")
+  assert proc.returncode == 0, proc.stderr
+  flags = calls[-1].split()
+  assert flags[:3] == [
+    "-m",
+    "jupyterlab",
+    f"--notebook-dir={checkout / 'experiments' / 'notebooks'}",
+  ]
+  assert ("--allow-root" in flags) == (os.geteuid() == 0) and flags[-1] == "--no-browser"
+
+
+def test_tensorboard_installs_its_extra_and_views_the_directory(checkout):
+  proc, calls = _launch(checkout, "tensorboard", "runs/x", "--port=6007")
+  assert proc.returncode == 0, proc.stderr
+  assert _installs(calls) == [".[tensorboard]"]
+  assert calls[-1] == "-m tensorboard.main --logdir runs/x --port=6007"

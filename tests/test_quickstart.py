@@ -23,6 +23,11 @@ def test_reduced_quickstart_trains_evaluates_and_reports(tmp_path):
   assert any(line.startswith("| alibi/none ") for line in table_rows)
   assert any(line.startswith("| nope/none ") for line in table_rows)
   assert "512 (8x)" in out.stdout  # the table with every length
+  lines = out.stdout.splitlines()
+  last_run = max(i for i, line in enumerate(lines) if line.startswith("== ["))
+  assert all(
+    i > last_run for i, line in enumerate(lines) if line.startswith("| ")
+  )  # once, at the end
   for scheme in ("nope", "alibi"):
     assert os.path.exists(tmp_path / scheme / "eval" / "none.json")
   for name in ("report.md", "results.csv", "perplexity.png"):

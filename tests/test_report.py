@@ -739,3 +739,33 @@ def test_task_error_rates_show_only_for_results_that_record_them():
     if x.startswith("|")
   }
   assert "copy/none" not in rows and rows["flip/none"][0] == "0.125 [0.062, 0.250]"
+
+
+def test_cli_warns_when_the_results_come_from_different_corpora(tmp_path):
+  a, b, old = lengths_result("rope"), lengths_result("alibi"), lengths_result("nope")
+  a["corpus"], b["corpus"] = "stdlib_py3.11.7_val0.1", "stdlib_py3.12.3_val0.1"
+  for name, result in (("a", a), ("b", b), ("old", old)):  # old: written before `corpus`
+    _save(tmp_path / "in" / f"{name}.json", result)
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stderr == (
+    "warning: the results compared come from different corpora, so their numbers do not "
+    "compare: stdlib_py3.11.7_val0.1 (rope); stdlib_py3.12.3_val0.1 (alibi)\n"
+  )
+  b["corpus"] = a["corpus"]
+  assert report.corpus_warning([a, b, old]) is None
+
+
+def test_variants_plot_with_many_variants_keeps_one_band_and_the_legend_outside(monkeypatch):
+  figures = []
+  monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
+  names = ["none", "linear@4", "ntk@4", "yarn@4", "dynamic@4", "rerope@64"]
+  report.plot_variants([lengths_result(variant=v) for v in names], "variants.png")
+  (ax,) = [a for a in figures[0].axes if a.get_visible()]
+  assert len(ax.collections) == 1  # the band of "none" only: five more would be one blob
+  legend = ax.get_legend().get_window_extent()
+  assert legend.x0 >= ax.get_window_extent().x1  # right of the axes, not over the lines
+  figures.clear()
+  report.plot_variants([lengths_result(variant=v) for v in names[:3]], "variants.png")
+  (ax,) = [a for a in figures[0].axes if a.get_visible()]
+  assert len(ax.collections) == 3  # few variants: each its band

@@ -19,13 +19,17 @@ def _byte_tokenizer(data_cfg) -> tokenizers.ByteTokenizer:
   return tokenizers.ByteTokenizer()
 
 
+def corpus_name(data_cfg) -> str:
+  """The corpus's fingerprint: its built dataset's name, which changes with its inputs (the
+  Python version for stdlib, the pins for books, the files for text_files)."""
+  if data_cfg.name in sources.CORPUS_SPECS:
+    return sources.CORPUS_SPECS[data_cfg.name](data_cfg).config_name
+  return f"tfds_{data_cfg.tfds_name.replace('/', '_')}_{data_cfg.train_split}"
+
+
 def sentencepiece_path(data_cfg) -> pathlib.Path:
   """Where the SentencePiece model for this corpus, vocab size and seed lives."""
-  if data_cfg.name in sources.CORPUS_SPECS:
-    corpus_name = sources.CORPUS_SPECS[data_cfg.name](data_cfg).config_name
-  else:
-    corpus_name = f"tfds_{data_cfg.tfds_name.replace('/', '_')}_{data_cfg.train_split}"
-  model_name = f"{corpus_name}_sp{data_cfg.vocab_size}_seed{data_cfg.seed}.model"
+  model_name = f"{corpus_name(data_cfg)}_sp{data_cfg.vocab_size}_seed{data_cfg.seed}.model"
   return config.data_dir(data_cfg) / "tokenizers" / model_name
 
 

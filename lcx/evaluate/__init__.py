@@ -30,7 +30,16 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import checkpoint, config as config_lib, data, prepare as prepare_lib, provenance, report
+from lcx import (
+  checkpoint,
+  config as config_lib,
+  data,
+  metrics,
+  prepare as prepare_lib,
+  provenance,
+  report,
+)
+from lcx.data import pipeline
 from lcx.evaluate import (
   lengths as lengths_lib,
   memory,
@@ -188,6 +197,7 @@ def record(
     "scheme": variant_cfg.model.position.name,
     "remap": variant_cfg.model.remap.name,
     "train_len": train_len,
+    "corpus": None if variant_cfg.data.name == "task" else pipeline.corpus_name(variant_cfg.data),
     "init_from": _init_from(meta["config"]),
     **body,
     "settings": settings,
@@ -239,11 +249,19 @@ def _keep_replaced(path: str, result: dict) -> str | None:
 
 
 def evaluate(
-  config, workdir: str, step: int | None = None, *, force: bool = False, prepared=None, todo=None
+  config,
+  workdir: str,
+  step: int | None = None,
+  *,
+  force: bool = False,
+  prepared=None,
+  todo=None,
+  print_tables: bool = True,
 ) -> dict[str, dict]:
   """Evaluates every variant; writes WORKDIR/eval/<name>.json (and passkey@<variant>.json);
-  prints the tables. Returns the results by name: the file name without .json, the variant
-  as written (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
+  prints the tables (unless print_tables=False: the quickstart prints all runs' once).
+  Returns the results by name: the file name without .json, the variant as written
+  (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
   (`plan(prepared)`): if made already."""
   prepared = prepared or prepare_lib.prepare(config)
   cfg = prepared.config
@@ -322,10 +340,26 @@ def evaluate(
       if kept:
         say(f"{name}: the earlier result (another checkpoint or other settings) kept as {kept}")
       _write(path, result)
+      _to_tensorboard(workdir, name, result)
     results[_key(name, spec)] = result
-  if jax.process_index() == 0:
+  if print_tables and jax.process_index() == 0:
     print(table(results), flush=True)
   return results
+
+
+def _to_tensorboard(workdir: str, name: str, result: dict) -> None:
+  """A length result's perplexity and loss per length at its step, beside training's curves
+  in WORKDIR/tensorboard: `eval_final/<result name>/ppl_<length>` (and `loss_`; TensorBoard
+  shows a name's @ as _)."""
+  if result["kind"] != "lengths":
+    return
+  writer = metrics.summary_writer(os.path.join(workdir, "tensorboard"))
+  try:
+    for n, entry in result["lengths"].items():
+      writer.add_scalar(f"eval_final/{name}/ppl_{n}", entry["perplexity"], result["step"])
+      writer.add_scalar(f"eval_final/{name}/loss_{n}", entry["loss"], result["step"])
+  finally:
+    writer.close()
 
 
 def _key(name: str, spec: str) -> str:

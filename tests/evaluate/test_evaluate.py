@@ -240,6 +240,7 @@ def test_eval_from_the_workdir_alone_on_the_command_line(rope_run, tmp_path):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="no checkpoint in .*train first"):
     evaluate.evaluate(tiny_config(), str(tmp_path))
+  assert os.listdir(tmp_path) == []  # no empty checkpoints/ left behind
 
 
 def _texts(words, num=200):
