@@ -8,7 +8,11 @@ query. `model.attention.temperature` (trained):
   log_n   max(1, ln(n) / ln(L)), n = the query's position + 1: 1 up to L, growing slowly
           beyond. ReRoPE's form (bojone/rerope; remaps.log_n_scale), which we follow. Llama 4
           scales NoPE layers' queries by 1 + 0.1 ln(floor((i + 1) / 8192) + 1) instead, also
-          1 inside its floor scale, a step function beyond.
+          1 inside its floor scale, a step function beyond (`llama4`):
+  llama4  Llama 4 as shipped (HF Llama4TextAttention, attn_temperature_tuning): queries of the
+          NoPE blocks only (model.nope_every's, or every block of the `nope` scheme) times
+          1 + 0.1 ln(floor((i + 1) / 8192) + 1), i the query's position; fixed constants,
+          independent of L. Refused where no block is NoPE (it would do nothing).
   ssmax   Scalable-Softmax (Nakanishi 2025, 2501.19399): softmax(s_h ln(n) z), a learned s
           per layer and head, n the number of keys the query sees (causal: position + 1).
           The paper leaves s's init open; we start at s_h = 1 / ln(L), so the factor is 1 at
@@ -30,7 +34,14 @@ import jax.numpy as jnp
 
 from lcx.positions.remaps import log_n_scale
 
-TEMPERATURES = ("none", "log_n", "ssmax")
+TEMPERATURES = ("none", "log_n", "ssmax", "llama4")
+LLAMA4_FLOOR_SCALE, LLAMA4_ATTN_SCALE = 8192, 0.1  # Llama 4's shipped config values
+
+
+def llama4_scale(q_pos_BxL) -> jax.Array:
+  """Llama 4's NoPE query factor log(floor((i + 1) / floor_scale) + 1) * attn_scale + 1."""
+  steps = jnp.floor((jnp.asarray(q_pos_BxL, jnp.float32) + 1) / LLAMA4_FLOOR_SCALE)
+  return jnp.log1p(steps) * LLAMA4_ATTN_SCALE + 1
 
 
 def ssmax_init(train_len: int) -> float:
@@ -45,11 +56,22 @@ def beta_factor(len_BxL, train_len: int, c: float) -> jax.Array:
 
 
 def query_factor(
-  temperature: str, q_pos_BxL, len_BxL, *, train_len: int, ssmax_H=None, beta_c: float = 0.0
+  temperature: str,
+  q_pos_BxL,
+  len_BxL,
+  *,
+  train_len: int,
+  ssmax_H=None,
+  beta_c: float = 0.0,
+  nope: bool = False,
 ) -> jax.Array | None:
-  """The float32 factor on each query (BxLx1, or BxLxH with ssmax), or None when it is 1."""
+  """The float32 factor on each query (BxLx1, or BxLxH with ssmax), or None when it is 1.
+
+  `nope`: the block carries no position signal (llama4 tempers those blocks only)."""
   factor = None
-  if temperature == "log_n":
+  if temperature == "llama4" and nope:
+    factor = llama4_scale(q_pos_BxL)[:, :, None]
+  elif temperature == "log_n":
     factor = log_n_scale(q_pos_BxL, max(train_len, 2))[:, :, None]
   elif temperature == "ssmax":
     n_BxL = jnp.asarray(q_pos_BxL, jnp.float32) + 1
