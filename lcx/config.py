@@ -17,6 +17,7 @@ from lcx import (
   attention,
   data,
   errors,
+  gating,
   kernels,
   model as model_lib,
   patterns,
@@ -138,6 +139,7 @@ OPTIONS = [
     f"one of {temperature.SSMAX_N}",
   ),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
+  ("model.attention.gate", lambda v: v in gating.KINDS, f"one of {gating.KINDS}"),
   ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
   ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
   ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
@@ -233,6 +235,11 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   data.validate(config.data)
   dims = positions.Dims.of(m)
   positions.validate(m.position, dims)
+  if m.attention.temperature == "llama4" and not (m.nope_every or m.position.name == "nope"):
+    raise ValueError(
+      "model.attention.temperature='llama4' tempers the NoPE blocks only, and there are none; "
+      "allowed with model.nope_every >= 1 or model.position.name='nope'"
+    )
   if m.nope_every and positions.base.adds_embedding(m.position.name):
     raise ValueError(
       f"model.nope_every={m.nope_every} is not allowed with model.position.name="

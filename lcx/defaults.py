@@ -62,8 +62,8 @@ def get_config(arg=None):
   config.model.attention = ml_collections.ConfigDict()
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512
-  # Logit temperature (lcx/temperature.py): none | log_n | ssmax | scale_invariant (trained;
-  # scale_invariant's length scale tau: si_tau, the paper's 10), and C of the
+  # Logit temperature (lcx/temperature.py): none | log_n | ssmax | scale_invariant | llama4
+  # (trained; scale_invariant's length scale tau: si_tau, the paper's 10), and C of the
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
   config.model.attention.temperature = "none"
   config.model.attention.si_tau = 10.0
@@ -71,6 +71,9 @@ def get_config(arg=None):
   # SSMax's n: keys (the keys each query sees, the paper's) | position (position + 1).
   config.model.attention.ssmax_n = "keys"
   config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
+  # none | elementwise | headwise: a sigmoid gate from the block input on each head's output
+  # (gated attention, lcx/gating.py; elementwise is the paper's best).
+  config.model.attention.gate = "none"
   # softmax | stick_breaking (lcx/stick_breaking.py: each query breaks a stick over its keys
   # from the nearest back, weights summing to <= 1; no sink).
   config.model.attention.kind = "softmax"

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, cpu_tuned, kernels, patterns, positions, temperature
+from lcx import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
 from lcx.positions import randomized, remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -148,6 +148,18 @@ class Attention(nnx.Module):
         jnp.full((h,), temperature.ssmax_init(cfg.max_len), jnp.float32), logical_axes=("heads",)
       )
     )
+    # Gated attention (lcx/gating.py): W_g of the sigmoid gate on each head's output, or None.
+    self.gate = cfg.attention.get("gate", "none")
+    self.wg = (
+      None
+      if self.gate == "none"
+      else _param(
+        rngs,
+        gating.shape(self.gate, d, h, k),
+        d,
+        ("embed", "heads", *gating.GATES[self.gate].per_head),
+      )
+    )
     # Attention sink (gpt-oss): a learned logit per head in every softmax denominator, from 0.
     self.sink_H = (
       None
@@ -161,8 +173,9 @@ class Attention(nnx.Module):
       else None
     )
 
-  def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL):
-    """`q_pos_BxL`: the queries' true positions (the temperature reads them)."""
+  def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL, nope=False):
+    """`q_pos_BxL`: the queries' true positions (the temperature reads them); `nope`: the
+    block carries no position signal (the llama4 temperature reads it)."""
     dt = x_BxLxD.dtype
     q_BxLxHxE = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
     k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
@@ -180,6 +193,7 @@ class Attention(nnx.Module):
         keys_BxL=(
           temperature.visible_keys(plan) if self.ssmax_H is not None and self.ssmax_keys else None
         ),
+        nope=nope,
       ),
     )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
@@ -195,6 +209,8 @@ class Attention(nnx.Module):
       sink_H=None if self.sink_H is None else self.sink_H[...],
       **remainder,
     )
+    if self.wg is not None:
+      out_BxHxLxE = gating.apply(self.gate, out_BxHxLxE, x_BxLxD, self.wg[...])
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
 
@@ -281,6 +297,7 @@ class Decoder(nnx.Module):
     )
     self.pattern = patterns.build(cfg.attention.pattern)
     self.nope_every = cfg.nope_every
+    self.nope_scheme = cfg.position.name == "nope"  # every block is NoPE (llama4 temperature)
     # The NoPE blocks' hooks (identity) and remap (none); the positioned blocks' window.
     self.identity = positions.Scheme()
     self.no_remap = remaps.build(remaps.default_config("none"), positions.Dims.of(cfg))
@@ -378,8 +395,8 @@ class Decoder(nnx.Module):
     plan, nope_plan = plans
     if self.has_positions(layer):
       scheme = self.layer_scheme(layer, plan.extras.get("distances_L"))
-      return {"scheme": scheme, "plan": plan}
-    return {"scheme": self.layer_scheme(layer), "plan": nope_plan}
+      return {"scheme": scheme, "plan": plan, "nope": self.nope_scheme}
+    return {"scheme": self.layer_scheme(layer), "plan": nope_plan, "nope": True}
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""

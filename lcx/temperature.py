@@ -9,7 +9,11 @@ query. `model.attention.temperature` (trained):
           beyond. ReRoPE's form (bojone/rerope; remaps.log_n_scale), which we follow (with the
           rerope remap the factor is applied once: remaps.for_temperature). Llama 4
           scales NoPE layers' queries by 1 + 0.1 ln(floor((i + 1) / 8192) + 1) instead, also
-          1 inside its floor scale, a step function beyond.
+          1 inside its floor scale, a step function beyond (`llama4`):
+  llama4  Llama 4 as shipped (HF Llama4TextAttention, attn_temperature_tuning): queries of the
+          NoPE blocks only (model.nope_every's, or every block of the `nope` scheme) times
+          1 + 0.1 ln(floor((i + 1) / 8192) + 1), i the query's position; fixed constants,
+          independent of L. Refused where no block is NoPE (it would do nothing).
   ssmax   Scalable-Softmax (Nakanishi 2025, 2501.19399): softmax(s_h ln(n) z), a learned s
           per layer and head, n the number of keys the query sees: its allowed keys under the
           causal, packed-document, pattern and window masks (`visible_keys`; a plain causal
@@ -44,8 +48,15 @@ import jax.numpy as jnp
 
 from lcx.positions.remaps import log_n_scale
 
-TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant")
+TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")
 SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
+LLAMA4_FLOOR_SCALE, LLAMA4_ATTN_SCALE = 8192, 0.1  # Llama 4's shipped config values
+
+
+def llama4_scale(q_pos_BxL) -> jax.Array:
+  """Llama 4's NoPE query factor log(floor((i + 1) / floor_scale) + 1) * attn_scale + 1."""
+  steps = jnp.floor((jnp.asarray(q_pos_BxL, jnp.float32) + 1) / LLAMA4_FLOOR_SCALE)
+  return jnp.log1p(steps) * LLAMA4_ATTN_SCALE + 1
 
 
 def ssmax_init(train_len: int) -> float:
@@ -100,11 +111,16 @@ def query_factor(
   ssmax_H=None,
   beta_c: float = 0.0,
   keys_BxL=None,
+  nope: bool = False,
 ) -> jax.Array | None:
   """The float32 factor on each query (BxLx1, or BxLxH with ssmax), or None when it is 1.
-  `keys_BxL`: SSMax's n (`visible_keys`); None: position + 1 (`ssmax_n=position`)."""
+
+  `keys_BxL`: SSMax's n (`visible_keys`); None: position + 1 (`ssmax_n=position`).
+  `nope`: the block carries no position signal (llama4 tempers those blocks only)."""
   factor = None
-  if temperature == "log_n":
+  if temperature == "llama4" and nope:
+    factor = llama4_scale(q_pos_BxL)[:, :, None]
+  elif temperature == "log_n":
     factor = log_n_scale(q_pos_BxL, max(train_len, 2))[:, :, None]
   elif temperature == "ssmax":
     n_BxL = jnp.asarray(q_pos_BxL if keys_BxL is None else keys_BxL - 1, jnp.float32) + 1

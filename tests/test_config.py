@@ -318,7 +318,7 @@ def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths
       "model.attention.temperature",
       "log",
       r"model.attention.temperature='log' is not allowed; allowed: one of \('none', 'log_n', "
-      r"'ssmax'\)",
+      r"'ssmax', 'scale_invariant', 'llama4'\)",
     ),
     (
       "rope",

@@ -21,6 +21,7 @@ REMAPS = {
   "none": {},
   "self_extend": {"window": 4, "group": 3},
   "rerope": {"window": 6},
+  "dual_chunk": {"chunk_size": 6, "local_window": 2},
   "compress": {"alpha": 0.5},
   "streaming": {"sink": 2, "window": 6},
 }
@@ -172,6 +173,11 @@ OPTIONS = {
   },
   "stick_breaking_log_n": {"attention.kind": "stick_breaking", "attention.temperature": "log_n"},
   "scale_invariant": {"attention.temperature": "scale_invariant"},
+  "gate_llama4": {
+    "nope_every": 2,
+    "attention.gate": "elementwise",
+    "attention.temperature": "llama4",
+  },
 }
 
 
@@ -194,7 +200,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 5 * 7 + 7 * 5 + 2 * 2 + 1 * 1 + 13 * 4
+  assert len(cases) == 6 * 7 + 7 * 6 + 2 * 2 + 1 * 1 + 13 * 4
   dense = {c[:3] for c in cases if c[0] in ROTARY}
   for a, b in ((0, 1), (0, 2), (1, 2)):  # every pair of scheme, remap and scaling occurs
     assert len({(c[a], c[b]) for c in dense}) == len({c[a] for c in dense}) * len(

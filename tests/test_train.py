@@ -180,6 +180,8 @@ def test_every_scheme_trains_without_nan_and_learns(name, tmp_path):
     {"model.qk_norm": True},
     {"model.attention.sink": "learned"},
     {"model.attention.kind": "stick_breaking"},
+    {"model.attention.gate": "elementwise"},
+    {"model.attention.gate": "headwise", "model.nope_every": 2},
   ],
 )
 def test_attention_options_train_without_nan(options):

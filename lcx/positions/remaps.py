@@ -18,6 +18,10 @@ reads no position ids, so `check_scheme` refuses every remap but `none` with it.
                length (both branches; 1 inside L)
   compress     one branch, p -> p up to `start`, start + alpha * (p - start) beyond
                (float positions; start None: the training length)
+  dual_chunk   Dual Chunk Attention (An 2024, ChunkLlama; Qwen2.5-1M): keys at j mod s,
+               s = chunk_size - local_window; a query at i mod s for keys of its own chunk
+               (intra), min(i mod s + s, chunk_size) for the previous chunk (successive),
+               min(2s - 1, chunk_size) for older ones (inter); None: 3L/4 and L/16 as ChunkLlama
   streaming    StreamingLLM's cache positions (Xiao 2023; with the `streaming` pattern, variant
                sink@S/W): exact where i - j < window; beyond (the sink keys), the query sits
                at its cache slot min(i, sink + window - 1) and the key at its own position
@@ -141,6 +145,50 @@ def streaming(q_pos_BxQ, k_pos_BxS, *, dims, sink, window):
   near = Branch(q_pos_BxQ, k_pos_BxS, functools.partial(_nearer_than, window=window))
   far = Branch(jnp.minimum(q_pos_BxQ, sink + window - 1), k_pos_BxS)
   return [near, far]
+
+
+def _check_dual_chunk(cfg):
+  if cfg.chunk_size is not None and cfg.chunk_size < 2:
+    raise errors.not_allowed(f"{PREFIX}.chunk_size", cfg.chunk_size, ">= 2 (None: 3L/4)")
+  if cfg.local_window is not None and cfg.local_window < 0:
+    raise errors.not_allowed(f"{PREFIX}.local_window", cfg.local_window, ">= 0 (None: L/16)")
+  if None not in (cfg.chunk_size, cfg.local_window) and cfg.local_window >= cfg.chunk_size:
+    raise errors.not_allowed(
+      f"{PREFIX}.local_window",
+      cfg.local_window,
+      f"< {PREFIX}.chunk_size={cfg.chunk_size} (chunks of chunk_size - local_window tokens)",
+    )
+
+
+def _same_chunk_offset(q_pos_BxQx1, k_pos_Bx1xS, *, chunk, offset):
+  return q_pos_BxQx1 // chunk - k_pos_Bx1xS // chunk == offset
+
+
+@_register(
+  "dual_chunk",
+  {"chunk_size": Unset(int), "local_window": Unset(int)},
+  check=_check_dual_chunk,
+  relative_only=True,
+)
+def dual_chunk(q_pos_BxQ, k_pos_BxS, *, dims, chunk_size, local_window):
+  """Three views, as ChunkLlama's code: every relative distance stays below chunk_size, which
+  (3L/4 by default) training saw. Within a chunk distances are exact; keys of the previous
+  chunk look at least s - (j mod s) away; older keys sit as if the query were at 2s - 1."""
+  size = dims.max_len * 3 // 4 if chunk_size is None else chunk_size
+  window = dims.max_len // 16 if local_window is None else local_window
+  s = size - window
+  if s < 1:
+    raise ValueError(
+      f"{PREFIX}: chunk_size - local_window = {size} - {window} must be >= 1 (None fields "
+      f"derive from the training length {dims.max_len})"
+    )
+  k_in = k_pos_BxS % s
+  q_in = q_pos_BxQ % s
+  use = functools.partial(_same_chunk_offset, chunk=s)
+  intra = Branch(q_in, k_in, functools.partial(use, offset=0))
+  succ = Branch(jnp.minimum(q_in + s, size), k_in, functools.partial(use, offset=1))
+  inter = Branch(jnp.full_like(q_pos_BxQ, min(2 * s - 1, size)), k_in)
+  return [intra, succ, inter]
 
 
 def _check_compress(cfg):

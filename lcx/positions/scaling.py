@@ -53,6 +53,7 @@ SCALING_DEFAULTS = {
   "rope_theta": Unset(float),  # every type: must equal the scheme's base (a trained field)
   "partial_rotary_factor": Unset(float),  # every type: int(head_dim * this) must be rotary_dim
   "mrope_section": Unset(tuple),  # HF multimodal RoPE: not supported, ignored with a warning
+  "resonance": False,  # every type: Resonance RoPE, wavelengths rounded to integers (lcx only)
 }
 
 # The keys of a Hugging Face rope dict (transformers' `RopeParameters`, plus the legacy "type").
@@ -80,7 +81,8 @@ HF_KEYS = frozenset(
   }
 )
 # Read by every rope type (they restate the scheme's base and rotary_dim, which resolve checks).
-READ_BY_ALL = ("rope_type", "rope_theta", "partial_rotary_factor")
+# resonance is lcx's own: it rounds whatever wavelengths the type gives.
+READ_BY_ALL = ("rope_type", "rope_theta", "partial_rotary_factor", "resonance")
 
 
 # The validated form of a scaling dict: every field present, defaults filled in; frozen and
@@ -377,6 +379,8 @@ def resolve(
       sc.original_max_position_embeddings,
       f"ints >= 1 (the training length) for rope_type={rope_type!r}",
     )
+  if not isinstance(sc.resonance, bool):
+    raise errors.not_allowed(f"{where}.resonance", sc.resonance, "True or False")
   _check_restated(sc, rotary_dim, where, base, head_dim)
   if kind.check is not None:
     kind.check(sc, rotary_dim, where)
@@ -413,6 +417,18 @@ def check_rotary_dim(head_dim: int, rotary_dim: int | None, where: str = "rotary
   return rotary_dim
 
 
+def resonate(inv_freq, xp=np):
+  """Resonance RoPE (Wang 2024, 2403.00071): every wavelength 2 pi / inv_freq rounded to the
+  nearest integer (at least 1), after the rope type's scaling (Resonance YaRN rounds YaRN's).
+
+  An integer wavelength repeats exactly at integer positions, so a pair whose wavelength fits
+  inside L shows at longer lengths only the angles training saw; the authors' code rounds
+  every pair, and so do we (beyond L the rounding moves a long wavelength by < 0.5).
+  """
+  wavelength = xp.maximum(xp.round(2 * math.pi / inv_freq), 1.0)
+  return 2 * math.pi / wavelength
+
+
 def frequencies(
   rotary_dim: int, base: float, sc: Scaling, seq_len: int | None
 ) -> tuple[np.ndarray, float]:
@@ -424,6 +440,8 @@ def frequencies(
   inv_freq_R, factor = ROPE_TYPES[sc.rope_type].fn(
     theta(rotary_dim, base), rotary_dim, base, sc, len_S, np
   )
+  if sc.resonance:
+    inv_freq_R = resonate(np.asarray(inv_freq_R, np.float64))
   return np.asarray(inv_freq_R, np.float64), float(factor)
 
 
@@ -436,6 +454,8 @@ def token_frequencies(
   inv_freq_BxLxR, factor = ROPE_TYPES[sc.rope_type].fn(
     theta_R, rotary_dim, base, sc, jnp.asarray(len_BxL, jnp.float32), jnp
   )
+  if sc.resonance:
+    inv_freq_BxLxR = resonate(inv_freq_BxLxR, jnp)
   return inv_freq_BxLxR, float(factor)
 
 

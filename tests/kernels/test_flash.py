@@ -94,7 +94,7 @@ def test_every_bias_scheme_in_the_kernel_equals_dense(name):
 
 def _small(cfg_fields):
   """Remap fields scaled to T = 21: windows of 5, groups of 2, a sink of 2, start 6."""
-  sizes = {"window": 5, "group": 2, "sink": 2, "start": 6}
+  sizes = {"window": 5, "group": 2, "sink": 2, "start": 6, "chunk_size": 6, "local_window": 2}
   return {f: sizes[f] for f in cfg_fields if f in sizes}
 
 

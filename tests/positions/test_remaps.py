@@ -212,7 +212,7 @@ def test_default_configs_list_every_field():
     (
       "yarn",
       {},
-      "model.remap.name='yarn' is not allowed; allowed: compress, none, rerope, "
+      "model.remap.name='yarn' is not allowed; allowed: compress, dual_chunk, none, rerope, "
       "self_extend, streaming",
     ),
     ("streaming", {"sink": 0}, "model.remap.sink=0 is not allowed; allowed: >= 1"),
