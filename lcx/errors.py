@@ -3,6 +3,7 @@ and lcx.sweep), so a user reads one form whichever module found the mistake."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 
@@ -21,3 +22,13 @@ def not_allowed(field: str, value: Any, allowed: str | Iterable[Any]) -> ValueEr
 def unknown_field(path: str, allowed: Iterable[Any]) -> ValueError:
   """`PATH is not a known field; allowed: A, B, C` (raise it): a key its section lacks."""
   return ValueError(f"{path} is not a known field; allowed: {_listed(sorted(allowed))}")
+
+
+def load_json(path: str, remedy: str = "") -> Any:
+  """`path`'s JSON; a file that is not (truncated by a kill or a full disk, not UTF-8) is a
+  ValueError naming it, and `remedy`, what the user can do about it."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    raise ValueError(f"{path}: not JSON, truncated or corrupt ({error}){remedy and '; '}{remedy}")

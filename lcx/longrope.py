@@ -43,7 +43,7 @@ from absl import app, flags
 from flax import nnx
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, data, evaluate, metrics, prepare as prepare_lib
+from lcx import cli, config as config_lib, data, errors, evaluate, metrics, prepare as prepare_lib
 from lcx.evaluate import samples, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -340,8 +340,7 @@ def search(config, workdir: str) -> dict:
   settings = _settings(cfg, step)
   state = None
   if os.path.exists(state_path):
-    with open(state_path) as f:
-      state = json.load(f)
+    state = errors.load_json(state_path, f"delete {out_dir} to start the search over")
     diff = _first_difference(state["settings"], settings)
     if diff:
       field, saved, now = diff

@@ -27,7 +27,7 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, data, prepare as prepare_lib
+from lcx import config as config_lib, data, errors, prepare as prepare_lib
 from lcx.evaluate import lengths as lengths_lib, passkey, samples, tasks as tasks_lib, variants
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
@@ -105,6 +105,8 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   `prepare` checked the run's own fields; a variant's changed ones are checked here."""
   cfg, out = prepared.config, []
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(cfg.eval)
+  if cfg.data.name != "task":  # the combinations as asked: one eval_combos drops is named here
+    config_lib.check_eval(cfg)
   for spec in variants.names(cfg.eval.variants):
     changes = variants.overrides(spec, cfg.eval.named_variants)
     variant_cfg = variants.apply(cfg, changes)
@@ -187,8 +189,7 @@ def _reusable(path: str, step: int, settings: str) -> dict | None:
   """The result at `path` if it is of the same step and settings."""
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    old = json.load(f)
+  old = errors.load_json(path, "delete it, or pass --force to evaluate again")
   return old if old.get("step") == step and old.get("settings") == settings else None
 
 
@@ -220,6 +221,9 @@ def evaluate(
         ev.num_tokens,
         ev.sample_seed,
       )
+      short = samples.shortfall(sequences[ev.documents], ev.num_tokens, max(eval_lengths))
+      if short:
+        say(f"warning: {short}")
     return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths, train_len)
 
   jobs = [
