@@ -30,6 +30,8 @@ usage: ./launch.sh COMMAND [FLAGS...]
                evaluate them with eval --config.eval.variants=longrope@DIR/longrope/factors.json
   bench        throughput, MFU, position overhead, long eval, peers -> bench.json (adds the bench extra)
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
+  config       python -m lcx.fields [--config=...]: every config field, its default, what is
+               allowed and a one-line description
   test         the test suite (pytest flags pass through; adds the test extra)
   notebook     JupyterLab on experiments/notebooks/ (adds the notebooks extra; flags pass through)
   help         this text
@@ -81,7 +83,7 @@ cmd=${1:-help}
 # Extras each command needs beyond the base install.
 case "$cmd" in
   help|-h|--help) usage; exit 0 ;;
-  quickstart|train|eval|generate|data|report|sweep|longrope) ensure_venv ;;
+  quickstart|train|eval|generate|data|config|report|sweep|longrope) ensure_venv ;;
   test) ensure_venv test ;;
   bench) ensure_venv bench ;;
   notebook) ensure_venv notebooks ;;
@@ -105,6 +107,7 @@ case "$cmd" in
   longrope) exec "$PY" -m lcx.longrope "$@" ;;
   bench) exec "$PY" -m lcx.bench "$@" ;;
   data) exec "$PY" -m lcx.data.stats "$@" ;;
+  config) exec "$PY" -m lcx.fields "$@" ;;
   test) exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
   notebook) exec "$PY" -m jupyterlab --notebook-dir=experiments/notebooks "$@" ;;
 esac

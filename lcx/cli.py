@@ -76,10 +76,38 @@ def field_path_error(config, dotted: str) -> str | None:
   return None
 
 
+def leaves(config, prefix: str = "") -> list[tuple[str, object]]:
+  """(dotted field, value) of every leaf of a ConfigDict, in its order (an empty sub-dict, such
+  as eval.named_variants, is a leaf)."""
+  import ml_collections
+
+  out = []
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict) and len(value):
+      out += leaves(value, f"{prefix}{key}.")
+    else:
+      out.append((f"{prefix}{key}", value))
+  return out
+
+
+def _unknown_flag_hint(name: str, path: str | None) -> str:
+  """`; did you mean --config.train.steps?` for a flag named like a config field."""
+  if path is None:
+    return ""
+  try:
+    fields = [field for field, _ in leaves(flags.FLAGS["config"].parser.parse(path))]
+  except Exception:  # a config that does not load: its own error comes with --config.*
+    return ""
+  return errors.did_you_mean(name, fields, prefix="--config.")
+
+
 def explain(error: Exception, argv) -> str:
-  """The error's text, with two rewordings: an unknown --config.PATH names the section that
-  lacks it and what it has; an error in get_config() drops the traceback ml_collections adds."""
+  """The error's text, with three rewordings: an unknown --config.PATH names the section that
+  lacks it and what it has; an unknown flag named like a config field suggests it; an error in
+  get_config() drops the traceback ml_collections adds."""
   path = config_argument(argv)
+  if isinstance(error, flags.UnrecognizedFlagError):
+    return f"{error}{_unknown_flag_hint(error.flagname, path)}"
   if isinstance(error, (AttributeError, KeyError)) and path:
     config = flags.FLAGS["config"].parser.parse(path)
     for match in filter(None, map(OVERRIDE.match, argv)):

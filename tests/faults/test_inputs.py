@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from lcx import config as config_lib, errors, evaluate, report, sweep, train
+from lcx import cli, config as config_lib, errors, evaluate, report, sweep, train
 from lcx.evaluate import variants
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
@@ -410,3 +410,44 @@ def test_non_finite_float_flags_are_refused(run):
     [f"--workdir={run}", "--prompt=x", "--temperature=nan"], check=False, module="lcx.generate"
   )
   assert _error_line(proc) == "error: --temperature=nan is not allowed; allowed: a finite number"
+
+
+# --- Finding a field (issue 31 item 6). ---
+
+
+def test_an_unknown_flag_named_like_a_field_suggests_it(tmp_path):
+  proc = run_lcx([*TINY_FLAGS, f"--workdir={tmp_path}/w", "--steps=100"], check=False)
+  assert _error_line(proc).startswith(
+    "error: Unknown command line flag 'steps'; did you mean --config.train.steps"
+  )
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_an_unknown_field_suggests_the_close_ones():
+  assert str(errors.unknown_field("train.stepz", ["lr", "steps", "stop_after"])) == (
+    "train.stepz is not a known field; allowed: lr, steps, stop_after; did you mean steps?"
+  )
+  assert errors.did_you_mean("varaints", ["eval.variants", "seed"], "--config.") == (
+    "; did you mean --config.eval.variants?"
+  )
+  assert errors.did_you_mean("xyz", ["eval.variants", "seed"]) == ""
+
+
+def test_config_command_lists_every_field_with_default_allowed_and_description():
+  proc = run_lcx(
+    [
+      "--config=configs/base.py:pos=alibi,size=tiny",
+      "--config.model.attention.pattern.name=sliding_window",
+      "--config.model.attention.pattern.window=16",
+    ],
+    module="lcx.fields",
+  )
+  lines = proc.stdout.splitlines()
+  config = tiny_config("alibi")  # the same shape; only data_dir and the train fields differ
+  config.model.attention.pattern = {"name": "sliding_window", "window": 16}
+  fields = [field for field, _ in cli.leaves(config)]
+  assert [line.split(" = ")[0] for line in lines] == fields
+  assert "train.lr = 0.001  (allowed: > 0)  # peak learning rate (AdamW)" in lines
+  assert "model.attention.pattern.window = 16" in "\n".join(lines)
+  described = [line for line in lines if "  # " in line]
+  assert len(described) == len(lines)  # every field has its line of description
