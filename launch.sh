@@ -39,6 +39,8 @@ usage: ./launch.sh COMMAND [FLAGS...]
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
   export       python -m lcx.export --workdir=DIR [--step=N] [--out=DIR/export]: the
                checkpoint's parameters as model.safetensors plus config.json (lcx.export.load)
+  config       python -m lcx.fields [--config=...]: every config field, its default, what is
+               allowed and a one-line description
   test         the test suite (pytest flags pass through; adds the test extra)
   notebook     JupyterLab on experiments/notebooks/ (adds the notebooks extra; flags pass through)
   tensorboard  TensorBoard on DIR (a run or a folder of runs): training curves, evaluation
@@ -100,7 +102,7 @@ cmd=${1:-help}
 # Extras each command needs beyond the base install.
 case "$cmd" in
   help|-h|--help) usage; exit 0 ;;
-  quickstart|train|eval|generate|data|report|sweep|longrope|export) ensure_venv ;;
+  quickstart|train|eval|generate|data|config|report|sweep|longrope|export) ensure_venv ;;
   test) ensure_venv test ;;
   bench) ensure_venv bench ;;
   notebook) ensure_venv notebooks ;;
@@ -128,6 +130,7 @@ case "$cmd" in
   longrope) exec "$PY" -m lcx.longrope "$@" ;;
   bench) exec "$PY" -m lcx.bench "$@" ;;
   data) exec "$PY" -m lcx.data.stats "$@" ;;
+  config) exec "$PY" -m lcx.fields "$@" ;;
   export) exec "$PY" -m lcx.export "$@" ;;
   test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
   tensorboard) exec "$PY" -m tensorboard.main --logdir "$@" ;;

@@ -5,6 +5,7 @@ lcx.longrope), which start from a run's own config the same way."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pathlib
 import re
@@ -40,13 +41,18 @@ def parse_flags(argv):
     fail(str(error))
 
 
+def config_arguments(argv) -> list[str | None]:
+  """Every --config=PATH[:ARGS] (or --config PATH) value, in order."""
+  return [
+    arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+    for i, arg in enumerate(argv)
+    if re.match(r"^--?config(=|$)", arg)
+  ]
+
+
 def config_argument(argv) -> str | None:
   """The last --config=PATH[:ARGS] (or --config PATH) value; absl keeps the last too."""
-  found = None
-  for i, arg in enumerate(argv):
-    if re.match(r"^--?config(=|$)", arg):
-      found = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
-  return found
+  return ([None] + config_arguments(argv))[-1]
 
 
 def shipped(path: str) -> str:
@@ -102,10 +108,38 @@ def field_path_error(config, dotted: str) -> str | None:
   return None
 
 
+def leaves(config, prefix: str = "") -> list[tuple[str, object]]:
+  """(dotted field, value) of every leaf of a ConfigDict, in its order (an empty sub-dict, such
+  as eval.named_variants, is a leaf)."""
+  import ml_collections
+
+  out = []
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict) and len(value):
+      out += leaves(value, f"{prefix}{key}.")
+    else:
+      out.append((f"{prefix}{key}", value))
+  return out
+
+
+def _unknown_flag_hint(name: str, path: str | None) -> str:
+  """`; did you mean --config.train.steps?` for a flag named like a config field."""
+  if path is None:
+    return ""
+  try:
+    fields = [field for field, _ in leaves(flags.FLAGS["config"].parser.parse(path))]
+  except Exception:  # a config that does not load: its own error comes with --config.*
+    return ""
+  return errors.did_you_mean(name, fields, prefix="--config.")
+
+
 def explain(error: Exception, argv) -> str:
-  """The error's text, with two rewordings: an unknown --config.PATH names the section that
-  lacks it and what it has; an error in get_config() drops the traceback ml_collections adds."""
+  """The error's text, with three rewordings: an unknown --config.PATH names the section that
+  lacks it and what it has; an unknown flag named like a config field suggests it; an error in
+  get_config() drops the traceback ml_collections adds."""
   path = config_argument(argv)
+  if isinstance(error, flags.UnrecognizedFlagError):
+    return f"{error}{_unknown_flag_hint(error.flagname, path)}"
   if isinstance(error, (AttributeError, KeyError)) and path:
     config = flags.FLAGS["config"].parser.parse(path)
     for match in filter(None, map(OVERRIDE.match, argv)):
@@ -120,14 +154,78 @@ def explain(error: Exception, argv) -> str:
   return str(error)
 
 
+def overrides(argv) -> dict[str, str | None]:
+  """{dotted field: value} of every --config.FIELD=VALUE (or --config.FIELD VALUE), the last
+  of each field winning as absl's does."""
+  out = {}
+  for i, arg in enumerate(argv):
+    match = OVERRIDE.match(arg)
+    if match:
+      value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1 :] or [None])[0]
+      out[match.group(1)] = value
+  return out
+
+
+def select_sections(config, argv):
+  """`config` with each section picked by name on the command line (`--config.model.remap.name=
+  self_extend`) replaced by that name's fields and defaults, so that the section's own fields
+  (`--config.model.remap.window=64`) exist when ml_collections applies the overrides. A section
+  already of that name keeps its values; an unknown name is left for the checks to name."""
+  import ml_collections
+
+  from lcx.evaluate import variants  # the sections a name picks whole (jax: lazily)
+
+  if not isinstance(config, ml_collections.ConfigDict):
+    return config  # a config file that failed to load: its error surfaces on first read
+  given = overrides(argv)
+  for section, default_config in variants.SECTIONS.items():
+    name = given.get(f"{section}.name")
+    *parents, leaf = section.split(".")
+    node = config
+    for key in parents:
+      node = node[key] if key in node else None
+      if node is None:
+        break
+    if node is None or leaf not in node or name is None or node[leaf].get("name") == name:
+      continue
+    try:
+      node[leaf] = default_config(name)
+    except ValueError:
+      continue  # not a registered name: the config checks refuse it, naming the field
+    node[leaf].lock()
+  return config
+
+
+def _select_sections_on_parse(argv) -> None:
+  """Makes the --config flag's parser apply `select_sections` to each config it loads."""
+  parser = flags.FLAGS["config"].parser
+  load = type(parser).parse.__get__(parser)
+  parser.parse = lambda path: select_sections(load(path), argv)
+
+
+def non_finite_flag() -> str | None:
+  """`--temperature=nan is not allowed; ...` for the first float flag holding NaN or inf."""
+  for name, value in flags.FLAGS.flag_values_dict().items():
+    if isinstance(value, float) and not math.isfinite(value):
+      return str(errors.not_allowed(f"--{name}", value, "a finite number"))
+  return None
+
+
 def parse_config_flags(argv, missing: Callable[[], str] | None):
   """absl's flag parsing for an entry point with a `--config` file flag (ml_collections) and
   `--workdir`: without --config, a run's own WORKDIR/config.json is the config; `missing()` is
   the error when there is neither (None: --config is optional). Each error (config file,
   override, type) is one line."""
   argv = with_run_config(with_shipped_config(argv))
+  given = config_arguments(argv)
+  if len(given) > 1:
+    fail(f"--config is given {len(given)} times ({', '.join(map(str, given))}); give it once")
+  _select_sections_on_parse(argv)
   try:
     argv = flags.FLAGS(argv)
+    message = non_finite_flag()
+    if message:
+      fail(message)
     if flags.FLAGS.config is None:
       if missing is not None:
         fail(missing())

@@ -8,6 +8,7 @@ mesh against the devices, and delegates each sub-dict to the package that owns i
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import jax
@@ -65,8 +66,8 @@ RANGES = [
   ("train.log_every", lambda v: v >= 1, ">= 1"),
   ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
   ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
-  ("eval.multipliers", lambda v: all(m > 0 for m in v), "positive numbers"),
-  ("eval.lengths", lambda v: all(int(n) >= 1 for n in v), ">= 1 each"),
+  ("eval.multipliers", lambda v: _numbers(v, lambda m: m > 0), "positive numbers"),
+  ("eval.lengths", lambda v: _numbers(v, lambda n: n >= 1), ">= 1 each"),
   ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
   ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
   ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
@@ -85,7 +86,7 @@ RANGES = [
   ("eval.sample_seed", lambda v: v >= 0, ">= 0"),
   ("eval.bootstrap", lambda v: v >= 0, ">= 0 (0: no confidence intervals)"),
   ("eval.buckets_per_octave", lambda v: v >= 1, ">= 1"),
-  ("eval.during_train", lambda v: all(m > 0 for m in v), "positive numbers"),
+  ("eval.during_train", lambda v: _numbers(v, lambda m: m > 0), "positive numbers"),
   ("eval.during_train_tokens", lambda v: v >= 1, ">= 1"),
   ("train.eval_every", lambda v: v >= 0, ">= 0 (0: off)"),
   ("eval.longrope.target_len", lambda v: v >= 0, ">= 0 (0: off)"),
@@ -102,12 +103,12 @@ RANGES = [
   ("eval.longrope.max_factor", lambda v: v == 0 or v >= 1, "0 (1.25 x the scale) or >= 1"),
   (
     "eval.passkey.lengths",
-    lambda v: all(int(n) >= 1 for n in v),
+    lambda v: _numbers(v, lambda n: n >= 1),
     "prompt lengths in tokens, >= 1 (empty: off)",
   ),
   (
     "eval.passkey.depths",
-    lambda v: len(v) >= 1 and all(0 <= d <= 1 for d in v),
+    lambda v: len(v) >= 1 and _numbers(v, lambda d: 0 <= d <= 1),
     "at least one depth, each in [0, 1]",
   ),
   ("eval.passkey.examples", lambda v: v >= 1, ">= 1"),
@@ -145,6 +146,27 @@ OPTIONS = [
   ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
 ]
+
+
+def _non_finite(tree, prefix: str = ""):
+  """(field, value) of the first float in `tree` (a config as dicts, tuples inside) that is NaN
+  or infinite, else None: every range check above passes inf (`lr > 0`), and a NaN makes any
+  result NaN, so no float field may hold either."""
+  items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+  for key, value in items:
+    field = f"{prefix}.{key}" if isinstance(tree, dict) else f"{prefix}[{key}]"
+    if isinstance(value, (dict, list, tuple)):
+      found = _non_finite(value, field.lstrip("."))
+      if found:
+        return found
+    elif isinstance(value, float) and not math.isfinite(value):
+      return field.lstrip("."), value
+  return None
+
+
+def _numbers(values, ok) -> bool:
+  """Every item a number (not a bool, not a string such as 'inf') for which ok(item) holds."""
+  return all(isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v) for v in values)
 
 
 def _items(text: str) -> list[str]:
@@ -192,6 +214,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
 def check_fields(config: ml_collections.ConfigDict) -> None:
   """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
   no model trace)."""
+  found = _non_finite(config.to_dict())
+  if found:
+    raise errors.not_allowed(*found, "a finite number")
   for field, ok, allowed in RANGES:
     value = _get(config, field)
     if not ok(value):

@@ -36,32 +36,36 @@ def get_config(arg=None):
   d_model, num_layers, num_heads, mlp_dim = SIZES[arg.size]
 
   config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = data.default_config()
+  config.seed = 0  # parameter init and sampled training positions (data.seed: data order)
+  config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/data/config.py)
 
+  # The decoder: every field but the eval-time ones (lcx/evaluate/variants.py) is trained.
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: the tokenizer's vocabulary size
-  config.model.d_model = d_model
-  config.model.num_layers = num_layers
-  config.model.num_heads = num_heads
+  config.model.d_model = d_model  # residual width (size=)
+  config.model.num_layers = num_layers  # decoder blocks (size=)
+  config.model.num_heads = num_heads  # query heads (size=)
   config.model.num_kv_heads = num_heads  # fewer for grouped-query attention
-  config.model.head_dim = d_model // num_heads
+  config.model.head_dim = d_model // num_heads  # features per head
   config.model.mlp = "gelu"  # gelu | swiglu
-  config.model.mlp_dim = mlp_dim
-  config.model.tie_embeddings = False
+  config.model.mlp_dim = mlp_dim  # MLP hidden width (size=)
+  config.model.tie_embeddings = False  # True: the output layer reuses the input embedding
   config.model.dtype = "float32"  # compute dtype; parameters stay float32
-  config.model.norm_eps = 1e-6
+  config.model.norm_eps = 1e-6  # RMSNorm epsilon
   config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
+  # The position scheme picked by pos=, with its fields.
   config.model.position = positions.default_config(arg.pos)
+  # A training-free position remap; --config.model.remap.name=X brings X's fields.
   config.model.remap = remaps.default_config("none")
   # Per-layer schedule (lcx/model.py): every nope_every-th block without positions (0: none),
   # and the other blocks attending only to the last position_window keys (0: all).
   config.model.nope_every = 0
   config.model.position_window = 0
-  config.model.attention = ml_collections.ConfigDict()
+  config.model.attention = ml_collections.ConfigDict()  # the attention kernel and its options
+  # A sparse attention pattern; --config.model.attention.pattern.name=X brings X's fields.
   config.model.attention.pattern = patterns.default_config("dense")
-  config.model.attention.chunk_size = 512
+  config.model.attention.chunk_size = 512  # query chunk of the chunked kernel
   # Logit temperature (lcx/temperature.py): none | log_n | ssmax | scale_invariant | llama4
   # (trained; scale_invariant's length scale tau: si_tau, the paper's 10), and C of the
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
@@ -85,17 +89,17 @@ def get_config(arg=None):
   # the output, as the reference model's `rem * head_bias`; False: the remainder goes nowhere.
   config.model.attention.remainder_bias = True
 
-  config.train = ml_collections.ConfigDict()
-  config.train.steps = 2000
+  config.train = ml_collections.ConfigDict()  # optimizer, schedule, checkpoints
+  config.train.steps = 2000  # optimizer steps in all
   config.train.stop_after = 0  # >0: this invocation stops (with a checkpoint) at that step
-  config.train.lr = 1e-3
-  config.train.min_lr = 5e-5
-  config.train.warmup_steps = 100
+  config.train.lr = 1e-3  # peak learning rate (AdamW)
+  config.train.min_lr = 5e-5  # learning rate at the end of the decay
+  config.train.warmup_steps = 100  # linear warmup from 0
   config.train.decay = "cosine"  # cosine | linear | constant
-  config.train.b1 = 0.9
-  config.train.b2 = 0.98
+  config.train.b1 = 0.9  # AdamW beta1
+  config.train.b2 = 0.98  # AdamW beta2
   config.train.weight_decay = 0.1  # on matrices only
-  config.train.clip_norm = 1.0
+  config.train.clip_norm = 1.0  # global gradient-norm clip (0: none)
   config.train.random_positions = 0  # >0: Ruoss 2023 randomized positions from [0, this)
   # With random_positions, a distance-only bias (ALiBi, T5, KERPLE, Sandwich): distances
   # (the paper's sorted distances, offset k -> the k-th) | positions (sorted positions).
@@ -103,9 +107,9 @@ def get_config(arg=None):
   # >0: PoSE (Zhu 2024) positions toward this length: each document's positions in two chunks,
   # the second shifted by a random skip, all below this (not with random_positions).
   config.train.pose_target = 0
-  config.train.log_every = 50
-  config.train.checkpoint_every = 500
-  config.train.keep_checkpoints = 3
+  config.train.log_every = 50  # steps between metric lines
+  config.train.checkpoint_every = 500  # steps between checkpoints
+  config.train.keep_checkpoints = 3  # interval checkpoints kept
   # >0: resume from this checkpoint step, not the latest (e.g. the one before an unreadable
   # checkpoint); the later steps are moved to WORKDIR/checkpoints_set_aside/, not deleted.
   config.train.resume_step = 0
@@ -113,15 +117,15 @@ def get_config(arg=None):
   # DIR[@STEP]: a fresh run starts from another run's parameters (latest step, or STEP) with a
   # fresh optimizer and schedule: fine-tuning at a new data.seq_len / position scaling.
   config.train.init_from = ""
-  config.train.init_from_any_scheme = False  # True: init_from may change model.position.name
-  # and model.attention.temperature (DroPE)
+  # True: init_from may change model.position.name and model.attention.temperature (DroPE).
+  config.train.init_from_any_scheme = False
   # A JSON file whose RoPE scaling replaces model.position.scaling before anything is built: a HF
   # config.json, a bare scaling dict, or the LongRoPE search's WORKDIR/longrope/factors.json (to
   # fine-tune with searched factors). "": off.
   config.train.scaling_file = ""
   config.train.eval_every = 0  # >0: score eval.during_train lengths every N steps
 
-  config.eval = ml_collections.ConfigDict()
+  config.eval = ml_collections.ConfigDict()  # evaluation by length (lcx/evaluate/)
   config.eval.multipliers = (1, 2, 4, 8)  # eval lengths as multiples of the training length L
   config.eval.lengths = ()  # explicit eval lengths; override multipliers when set
   # How windows are cut (lcx/evaluate/samples.py): windows | sliding | last_k.
@@ -161,7 +165,7 @@ def get_config(arg=None):
   # generations): 1,344 candidates, 7 minutes for configs/base.py:size=small at L=64 searched
   # to 256 on 2 shared CPU cores; a size=tiny model at L=32 to 128 takes under a minute
   # (README, "LongRoPE search").
-  config.eval.longrope = ml_collections.ConfigDict()
+  config.eval.longrope = ml_collections.ConfigDict()  # the LongRoPE search
   config.eval.longrope.target_len = 0  # the length searched for (s = this / L); 0: off
   config.eval.longrope.documents = 8  # long documents of the search split (never evaluated)
   config.eval.longrope.seed = 1  # which documents, and every random choice of the search
@@ -181,7 +185,9 @@ def get_config(arg=None):
     {"lengths": (), "depths": (0.0, 0.25, 0.5, 0.75, 1.0), "examples": 8, "digits": 5, "seed": 0}
   )
 
+  # Devices per mesh axis (-1: the rest).
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+  # Mesh axes each logical axis is sharded over (comma list; empty: replicated).
   config.sharding = ml_collections.ConfigDict(
     {
       "batch": "data,fsdp",

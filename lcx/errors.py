@@ -3,6 +3,8 @@ and lcx.sweep), so a user reads one form whichever module found the mistake."""
 
 from __future__ import annotations
 
+import difflib
+import json
 from typing import Any, Iterable
 
 
@@ -19,8 +21,35 @@ def not_allowed(field: str, value: Any, allowed: str | Iterable[Any]) -> ValueEr
 
 
 def unknown_field(path: str, allowed: Iterable[Any]) -> ValueError:
-  """`PATH is not a known field; allowed: A, B, C` (raise it): a key its section lacks."""
-  return ValueError(f"{path} is not a known field; allowed: {_listed(sorted(allowed))}")
+  """`PATH is not a known field; allowed: A, B, C; did you mean B?` (raise it): a key its
+  section lacks."""
+  allowed = sorted(map(str, allowed))
+  hint = did_you_mean(path.rpartition(".")[2], allowed)
+  return ValueError(f"{path} is not a known field; allowed: {_listed(allowed)}{hint}")
+
+
+def did_you_mean(name: str, candidates: Iterable[str], prefix: str = "") -> str:
+  """`; did you mean PREFIX+A or PREFIX+B?` for the candidates closest to `name`, whole or by
+  their last dotted part (`steps` finds `train.steps`); "" when none is close."""
+  candidates = list(dict.fromkeys(candidates))
+  by_leaf: dict[str, list[str]] = {}
+  for candidate in candidates:
+    by_leaf.setdefault(candidate.rpartition(".")[2], []).append(candidate)
+  found = difflib.get_close_matches(name, candidates, n=3, cutoff=0.8)
+  for leaf in difflib.get_close_matches(name.rpartition(".")[2], list(by_leaf), n=3, cutoff=0.8):
+    found += by_leaf[leaf]
+  found = list(dict.fromkeys(found))[:3]
+  return f"; did you mean {' or '.join(prefix + f for f in found)}?" if found else ""
+
+
+def load_json(path: str, remedy: str = "") -> Any:
+  """`path`'s JSON; a file that is not (truncated by a kill or a full disk, not UTF-8) is a
+  ValueError naming it, and `remedy`, what the user can do about it."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    raise ValueError(f"{path}: not JSON, truncated or corrupt ({error}){remedy and '; '}{remedy}")
 
 
 class RunFault(RuntimeError):

@@ -168,6 +168,19 @@ def generate(
 # to lcx.main, as the passkey evaluation does, defines no flag twice) ---
 
 
+def _check_prompt(prompt: str) -> None:
+  """Raises ValueError unless --prompt is UTF-8 text: Python reads the command line's bytes with
+  surrogateescape, so an invalid byte would surface only as a codec error when encoded."""
+  try:
+    prompt.encode("utf-8")
+  except UnicodeEncodeError as error:
+    code = ord(prompt[error.start])  # surrogateescape keeps byte b >= 0x80 as U+DC00 + b
+    what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+    raise ValueError(
+      f"--prompt is not UTF-8 text: {what} at character {error.start}; pass UTF-8 text"
+    ) from None
+
+
 def _main(argv):
   from absl import app, flags
 
@@ -180,6 +193,7 @@ def _main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
   try:
+    _check_prompt(FLAGS.prompt)
     prepared = prepare.prepare(FLAGS.config)
     cfg, tokenizer = prepared.config, prepared.tokenizer
     if FLAGS.top_k > cfg.model.vocab_size:

@@ -362,8 +362,7 @@ def search(config, workdir: str) -> dict:
   settings = _settings(cfg, step)
   state = None
   if os.path.exists(state_path):
-    with open(state_path) as f:
-      state = json.load(f)
+    state = errors.load_json(state_path, f"delete {out_dir} to start the search over")
     diff = _first_difference(state["settings"], settings)
     if diff:
       field, saved, now = diff

@@ -100,8 +100,9 @@ def load(
 
   A path that matches nothing, a named file that is not an lcx result, or (unless allow_empty)
   a directory without any is a ValueError naming the path. Directories skip other JSON (a run's
-  config.json, checkpoint metadata) and replaced results (`HISTORY` folders, see `superseded`).
-  Sorted by run, variant ("none" first), kind, then the rest.
+  config.json, checkpoint metadata) and replaced results (`HISTORY` folders, see `superseded`),
+  but not a .json file that does not parse (a truncated result). Sorted by run, variant ("none"
+  first), kind, then the rest.
   """
   if isinstance(paths, (str, os.PathLike)):
     paths = [paths]
@@ -166,16 +167,21 @@ def superseded(paths: Sequence[str]) -> list[str]:
 
 
 def _results_below(directory: str) -> Iterable[tuple[str, dict]]:
+  """Every result below `directory`; other JSON is skipped, but a .json file that does not parse
+  is a ValueError naming it: a result truncated by a kill or a full disk is no longer
+  recognizable as one, and skipping it would drop a row from the tables without a word."""
   for root, dirs, files in os.walk(directory):
-    dirs[:] = sorted(d for d in dirs if d != HISTORY)
+    dirs[:] = sorted(d for d in dirs if d not in (HISTORY, "checkpoints"))  # no Orbax files
     for name in sorted(files):
       if not name.endswith(".json"):
         continue
       path = os.path.join(root, name)
       try:
         result = _read_json(path)
-      except ValueError:
-        continue  # not JSON: not ours
+      except ValueError as error:
+        raise ValueError(
+          f"{error}; a truncated result? Remove the file, or name the files to read"
+        ) from None
       if isinstance(result, dict) and result.get("schema") == SCHEMA:
         check(result, path)
         yield path, result

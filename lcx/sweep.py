@@ -224,7 +224,10 @@ def load(target: str, runs_dir: str = "runs") -> Sweep:
     sys.path.insert(0, str(ROOT))  # a sweep.py may import configs
   spec = importlib.util.spec_from_file_location(f"lcx_sweep_{name}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as error:  # the user's file: where, not a traceback through importlib
+    raise ValueError(f"{path}:{error.lineno}: {error.msg}: {(error.text or '').strip()}") from None
   if not callable(getattr(module, "get_runs", None)):
     raise ValueError(f"{path} defines no get_runs(arg) -> {{name: Run}}")
   runs = module.get_runs(arg)
@@ -400,7 +403,8 @@ def collect(sweep: Sweep) -> list[str]:
     for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
       target = os.path.join(sweep.out_dir, "results", run, os.path.basename(source))
       os.makedirs(os.path.dirname(target), exist_ok=True)
-      shutil.copyfile(source, target)
+      shutil.copyfile(source, target + ".tmp")  # a killed copy leaves no truncated result
+      os.replace(target + ".tmp", target)
       copied.append(target)
   return copied
 

@@ -48,17 +48,17 @@ def default_config() -> ml_collections.ConfigDict:
 
   # tfds: any TFDS text dataset already prepared in data_dir (pg19, lm1b, wiki40b/en).
   cfg.tfds_name = ""
-  cfg.text_feature = "text"
-  cfg.train_split = "train"
-  cfg.validation_split = "validation"
+  cfg.text_feature = "text"  # tfds: the feature holding the text
+  cfg.train_split = "train"  # tfds: the split trained on
+  cfg.validation_split = "validation"  # tfds: the split evaluated on
 
   # task: a synthetic task from lcx.data.tasks. Training sizes are uniform in
   # [task_min_len, task_max_len]; evaluation sizes are uniform in [task_min_len,
   # task_eval_factor * task_max_len], exact match reported per size bucket.
   cfg.task = "copy"
-  cfg.task_min_len = 1
-  cfg.task_max_len = 32
-  cfg.task_eval_factor = 4
+  cfg.task_min_len = 1  # task: smallest training size
+  cfg.task_max_len = 32  # task: largest training size
+  cfg.task_eval_factor = 4  # task: evaluation sizes up to this x task_max_len
   cfg.task_eval_examples = 512  # evaluation examples (per depth, if depths are set).
   # passkey: needle depths in [0, 1] to evaluate at, each reported apart; empty: a
   # random depth per example, as in training.

@@ -124,6 +124,18 @@ def _quiet_tfds():
     absl_logging.set_verbosity(previous)
 
 
+def _remove_empty_dirs(path: pathlib.Path, root: pathlib.Path) -> None:
+  """Removes `path` and its parents below `root` while empty, and TFDS's empty downloads/: a
+  failed build leaves no empty corpus folder that looks like a corpus."""
+  for directory in [path, *path.parents, root / "downloads" / "extracted", root / "downloads"]:
+    if directory == root or root not in directory.parents:
+      continue
+    try:
+      directory.rmdir()  # only if empty
+    except OSError:
+      pass
+
+
 def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
   """The builder for `spec`, prepared in `data_dir` on first use (under a file lock)
   and reused after."""
@@ -143,7 +155,11 @@ def builder(spec: CorpusSpec, data_dir: pathlib.Path) -> LcxCorpus:
         flush=True,
       )
       start = time.perf_counter()
-      corpus_builder.download_and_prepare(file_format="array_record")
+      try:
+        corpus_builder.download_and_prepare(file_format="array_record")
+      except BaseException:
+        _remove_empty_dirs(pathlib.Path(corpus_builder.data_dir), data_dir)
+        raise
       sizes = {name: split.num_examples for name, split in corpus_builder.info.splits.items()}
       print(
         f"[lcx] built corpus {spec.config_name}: {sizes} documents in "

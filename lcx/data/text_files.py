@@ -12,9 +12,9 @@ import functools
 import glob
 import hashlib
 import json
-import logging
 import os
 import pathlib
+import sys
 
 from lcx.data import corpus
 
@@ -36,20 +36,30 @@ def find_files(pattern: str) -> tuple[pathlib.Path, list[pathlib.Path]]:
   return base, files
 
 
-def _read_text(path: pathlib.Path) -> str | None:
+def _warn(message: str) -> None:
+  """A warning on stderr, printed: the corpus build silences the libraries' logging."""
+  print(f"[lcx] warning: text_files: {message}", file=sys.stderr, flush=True)
+
+
+def _skip(skipped: list[str], what: str) -> None:
+  skipped.append(what)
+  _warn(f"skipping {what}")
+
+
+def _read_text(path: pathlib.Path, skipped: list[str]) -> str | None:
   """The file's text, or None (with a warning naming it) if empty or not UTF-8."""
   try:
     text = path.read_text(encoding="utf-8")
   except UnicodeDecodeError as error:
-    logging.warning("text_files: skipping %s, not UTF-8 (%s)", path, error)
+    _skip(skipped, f"{path}, not UTF-8 ({error})")
     return None
   if not text.strip():
-    logging.warning("text_files: skipping %s, empty", path)
+    _skip(skipped, f"{path}, empty")
     return None
   return text
 
 
-def _jsonl_documents(path, key, text, field) -> list[corpus.Document]:
+def _jsonl_documents(path, key, text, field, skipped: list[str]) -> list[corpus.Document]:
   documents = []
   for line_number, line in enumerate(text.split("\n"), start=1):
     if not line.strip():
@@ -57,37 +67,31 @@ def _jsonl_documents(path, key, text, field) -> list[corpus.Document]:
     try:
       value = json.loads(line)[field]
     except (json.JSONDecodeError, KeyError, TypeError):
-      logging.warning(
-        "text_files: skipping %s line %d, not JSON with a %r field",
-        path,
-        line_number,
-        field,
-      )
+      _skip(skipped, f"{path} line {line_number}, not JSON with a {field!r} field")
       continue
     if not isinstance(value, str) or not value.strip():
       problem = (
         "is empty" if isinstance(value, str) else (f"holds {type(value).__name__}, not a string")
       )
-      logging.warning(
-        "text_files: skipping %s line %d, field %r %s", path, line_number, field, problem
-      )
+      _skip(skipped, f"{path} line {line_number}, field {field!r} {problem}")
       continue
     documents.append(corpus.Document(f"{key}:{line_number}", value))
   return documents
 
 
 def read_documents(
-  base: pathlib.Path, files: list[pathlib.Path], jsonl_field: str
+  base: pathlib.Path, files: list[pathlib.Path], jsonl_field: str, skipped: list[str] | None = None
 ) -> list[corpus.Document]:
-  """Documents keyed by path relative to `base` (and `:line` for jsonl)."""
-  documents = []
+  """Documents keyed by path relative to `base` (and `:line` for jsonl); what is skipped is
+  said on stderr and appended to `skipped`."""
+  documents, skipped = [], [] if skipped is None else skipped
   for path in files:
-    text = _read_text(path)
+    text = _read_text(path, skipped)
     if text is None:
       continue
     key = path.relative_to(base).as_posix()
     if path.suffix == ".jsonl":
-      documents.extend(_jsonl_documents(path, key, text, jsonl_field))
+      documents.extend(_jsonl_documents(path, key, text, jsonl_field, skipped))
     else:
       documents.append(corpus.Document(key, text))
   return documents
@@ -104,12 +108,9 @@ def _split_by_folder(documents, base, files, fraction) -> dict[str, list]:
   relative = [p.relative_to(base) for p in files]
   outside = [r.as_posix() for r in relative if r.parts[0] not in FOLDERS.values()]
   if outside:
-    logging.warning(
-      "text_files: data.text_files_split='folders' ignores %d file(s) outside"
-      " train/ and validation/ of %s: %s",
-      len(outside),
-      base,
-      ", ".join(outside),
+    _warn(
+      f"data.text_files_split='folders' ignores {len(outside)} file(s) outside train/ and "
+      f"validation/ of {base}: {', '.join(outside)}"
     )
   splits = {
     split: [d for d in documents if d.key.startswith(folder + "/")]
@@ -128,7 +129,15 @@ SPLITTERS = {"hash": _split_by_hash, "folders": _split_by_folder}
 
 def collect(pattern, jsonl_field, split_mode, fraction) -> corpus.CorpusContents:
   base, files = find_files(pattern)
-  documents = read_documents(base, files, jsonl_field)
+  skipped = []
+  documents = read_documents(base, files, jsonl_field, skipped)
+  if len(documents) < (2 if split_mode == "hash" else 1):  # the splitter's would not say why
+    raise ValueError(
+      f"data.text_files={pattern!r}: {len(documents)} usable document(s) in {len(files)} "
+      f"file(s), too few for a train/validation split; skipped {len(skipped)}: "
+      + "; ".join(skipped[:3])
+      + ("; ..." if len(skipped) > 3 else "")
+    )
   splits = SPLITTERS[split_mode](documents, base, files, fraction)
   return corpus.CorpusContents(
     splits=splits,

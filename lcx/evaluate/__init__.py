@@ -34,6 +34,7 @@ from lcx import (
   checkpoint,
   config as config_lib,
   data,
+  errors,
   metrics,
   prepare as prepare_lib,
   provenance,
@@ -125,6 +126,8 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   `prepare` checked the run's own fields; a variant's changed ones are checked here."""
   cfg, out = prepared.config, []
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(cfg.eval)
+  if cfg.data.name != "task":  # the combinations as asked: one eval_combos drops is named here
+    config_lib.check_eval(cfg)
   for spec in variants.names(cfg.eval.variants):
     changes = variants.overrides(spec, cfg.eval.named_variants)
     variant_cfg = variants.apply(cfg, changes)
@@ -219,8 +222,7 @@ def _reusable(path: str, step: int, settings: str, checkpoint_id: str) -> dict |
   """The result at `path` if it is of the same checkpoint and settings."""
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    old = json.load(f)
+  old = errors.load_json(path, "delete it, or pass --force to evaluate again")
   return old if _identity(old) == (step, checkpoint_id, settings) else None
 
 
@@ -286,6 +288,9 @@ def evaluate(
         ev.sample_seed,
         "evaluation",  # never the documents a search fitted on
       )
+      short = samples.shortfall(sequences[ev.documents], ev.num_tokens, max(eval_lengths))
+      if short:
+        say(f"warning: {short}")
     return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths, train_len)
 
   jobs = [

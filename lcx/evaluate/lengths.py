@@ -156,6 +156,12 @@ def sweep(
   ev = runner.config.eval
   settings = protocol(ev, train_len)
   docs = np.unique(np.concatenate([s.doc_N for s in sequences]))
+  if ev.bootstrap and len(docs) < 2:  # every resample is that one document: zero width
+    raise ValueError(
+      f"eval.bootstrap={ev.bootstrap}: the sample holds {len(docs)} validation document, and an "
+      "interval resamples documents, so over one it would have zero width; add validation "
+      "documents or set eval.bootstrap=0"
+    )
   doc_index = {int(d): i for i, d in enumerate(docs)}
   weights_RxD = stats.resample_weights(len(docs), ev.bootstrap, ev.sample_seed)
   results, skipped = {}, {}

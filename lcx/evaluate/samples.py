@@ -153,6 +153,21 @@ def select(
   return [_concat([_pairs(documents[d], d)], longest) for d in chosen]
 
 
+def shortfall(sequences: list[Sequence], num_tokens: int, longest: int) -> str | None:
+  """Why the sample holds fewer tokens than `num_tokens` asked, beyond the rounding down to
+  whole windows of `longest` (None when it does not): a small validation split, or one whose
+  documents `stream_cap` trims, scores far fewer tokens than the user expects."""
+  have = sum(len(s.inputs_N) for s in sequences)
+  if have >= max(1, num_tokens // longest) * longest:
+    return None
+  documents = len(np.unique(np.concatenate([s.doc_N for s in sequences])))
+  return (
+    f"eval.num_tokens={num_tokens}, but the sample holds only {have} tokens per length "
+    f"({documents} validation document{'s' * (documents != 1)}, windows of up to {longest}): "
+    "intervals are wide; a larger validation split gives more"
+  )
+
+
 def _window_starts(n: int, length: int, protocol: str, stride: int) -> list[int]:
   if protocol == "windows":
     return list(range(0, n - length + 1, length))

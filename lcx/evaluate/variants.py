@@ -16,6 +16,7 @@ differs (a field the checkpoint's config lacks, added to lcx since, counts as it
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import Any, Callable
@@ -98,10 +99,13 @@ def check_trained(config: dict, trained: dict) -> None:
 
 
 def _number(spec: str, arg: str) -> float:
+  """A variant's numeric argument: finite (float() also reads 'nan' and 'inf')."""
   try:
     value = float(arg)
   except ValueError:
     raise ValueError(f"eval.variants: {spec!r} needs a number after '@'") from None
+  if not math.isfinite(value):
+    raise ValueError(f"eval.variants: {spec!r} needs a finite number after '@'")
   return value
 
 
@@ -114,17 +118,17 @@ def _scaling(rope_type: str) -> Callable[[str, str], dict]:
 
 def _read_json(spec: str, path: str) -> dict:
   try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, json.JSONDecodeError) as error:
+    return errors.load_json(path)
+  except (OSError, ValueError) as error:
     raise ValueError(f"eval.variants: {spec!r}: cannot read {path}: {error}") from None
 
 
 def _longrope(spec, path):
   """An HF `longrope` dict (e.g. what `./launch.sh longrope` writes)."""
   scaling = _read_json(spec, path)
-  scaling = scaling.get("rope_scaling", scaling)
-  if scaling.get("rope_type", scaling.get("type")) != "longrope":
+  if isinstance(scaling, dict):
+    scaling = scaling.get("rope_scaling", scaling)
+  if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) != "longrope":
     raise ValueError(f"eval.variants: {spec!r}: {path} holds no rope_type 'longrope' dict")
   return {SCALING: scaling}
 
@@ -135,7 +139,10 @@ def _hf(spec, path):
 
   if not os.path.exists(path):
     raise ValueError(f"eval.variants: {spec!r}: no file {path}")
-  return {SCALING: scaling_lib.read_hf_scaling(path)}
+  try:
+    return {SCALING: scaling_lib.read_hf_scaling(path)}
+  except ValueError as error:
+    raise ValueError(f"eval.variants: {spec!r}: {error}") from None
 
 
 def _ints(spec: str, arg: str, count: int) -> list[int]:

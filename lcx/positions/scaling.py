@@ -562,6 +562,10 @@ def read_hf_scaling(path: str) -> dict:
       text = f.read()
   except OSError as error:
     raise ValueError(f"{path}: cannot read the rope scaling file ({error.strerror})") from None
+  except UnicodeDecodeError as error:
+    raise ValueError(
+      f"{path}: not a JSON text file (not UTF-8: {error.reason} at byte {error.start})"
+    ) from None
   try:
     data = json.loads(text)
   except json.JSONDecodeError as error:

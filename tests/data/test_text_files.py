@@ -1,5 +1,4 @@
 import json
-import logging
 
 import pytest
 
@@ -52,10 +51,10 @@ def _documents(data_cfg):
   return found
 
 
-def test_folder_round_trips_and_warns_about_the_files_it_skips(tmp_path, caplog):
+def test_folder_round_trips_and_warns_about_the_files_it_skips(tmp_path, capsys):
   data_cfg = _cfg(tmp_path, _write_folder(tmp_path / "in"))
-  with caplog.at_level(logging.WARNING):
-    found = _documents(data_cfg)
+  found = _documents(data_cfg)
+  warned = capsys.readouterr().err  # printed: the build silences logging
   assert {**found[corpus.TRAIN], **found[corpus.VALIDATION]} == {
     "a.txt": "first document\n",
     "sub/b.txt": "second document ✓\n",
@@ -64,12 +63,12 @@ def test_folder_round_trips_and_warns_about_the_files_it_skips(tmp_path, caplog)
     "sub/c.jsonl:5": "five\u2028still five\x85end",
   }
   assert found[corpus.TRAIN].keys().isdisjoint(found[corpus.VALIDATION].keys())
-  assert "empty.txt, empty" in caplog.text
-  assert "latin1.txt, not UTF-8" in caplog.text
-  assert "c.jsonl line 3, not JSON with a 'text' field" in caplog.text
-  assert "c.jsonl line 6, field 'text' is empty" in caplog.text
-  assert "c.jsonl line 7, field 'text' holds int, not a string" in caplog.text
-  assert "c.jsonl line 8, field 'text' holds NoneType, not a string" in caplog.text
+  assert "empty.txt, empty" in warned
+  assert "latin1.txt, not UTF-8" in warned
+  assert "c.jsonl line 3, not JSON with a 'text' field" in warned
+  assert "c.jsonl line 6, field 'text' is empty" in warned
+  assert "c.jsonl line 7, field 'text' holds int, not a string" in warned
+  assert "c.jsonl line 8, field 'text' holds NoneType, not a string" in warned
 
 
 def test_a_glob_selects_files(tmp_path):
@@ -89,7 +88,7 @@ def test_nothing_to_read_is_a_clear_error(tmp_path):
     sources.split_records(_cfg(tmp_path, tmp_path / "in"), corpus.TRAIN)
 
 
-def test_folders_split_follows_train_and_validation_folders(tmp_path, caplog):
+def test_folders_split_follows_train_and_validation_folders(tmp_path, capsys):
   root = tmp_path / "in"
   for split, count in (("train", 5), ("validation", 2)):
     (root / split).mkdir(parents=True)
@@ -99,12 +98,12 @@ def test_folders_split_follows_train_and_validation_folders(tmp_path, caplog):
   (root / "test").mkdir()
   (root / "test" / "t.jsonl").write_text(json.dumps({"text": "held out"}) + "\n")
   data_cfg = _cfg(tmp_path, root, text_files_split="folders")
-  with caplog.at_level(logging.WARNING):
-    found = _documents(data_cfg)
+  found = _documents(data_cfg)
   assert sorted(found[corpus.TRAIN]) == [f"train/{i}.txt" for i in range(5)]
   assert sorted(found[corpus.VALIDATION]) == [f"validation/{i}.txt" for i in range(2)]
-  assert "ignores 2 file(s) outside train/ and validation/" in caplog.text
-  assert "README.txt, test/t.jsonl" in caplog.text
+  warned = capsys.readouterr().err
+  assert "ignores 2 file(s) outside train/ and validation/" in warned
+  assert "README.txt, test/t.jsonl" in warned
 
 
 def test_folders_split_without_a_validation_folder_is_a_clear_error(tmp_path):
