@@ -115,7 +115,13 @@ def test_flags_quick_full_and_overrides():
 
 def test_options_flag_builds_rows_of_the_option_on_its_scheme():
   assert _options().options == list(workload.MODEL_OPTIONS)
-  assert _options("--quick").options == ["stick_breaking"]
+  assert _options("--quick").options == [
+    "stick_breaking",
+    "scale_invariant",
+    "llama4",
+    "gate_elementwise",
+    "resonance",
+  ]
   opts = _options("--options=")
   assert opts.options == [] and workload.option_rows(opts.options) == []
   assert workload.option_rows(["stick_breaking", "qk_norm"]) == [
@@ -127,6 +133,21 @@ def test_options_flag_builds_rows_of_the_option_on_its_scheme():
   config = workload.options_config(opts, "rope+ssmax", "tiny")
   assert (config.model.position.name, config.model.attention.temperature) == ("rope", "ssmax")
   assert workload.options_config(opts, "rope+nope_every", "tiny").model.nope_every == 2
+  config = workload.options_config(opts, "p_rope+scale_invariant", "tiny")
+  assert (config.model.position.name, config.model.attention.temperature) == (
+    "p_rope",
+    "scale_invariant",
+  )
+  llama4 = workload.options_config(opts, "rope+llama4", "tiny").model
+  assert (llama4.attention.temperature, llama4.nope_every) == ("llama4", 2)
+  for gate in ("elementwise", "headwise"):
+    assert workload.options_config(opts, f"rope+gate_{gate}", "tiny").model.attention.gate == gate
+  scaling = workload.options_config(opts, "rope+resonance", "tiny").model.position.scaling
+  assert (scaling.rope_type, scaling.resonance) == ("yarn", True)
+  assert workload.options_config(opts, "cope+cope_shared", "tiny").model.position.shared
+  assert not workload.options_config(opts, "cope", "tiny").model.position.shared  # per layer
+  sb = workload.options_config(opts, "nope+stick_breaking", "tiny").model.attention
+  assert sb.remainder_bias  # the reference's remainder vector, the default
   plain = workload.options_config(opts, "nope", "tiny").model
   assert (plain.attention.kind, plain.qk_norm, plain.nope_every) == ("softmax", False, 0)
   with pytest.raises(
@@ -143,6 +164,19 @@ def test_every_option_row_sets_a_valid_config_that_differs_from_its_scheme():
     config = workload.options_config(opts, row, "tiny")
     assert config.model.to_dict() != workload.options_config(opts, scheme, "tiny").model.to_dict()
     config_lib.validate(config)  # ValueError naming the field if an option sets a wrong one
+
+
+@pytest.mark.slow
+def test_every_option_row_builds_and_takes_a_train_step():
+  """What the positions section runs for each row (`buildable`), on a tiny plan: every option
+  compiles, steps, and gives a finite loss with a nonzero gradient."""
+  opts = _options("--model_size=tiny", "--batch_size=2", "--seq_len=16")
+  rows = workload.option_rows(list(workload.MODEL_OPTIONS))
+  programs, failed = workload.buildable(opts, rows)
+  assert failed == {} and list(programs) == rows
+  for row, program in programs.items():
+    metrics = program.step()
+    assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0, row
 
 
 def test_unregistered_schemes_are_skipped_with_a_note(capsys):

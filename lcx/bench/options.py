@@ -19,7 +19,11 @@ SECTION_NAMES = ("peak", "train", "positions", "eval", "peers")  # the order the
 PLANS = {
   "sizes": (str, ["default", "large"], ["default"]),
   "schemes": (str, list(positions.SCHEMES), ["nope", "rope", "alibi"]),
-  "options": (str, list(MODEL_OPTIONS), ["stick_breaking"]),
+  "options": (
+    str,
+    list(MODEL_OPTIONS),
+    ["stick_breaking", "scale_invariant", "llama4", "gate_elementwise", "resonance"],
+  ),
   "rounds": (int, 5, 2),
   "steps": (int, 2, 1),
   "train_steps": (int, 10, 3),
