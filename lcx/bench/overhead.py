@@ -1,7 +1,8 @@
 """Section `positions`: the train-step time of every scheme as a ratio to NoPE, all interleaved
 on the default model, and of each model option (`--options`, rows SCHEME+OPTION: QK-norm,
-temperatures, sinks, the per-layer schedule on RoPE; stick-breaking on NoPE) as a ratio to
-NoPE and to its own scheme without the option."""
+temperatures, sinks, gates, Resonance YaRN, the per-layer schedule on RoPE; scale-invariant
+attention on p-RoPE; a shared CoPE table on CoPE; stick-breaking on NoPE) as a ratio to NoPE and
+to its own scheme without the option."""
 
 from __future__ import annotations
 
