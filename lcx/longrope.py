@@ -54,6 +54,7 @@ from lcx import (
   evaluate,
   metrics,
   prepare as prepare_lib,
+  progress,
   provenance,
 )
 from lcx.evaluate import samples, variants
@@ -491,7 +492,7 @@ def _record(
       "seconds": round(seconds, 3),
     }
   )
-  eta_text = "" if eta is None else f", ETA {eta:.0f} s"
+  eta_text = "" if eta is None else ", " + progress.eta_text(eta)
   say(
     f"longrope generation {state['generation']}/{generations}: best perplexity "
     f"{state['best']['perplexity']:.4f} (n_hat {state['best']['n_hat']}), median "

@@ -15,6 +15,8 @@ import jax
 from absl import flags, logging
 from tqdm import tqdm
 
+from lcx.progress import progress_text
+
 
 def summary_writer(logdir: str):
   """tensorboardX's SummaryWriter, imported on first use and without torch.
@@ -71,7 +73,7 @@ class MetricWriter:
 
   def __init__(self, workdir: str, *, total: int, initial: int = 0, tokens_per_step: int = 0):
     self.main = jax.process_index() == 0
-    self.tokens_per_step = tokens_per_step
+    self.tokens_per_step, self.total = tokens_per_step, total
     self._last_time, self._steps_since, self._sums = time.perf_counter(), 0, {}
     self._timed = -1  # steps in the timing window; the first step (compilation) is not timed
     self.jsonl = self.tb = self.bar = None
@@ -134,16 +136,19 @@ class MetricWriter:
       parts.append(
         f"loss {values['loss']:.4f} ppl {values['perplexity']:.2f} "
         f"grad_norm {values['grad_norm']:.3f} lr {values['lr']:.2e} "
-        f"{values['tokens_per_sec']:.0f} tok/s {values['step_time'] * 1e3:.0f} ms/step"
+        f"{values['step_time'] * 1e3:.0f} ms/step"
       )
     evals = [f"{k.split('/', 1)[1]} {v:.3f}" for k, v in values.items() if k.startswith("eval/ppl")]
     if evals:
       parts.append("eval " + " ".join(evals))
-    line = f"step {step}: " + "; ".join(parts)
-    if self.bar is not None:
-      self.bar.set_postfix_str(line.split(": ", 1)[1])
-    else:
-      print(line, flush=True)
+    if self.bar is not None:  # the bar shows step/total and the ETA itself
+      rate = f"{values['tokens_per_sec']:.0f} tok/s; " if "loss" in values else ""
+      self.bar.set_postfix_str(rate + "; ".join(parts))
+      return
+    head = f"{step}/{self.total}"
+    if "loss" in values:  # a log has no bar: step/total, throughput and ETA lead the line
+      head = progress_text(step, self.total, values["step_time"], values["tokens_per_sec"])
+    print(f"step {head}: " + "; ".join(parts), flush=True)
 
   def close(self) -> None:
     for handle in (self.bar, self.tb, self.jsonl):

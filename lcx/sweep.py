@@ -37,8 +37,9 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 
-from lcx import cli, errors, report
+from lcx import cli, errors, progress, report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # config paths are relative to it
 MODES = ("train", "eval", "train_and_eval", "longrope")
@@ -341,6 +342,14 @@ def to_run(sweep: Sweep, run: str, force_eval: bool) -> list[str] | None:
   return command + ["--force"]
 
 
+def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
+  """A run's first line; once a run has finished in this call, with the runs done/total and an
+  ETA from the finished runs' mean duration (runs skipped as done earlier cost nothing)."""
+  if not durations:
+    return head
+  return f"{head} runs {progress.progress_text(done, total, sum(durations) / len(durations))}"
+
+
 def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> int:
   marker = os.path.join(sweep.workdir(run), MARKER)
   if os.path.exists(marker) and not done(sweep, run):
@@ -521,7 +530,7 @@ def main(argv):
     written = write_report(sweep)
     print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
     return
-  total = len(chosen)
+  total, durations = len(chosen), []
   with _Signals() as signals:
     for i, run in enumerate(chosen, 1):
       head = f"[sweep {sweep.name}/{run} {i}/{total}]"
@@ -535,8 +544,10 @@ def main(argv):
       if FLAGS.dry_run:
         print(f"{head}\n$ python {shlex.join(command)}", flush=True)
         continue
-      print(head, flush=True)
+      print(start_line(head, i - 1, total, durations), flush=True)
+      started = time.perf_counter()
       status = run_one(sweep, run, command, signals)
+      durations.append(time.perf_counter() - started)
       if signals.received is not None:
         name = signal.Signals(signals.received).name
         print(

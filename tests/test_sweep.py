@@ -124,6 +124,12 @@ def test_done_runs_are_skipped_until_their_command_changes(tmp_path):
   assert proc.stdout.splitlines()[0] == "[sweep toy/a 1/2]"
 
 
+def test_a_run_starts_with_runs_done_and_an_eta_from_the_finished_runs():
+  assert sweep.start_line("[sweep toy/a 1/3]", 0, 3, []) == "[sweep toy/a 1/3]"
+  head = "[sweep toy/c 3/4]"  # b took 30 s, c 90 s: 60 s each for the two left
+  assert sweep.start_line(head, 2, 4, [30.0, 90.0]) == f"{head} runs 2/4, ETA 2m00s"
+
+
 def test_shards_keep_runs_with_what_they_need():
   run = sweep.Run("configs/base.py")
   runs = {

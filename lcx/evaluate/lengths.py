@@ -177,7 +177,11 @@ def sweep(
       sequences, length, ev.protocol, stride=settings["stride"], last_k=settings["last_k"]
     )
     nll_NxT = runner.nll(
-      windows.inputs_NxT, windows.targets_NxT, windows.positions_NxT, windows.segments_NxT
+      windows.inputs_NxT,
+      windows.targets_NxT,
+      windows.positions_NxT,
+      windows.segments_NxT,
+      progress=f"eval length {length}",
     )
     r = summarize(nll_NxT, windows, doc_index, weights_RxD, byte_lengths_V, ev.buckets_per_octave)
     r["kernel"] = runner.kernel(length)

@@ -7,6 +7,8 @@ fixed row count (one compiled program per length and kernel) and sharded over th
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,8 @@ import optax
 from flax import nnx
 
 from lcx import positions, sharding
+from lcx.metrics import say
+from lcx.progress import progress_text
 
 
 class Runner:
@@ -65,11 +69,12 @@ class Runner:
       self._programs[what, kernel] = jax.jit({"nll": nll, "predict": predict}[what])
     return self._programs[what, kernel]
 
-  def nll(self, inputs_NxT, targets_NxT, pos_NxT, seg_NxT) -> np.ndarray:
+  def nll(self, inputs_NxT, targets_NxT, pos_NxT, seg_NxT, progress: str = "") -> np.ndarray:
     """Per-token next-token loss (nats), NxT."""
     program = self._program("nll", self.kernel(inputs_NxT.shape[1]))
+    positions_NxT = self.model_positions(pos_NxT, seg_NxT)
     return self.map_rows(
-      program, inputs_NxT, targets_NxT, self.model_positions(pos_NxT, seg_NxT), seg_NxT
+      program, inputs_NxT, targets_NxT, positions_NxT, seg_NxT, progress=progress
     )
 
   def predict(self, inputs_NxT, pos_NxT, seg_NxT) -> np.ndarray:
@@ -77,21 +82,33 @@ class Runner:
     program = self._program("predict", self.kernel(inputs_NxT.shape[1]))
     return self.map_rows(program, inputs_NxT, self.model_positions(pos_NxT, seg_NxT), seg_NxT)
 
-  def map_rows(self, program, *arrays_NxT: np.ndarray) -> np.ndarray:
-    """`program(params, *rows)` over fixed-size batches of rows, per-row outputs concatenated."""
+  def map_rows(self, program, *arrays_NxT: np.ndarray, progress: str = "") -> np.ndarray:
+    """`program(params, *rows)` over fixed-size batches of rows, per-row outputs concatenated.
+
+    With a `progress` label and more than two batches, a log line `LABEL: windows done/total,
+    tok/s, ETA` at each tenth of the windows: a long length shows it is moving. The pace is
+    timed from the second batch on, so the first batch's compilation does not inflate the ETA.
+    """
     mesh = self.prepared.mesh
     length = arrays_NxT[0].shape[1]
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     rows = max(1, self.config.eval.batch_tokens // length)
     rows = -(-rows // shards) * shards
-    out = []
-    for start in range(0, len(arrays_NxT[0]), rows):
+    out, total = [], len(arrays_NxT[0])
+    shown, every = 0, max(rows, -(-total // 10))
+    for start in range(0, total, rows):
       chunk = [a[start : start + rows] for a in arrays_NxT]
       pad = rows - len(chunk[0])  # fixed shapes: one compiled program per length
       padded = {str(i): np.pad(a, [(0, pad), (0, 0)]) for i, a in enumerate(chunk)}
       batch = sharding.global_batch(_process_slice(padded), mesh, self.prepared.rules)
       result = np.asarray(jax.device_get(program(self.params, *batch.values())))
       out.append(result[: rows - pad])
+      done = start + len(chunk[0])
+      if start == 0:
+        timed_from = time.perf_counter()
+      elif progress and done < total and done - shown >= every and total > 2 * rows:
+        shown, each = done, (time.perf_counter() - timed_from) / (done - rows)
+        say(f"{progress}: windows {progress_text(done, total, each, length / each)}")
     return np.concatenate(out)
 
 

@@ -4,6 +4,7 @@ chunked == dense, windows inside documents, trained fields refused, tasks."""
 import json
 import math
 import os
+import re
 import shutil
 
 import jax
@@ -157,6 +158,27 @@ def test_stream_windows_never_attend_across_documents(rope_run):
       np.testing.assert_allclose(nll[row, cols], single, rtol=2e-5, atol=2e-5)
       pieces += 1
   assert pieces > 4  # the windows did hold several documents
+
+
+def test_a_length_of_many_batches_logs_windows_done_tok_s_and_eta(rope_run, capsys):
+  """Every tenth of the windows (at least a batch) once past the first batch; a length of one
+  or two batches logs only its result."""
+  config, workdir = rope_run
+  config = config.copy_and_resolve_references()
+  config.eval.update(batch_tokens=128, bootstrap=0)  # 2 rows of 64 per batch: 16 batches
+  runner = _runner(config, workdir)
+  seqs = _sequences(config, runner, 64)
+  capsys.readouterr()
+  result = lengths.sweep(runner, seqs, [64, 32], np.ones(259), 32)["lengths"]
+  err = capsys.readouterr().err
+  assert result["64"]["windows"] == 32 and result["32"]["windows"] == 64
+  shown = re.findall(r"eval length 64: windows (\d+)/32, (\d+) tok/s, ETA (\d+)s\n", err)
+  assert [int(done) for done, _, _ in shown] == [4, 8, 12, 16, 20, 24, 28]
+  assert all(int(rate) > 0 for _, rate, _ in shown)
+  assert "eval length 32: windows" in err  # 64 windows of 32, 4 per batch: 16 batches too
+  runner.config.eval.batch_tokens = 1024  # 16 rows of 64 per batch: two batches, no lines
+  lengths.sweep(runner, seqs, [64], np.ones(259), 32)
+  assert "eval length 64: windows" not in capsys.readouterr().err
 
 
 @pytest.mark.slow

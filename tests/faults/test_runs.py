@@ -260,7 +260,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path):
     text=True,
     env=dict(os.environ, PYTHONUNBUFFERED="1"),
   )
-  _wait_line(proc.stdout, "step 5:", proc)
+  _wait_line(proc.stdout, "step 5/100000, ", proc)
   proc.send_signal(signal.SIGINT)
   _, stderr = proc.communicate(timeout=120)
   assert proc.returncode == 130, stderr[-3000:]
