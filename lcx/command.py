@@ -18,6 +18,7 @@ COMMANDS = {
   "report": ("lcx.report", ()),
   "sweep": ("lcx.sweep", ()),
   "longrope": ("lcx.longrope", ()),
+  "config": ("lcx.fields", ()),
   "bench": ("lcx.bench", ()),
   "data": ("lcx.data.stats", ()),
   "export": ("lcx.export", ()),

@@ -88,12 +88,13 @@ def _concat(parts: list[Sequence], limit: int) -> Sequence:
 
 def split_ids(num_docs: int, name: str) -> list[int]:
   """Indices of the validation documents in split `name`: "search", a seeded quarter of them
-  (at least one; none when there is only one document), or "evaluation", every other one. The
-  two never share a document, whatever the settings of the search or the evaluation."""
+  (at least one; none with fewer than three documents, so that evaluation keeps two and its
+  interval over documents stays defined), or "evaluation", every other one. The two never share
+  a document, whatever the settings of the search or the evaluation."""
   if name not in SPLITS:
     raise errors.not_allowed("split", name, SPLITS)
   order = np.random.default_rng(SEARCH_SEED).permutation(num_docs)
-  count = 0 if num_docs < 2 else max(1, round(SEARCH_FRACTION * num_docs))
+  count = 0 if num_docs < 3 else max(1, round(SEARCH_FRACTION * num_docs))
   search = {int(d) for d in order[:count]}
   return [d for d in range(num_docs) if (d in search) == (name == "search")]
 

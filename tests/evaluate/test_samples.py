@@ -121,12 +121,13 @@ def test_clear_errors():
     samples.cut([], 4, "x")
 
 
-@pytest.mark.parametrize("num_docs", [1, 2, 9, 40, 301])
+@pytest.mark.parametrize("num_docs", [1, 2, 3, 9, 40, 301])
 def test_the_search_and_evaluation_splits_are_disjoint_fixed_and_cover_the_validation(num_docs):
   search, evaluation = (samples.split_ids(num_docs, name) for name in ("search", "evaluation"))
   assert not set(search) & set(evaluation)
   assert sorted(search + evaluation) == list(range(num_docs))
-  assert len(search) == (0 if num_docs == 1 else max(1, round(num_docs / 4)))
+  assert len(search) == (0 if num_docs < 3 else max(1, round(num_docs / 4)))
+  assert len(evaluation) >= min(num_docs, 2)  # an interval over documents needs two
   assert search == samples.split_ids(num_docs, "search")  # no seed or setting moves it
   docs = [_doc(40 + i, 1000 * i) for i in range(num_docs)]
   for seed in range(5):

@@ -235,9 +235,11 @@ def test_longrope_n_hat_leaves_initial_positions_unscaled():
   pos = np.arange(12)[None, :, None]
   angle = np.where(pos < 4, pos * theta, pos * theta / np.asarray(short))
   factor = np.sqrt(1 + np.log(4.0) / np.log(32))
-  np.testing.assert_allclose(
-    out_q, rotary.rotate_pairs(q, jnp.asarray(angle), scale=factor), atol=1e-5
-  )
+  # Positions below n_hat keep theta and no attention factor (the reference's mixed embedding).
+  unscaled = rotary.rotate_pairs(q, jnp.asarray(angle), scale=1.0)
+  scaled = rotary.rotate_pairs(q, jnp.asarray(angle), scale=factor)
+  np.testing.assert_allclose(out_q[:, :4], unscaled[:, :4], atol=1e-5)
+  np.testing.assert_allclose(out_q[:, 4:], scaled[:, 4:], atol=1e-5)
 
 
 def test_rotate_runs_under_jit_with_bfloat16():
