@@ -53,7 +53,7 @@ def test_launch_quickstart_runs_from_a_fresh_clone(tmp_path):
   (clone / ".venv").symlink_to(sys.prefix)  # the venv running these tests
   out = subprocess.run(
     ["./launch.sh", "quickstart", f"--workdir={tmp_path / 'runs'}", "--schemes=nope", "--steps=2"]
-    + ["--eval_tokens=512"],
+    + ["--eval_tokens=2048"],  # a stream of two documents or more: an interval needs two
     cwd=clone,
     env=dict(os.environ, LCX_DATA_DIR=DATA_DIR, PYTHONUNBUFFERED="1"),
     capture_output=True,
