@@ -46,6 +46,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from lcx.positions import base as positions_base
 from lcx.positions.remaps import log_n_scale
 
 TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")
@@ -145,21 +146,15 @@ def scale_invariant(distance, tau: float):
   return jnp.sqrt(2.0 * log_term + 1.0), -2.0 * log_term
 
 
-class ScaleInvariant:
+class ScaleInvariant(positions_base.BiasWrapper):
   """A position scheme whose logits become a_t z + m_t + its own bias: every hook is the
   scheme's, but `bias` returns the (scale, shift) pair `attention._add_bias` applies. Built
   per forward pass around the model's schemes (lcx.model.Decoder.layer_scheme); holds no
   parameters of its own."""
 
   def __init__(self, inner, tau: float):
-    self.inner, self.tau = inner, float(tau)
-    self.contextual = inner.contextual
-
-  def embed(self, x_BxLxD, pos_BxL):
-    return self.inner.embed(x_BxLxD, pos_BxL)
-
-  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
-    return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)
+    super().__init__(inner)
+    self.tau = float(tau)
 
   def bias(self, q_pos_BxQ, k_pos_BxS):
     q = jnp.asarray(q_pos_BxQ, jnp.float32)

@@ -137,3 +137,19 @@ def check_eval_length(cfg: ml_collections.ConfigDict, dims: Dims, seq_len: int) 
 def build(cfg: ml_collections.ConfigDict, dims: Dims, *, rngs: nnx.Rngs) -> Scheme:
   s, fields = SCHEMES.resolve(cfg, dims)
   return s.cls(dims=dims, rngs=rngs, **fields)
+
+
+class BiasWrapper:
+  """A scheme whose `bias` a subclass changes while every other hook is `inner`'s
+  (randomized.RandomDistances, temperature.ScaleInvariant): built per forward pass around the
+  model's schemes, no parameters of its own."""
+
+  def __init__(self, inner):
+    self.inner = inner
+    self.contextual = inner.contextual
+
+  def embed(self, x_BxLxD, pos_BxL):
+    return self.inner.embed(x_BxLxD, pos_BxL)
+
+  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
+    return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)

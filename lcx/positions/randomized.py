@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from lcx import attention
+from lcx.positions import base
 
 
 def document_ids(pos_BxL: jax.Array, seg_BxL: jax.Array | None = None) -> jax.Array:
@@ -114,21 +115,15 @@ def random_distances(key: jax.Array, length: int, max_position: int) -> jax.Arra
   return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.sort(sample).astype(jnp.int32)])
 
 
-class RandomDistances:
+class RandomDistances(base.BiasWrapper):
   """A distance-only bias scheme whose offset k = i - j reads as distance D[k]: the scheme's
   bias evaluated once per distance of D (at query position D[k], key 0), then gathered by
   offset. Offsets come from the (plain, per-document) positions; future keys, masked, read
   D[0]. Every other hook is the scheme's; built per train step (lcx.model.Decoder)."""
 
   def __init__(self, inner, distances_L):
-    self.inner, self.distances_L = inner, distances_L
-    self.contextual = inner.contextual
-
-  def embed(self, x_BxLxD, pos_BxL):
-    return self.inner.embed(x_BxLxD, pos_BxL)
-
-  def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
-    return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)
+    super().__init__(inner)
+    self.distances_L = distances_L
 
   def bias(self, q_pos_BxQ, k_pos_BxS):
     n = self.distances_L.shape[0]
