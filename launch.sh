@@ -55,7 +55,8 @@ reached by `gcloud compute tpus tpu-vm ssh NAME --worker=all --command="cd lcx &
 train ..."` (it sets none of those variables). --distributed=on always initializes,
 --distributed=off never; elsewhere pass --coordinator_address=HOST:PORT --num_processes=N
 --process_id=I.
-Environment: LCX_EXTRAS (pip extras added to every command: gpu (CUDA 12), cuda13, tpu),
+Environment: LCX_EXTRAS (pip extras added to every command: gpu (CUDA 12), cuda13, tpu,
+wandb (train.trackers=tensorboard,wandb)),
 LCX_CONSTRAINTS (the pinned versions installed, default constraints.txt; empty: pyproject's
 ranges, e.g. to keep an image's newer jax), LCX_DATA_DIR
 (datasets), GLIBC_TUNABLES (when unset, every command runs with glibc.malloc.hugetlb=1:

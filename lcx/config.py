@@ -20,6 +20,7 @@ from lcx import (
   errors,
   gating,
   kernels,
+  metrics,
   model as model_lib,
   patterns,
   positions,
@@ -145,6 +146,11 @@ OPTIONS = [
   ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
   ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
+  (
+    "train.trackers",
+    lambda v: set(metrics.tracker_names(v)) <= set(metrics.TRACKERS),
+    f"comma-separated names from {', '.join(metrics.TRACKERS)}, or '' (metrics.jsonl only)",
+  ),
 ]
 
 
@@ -225,6 +231,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
     value = _get(config, field)
     if not ok(value):
       raise errors.not_allowed(field, value, allowed)
+  metrics.check_trackers(config.train.trackers)  # each one's package installed
   m = config.model
   _check_position_fields(m)
   if m.attention.kind == "stick_breaking" and m.attention.sink != "none":

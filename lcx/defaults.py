@@ -108,6 +108,12 @@ def get_config(arg=None):
   # the second shifted by a random skip, all below this (not with random_positions).
   config.train.pose_target = 0
   config.train.log_every = 50  # steps between metric lines
+  # Trackers besides WORKDIR/metrics.jsonl, comma-separated: tensorboard | wandb. tensorboard:
+  # event files in WORKDIR/tensorboard; wandb: Weights & Biases (the `wandb` extra; under
+  # WANDB_MODE=offline, files in WORKDIR/wandb). Each gets training curves, evaluation during
+  # training and the final evaluation.
+  config.train.trackers = "tensorboard"
+  config.train.wandb_project = "lcx"  # the W&B project (the run is named after the workdir)
   config.train.checkpoint_every = 500  # steps between checkpoints
   config.train.keep_checkpoints = 3  # interval checkpoints kept
   # >0: resume from this checkpoint step, not the latest (e.g. the one before an unreadable

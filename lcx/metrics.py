@@ -1,20 +1,27 @@
-"""Training metrics to a JSON-lines file, TensorBoard event files and a progress display.
+"""Training metrics to a JSON-lines file, the trackers train.trackers names (TensorBoard event
+files, Weights & Biases) and a progress display.
 
 A tqdm bar in a terminal; plain log lines when stdout is not a TTY (CI, SLURM, nohup).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import importlib.util
 import json
 import math
 import os
+import secrets
 import sys
 import time
+from typing import Any, Callable
 
 import jax
 from absl import flags, logging
 from tqdm import tqdm
 
+from lcx import errors
 from lcx.progress import progress_text
 
 
@@ -35,6 +42,106 @@ def summary_writer(logdir: str):
     if blocked:
       del sys.modules["torch"]
   return SummaryWriter(logdir)
+
+
+class TensorBoard:
+  """WORKDIR/tensorboard event files (`./launch.sh tensorboard DIR` serves them)."""
+
+  def __init__(self, workdir: str, config: dict):
+    del config
+    self.writer = summary_writer(os.path.join(workdir, "tensorboard"))
+
+  def scalars(self, step: int, values: dict) -> None:
+    for name, value in values.items():
+      self.writer.add_scalar(name, value, step)
+
+  def close(self) -> None:
+    self.writer.close()
+
+
+class WandB:
+  """One Weights & Biases run per workdir: training, its resumptions and the final evaluation
+  log to it (its id is kept in WORKDIR/wandb/lcx_run_id), against the training step (the x-axis
+  `step`). Under WANDB_MODE=offline it writes WORKDIR/wandb/ only (`wandb sync` uploads it
+  later); otherwise W&B's own settings (`wandb login`, WANDB_PROJECT, ...) apply."""
+
+  def __init__(self, workdir: str, config: dict):
+    wandb = importlib.import_module("wandb")
+    directory = os.path.join(workdir, "wandb")
+    os.makedirs(directory, exist_ok=True)
+    try:
+      self.run = wandb.init(
+        project=config.get("train", {}).get("wandb_project") or None,
+        name=os.path.basename(os.path.abspath(workdir)),
+        id=_run_id(os.path.join(directory, "lcx_run_id")),
+        resume="allow",
+        dir=workdir,
+        config=config,
+      )
+      self.run.define_metric("*", step_metric="step")
+    except Exception as error:  # no login, no network: a fault of the surroundings
+      raise errors.RunFault(
+        f"train.trackers: W&B did not start ({type(error).__name__}: {error}); log in "
+        "(`wandb login`), or set WANDB_MODE=offline to write WORKDIR/wandb/ for `wandb sync`"
+      ) from error
+
+  def scalars(self, step: int, values: dict) -> None:
+    self.run.log({"step": step, **values})
+
+  def close(self) -> None:
+    self.run.finish()
+
+
+def _run_id(path: str) -> str:
+  """The W&B run id kept at `path`, made (random, written whole) on first use."""
+  if os.path.exists(path):
+    with open(path) as f:
+      return f.read().strip()
+  run_id = secrets.token_hex(8)
+  with open(path + ".tmp", "w") as f:
+    f.write(run_id + "\n")
+  os.replace(path + ".tmp", path)
+  return run_id
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracker:
+  """A writer `open(workdir, config as a dict)` with scalars(step, values) and close(), and
+  the package it needs beyond lcx's own, with the pip extra that installs it."""
+
+  open: Callable[[str, dict], Any]
+  package: str = ""
+  extra: str = ""
+
+
+# train.trackers names these (comma-separated; metrics.jsonl is always written).
+TRACKERS = {
+  "tensorboard": Tracker(TensorBoard),
+  "wandb": Tracker(WandB, package="wandb", extra="wandb"),
+}
+
+
+def tracker_names(text: str) -> list[str]:
+  """'tensorboard, wandb' -> ['tensorboard', 'wandb']."""
+  return [name.strip() for name in str(text).split(",") if name.strip()]
+
+
+def check_trackers(text: str) -> None:
+  """Raises ValueError naming train.trackers for a tracker whose package is not installed (and
+  how to install it), before anything is built; lcx.config's OPTIONS refuse unknown names."""
+  for name in tracker_names(text):
+    tracker = TRACKERS[name]
+    if tracker.package and importlib.util.find_spec(tracker.package) is None:
+      raise ValueError(
+        f"train.trackers={text!r}: {name} needs the {tracker.package} package, which is not "
+        f"installed: pip install 'lcx[{tracker.extra}]' (launch.sh: LCX_EXTRAS={tracker.extra})"
+        f", or leave {name} out of train.trackers"
+      )
+
+
+def open_trackers(workdir: str, text: str, config: dict) -> list:
+  """The writers train.trackers names, opened on `workdir` (`config`: the run's, as a dict)."""
+  return [TRACKERS[name].open(workdir, config) for name in tracker_names(text)]
 
 
 def quiet_libraries() -> None:
@@ -71,19 +178,29 @@ def _keep_through(path: str, step: int) -> None:
 class MetricWriter:
   """Writes on process 0 only; every process keeps time so throughput is per step."""
 
-  def __init__(self, workdir: str, *, total: int, initial: int = 0, tokens_per_step: int = 0):
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    total: int,
+    initial: int = 0,
+    tokens_per_step: int = 0,
+    trackers: str = "tensorboard",
+    config: dict | None = None,
+  ):
     self.main = jax.process_index() == 0
     self.tokens_per_step, self.total = tokens_per_step, total
     self._last_time, self._steps_since, self._sums = time.perf_counter(), 0, {}
     self._timed = -1  # steps in the timing window; the first step (compilation) is not timed
-    self.jsonl = self.tb = self.bar = None
+    self.jsonl = self.bar = None
+    self.trackers = []
     if not self.main:
       return
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, "metrics.jsonl")
     _keep_through(path, initial)
     self.jsonl = open(path, "a")
-    self.tb = summary_writer(os.path.join(workdir, "tensorboard"))
+    self.trackers = open_trackers(workdir, trackers, config or {})
     if sys.stdout.isatty():
       self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
@@ -129,8 +246,8 @@ class MetricWriter:
       return
     self.jsonl.write(json.dumps({"step": step, **values}) + "\n")
     self.jsonl.flush()
-    for k, v in values.items():
-      self.tb.add_scalar(k, v, step)
+    for tracker in self.trackers:
+      tracker.scalars(step, values)
     parts = []
     if "loss" in values:
       parts.append(
@@ -151,6 +268,6 @@ class MetricWriter:
     print(f"step {head}: " + "; ".join(parts), flush=True)
 
   def close(self) -> None:
-    for handle in (self.bar, self.tb, self.jsonl):
+    for handle in (self.bar, *self.trackers, self.jsonl):
       if handle is not None:
         handle.close()

@@ -312,6 +312,8 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     total=config.train.steps,
     initial=start,
     tokens_per_step=config.data.batch_size * config.data.seq_len,
+    trackers=config.train.trackers,
+    config=config.to_dict(),
   )
   pending, last, interrupted = None, {}, False
   try:

@@ -1,14 +1,16 @@
 """Metric logging: window means, the compile step kept out of throughput, files written."""
 
+import importlib.machinery
 import json
 import pathlib
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
-from lcx import metrics, progress, train
+from lcx import config as config_lib, evaluate, main, metrics, progress, train
 from tests.helpers import tiny_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -77,3 +79,105 @@ def test_entry_points_import_without_torch_and_the_writer_still_logs(tmp_path):
   subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
   (events,) = tmp_path.glob("events.out.tfevents.*")
   assert b"loss" in events.read_bytes()
+
+
+class _FakeRun:
+  """What lcx calls on a W&B run, recorded."""
+
+  def __init__(self, **kwargs):
+    self.kwargs, self.logged, self.step_metrics, self.finished = kwargs, [], [], False
+
+  def define_metric(self, name, step_metric):
+    self.step_metrics.append((name, step_metric))
+
+  def log(self, values):
+    assert not self.finished
+    self.logged.append(dict(values))
+
+  def finish(self):
+    self.finished = True
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+  """A stand-in `wandb` module (the package is an optional extra, absent from the test venv)
+  whose `runs` are the runs lcx opened, in order."""
+  module = types.ModuleType("wandb")
+  module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+  module.runs = []
+  module.init = lambda **kwargs: module.runs.append(_FakeRun(**kwargs)) or module.runs[-1]
+  monkeypatch.setitem(sys.modules, "wandb", module)
+  return module
+
+
+def test_wandb_gets_training_and_final_evaluation_in_one_run(tmp_path, fake_wandb):
+  config = tiny_config(steps=4, log_every=2, trackers="tensorboard,wandb")
+  config.eval.multipliers = (1,)
+  workdir = str(tmp_path / "run")
+  train.train(config, workdir)
+  (run,) = fake_wandb.runs
+  run_id = (tmp_path / "run" / "wandb" / "lcx_run_id").read_text().strip()
+  assert run.kwargs["id"] == run_id and run.kwargs["resume"] == "allow"
+  assert run.kwargs["dir"] == workdir and run.kwargs["name"] == "run"
+  assert run.kwargs["project"] == "lcx" and run.kwargs["config"]["train"]["steps"] == 4
+  assert run.step_metrics == [("*", "step")] and run.finished
+  lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert run.logged == lines  # every logged step, the same values as metrics.jsonl
+  assert [x["step"] for x in run.logged] == [2, 4]
+  assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))  # both trackers
+  result = evaluate.evaluate(config, workdir)["none"]
+  evaluated = fake_wandb.runs[-1]
+  assert len(fake_wandb.runs) == 2 and evaluated.kwargs["id"] == run_id  # the same W&B run
+  assert evaluated.logged == [
+    {
+      "step": 4,
+      "eval_final/none/ppl_32": result["lengths"]["32"]["perplexity"],
+      "eval_final/none/loss_32": result["lengths"]["32"]["loss"],
+    }
+  ]
+  assert evaluated.finished
+
+
+def test_no_trackers_writes_metrics_jsonl_only(tmp_path, fake_wandb):
+  writer = metrics.MetricWriter(str(tmp_path), total=2, trackers="")
+  writer.write(1, {"eval/ppl@32": 7.5})
+  writer.close()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+  assert fake_wandb.runs == []
+
+
+def test_a_tracker_not_installed_is_one_error_naming_the_field_and_the_extra(
+  tmp_path, monkeypatch, capsys
+):
+  monkeypatch.setitem(sys.modules, "wandb", None)  # not importable, installed or not
+  with pytest.raises(SystemExit) as exit_info:
+    main.run(tiny_config(trackers="tensorboard,wandb"), str(tmp_path / "run"), "train")
+  assert exit_info.value.code == 2
+  assert capsys.readouterr().err == (
+    "error: train.trackers='tensorboard,wandb': wandb needs the wandb package, which is not "
+    "installed: pip install 'lcx[wandb]' (launch.sh: LCX_EXTRAS=wandb), or leave wandb out of "
+    "train.trackers\n"
+  )
+  assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_an_unknown_tracker_names_the_allowed_ones():
+  with pytest.raises(ValueError) as error:
+    config_lib.check_fields(tiny_config(trackers="tensorboard,mlflow"))
+  assert str(error.value) == (
+    "train.trackers='tensorboard,mlflow' is not allowed; allowed: comma-separated names from "
+    "tensorboard, wandb, or '' (metrics.jsonl only)"
+  )
+
+
+@pytest.mark.slow  # the real package, where installed (pip install 'lcx[wandb]'): offline files
+def test_the_real_wandb_writes_an_offline_run_under_the_workdir(tmp_path, monkeypatch):
+  pytest.importorskip("wandb")
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  writer = metrics.MetricWriter(str(tmp_path), total=2, trackers="wandb")
+  writer.write(1, {"eval/ppl@32": 7.5})
+  writer.close()
+  run_id = (tmp_path / "wandb" / "lcx_run_id").read_text().strip()
+  (log,) = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+  assert b"eval/ppl@32" in log.read_bytes()

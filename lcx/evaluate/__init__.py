@@ -314,57 +314,62 @@ def evaluate(
       )
       for spec, (changes, variant_cfg) in first.items()
     ]
-  results = {}
-  for name, spec, changes, variant_cfg, what, lengths, body in jobs:
-    path = os.path.join(workdir, "eval", name + ".json")
-    key = _settings(what, variant_cfg, spec, changes, lengths)
-    old = None if force else _reusable(path, step, key, checkpoint_id)
-    if old is not None:
-      say(f"{name}: reusing {path} (same checkpoint and settings; --force recomputes)")
-      results[_key(name, spec)] = old
-      continue
-    start = time.perf_counter()
-    say(f"{name}: evaluating step {step} -> {path}")
-    runner = Runner(prepare_lib.for_variant(prepared, variant_cfg), params)
-    result = record(
-      what,
-      body(runner),
-      workdir=workdir,
-      spec=spec,
-      changes=changes,
-      step=step,
-      variant_cfg=variant_cfg,
-      train_len=train_len,
-      meta=meta,
-      settings=key,
-      seconds=time.perf_counter() - start,
-      checkpoint_id=checkpoint_id,
-    )
-    if jax.process_index() == 0:
-      kept = _keep_replaced(path, result)
-      if kept:
-        say(f"{name}: the earlier result (another checkpoint or other settings) kept as {kept}")
-      _write(path, result)
-      _to_tensorboard(workdir, name, result)
-    results[_key(name, spec)] = result
+  results, trackers = {}, []  # the run's trackers, opened at the first new result
+  try:
+    for name, spec, changes, variant_cfg, what, lengths, body in jobs:
+      path = os.path.join(workdir, "eval", name + ".json")
+      key = _settings(what, variant_cfg, spec, changes, lengths)
+      old = None if force else _reusable(path, step, key, checkpoint_id)
+      if old is not None:
+        say(f"{name}: reusing {path} (same checkpoint and settings; --force recomputes)")
+        results[_key(name, spec)] = old
+        continue
+      start = time.perf_counter()
+      say(f"{name}: evaluating step {step} -> {path}")
+      runner = Runner(prepare_lib.for_variant(prepared, variant_cfg), params)
+      result = record(
+        what,
+        body(runner),
+        workdir=workdir,
+        spec=spec,
+        changes=changes,
+        step=step,
+        variant_cfg=variant_cfg,
+        train_len=train_len,
+        meta=meta,
+        settings=key,
+        seconds=time.perf_counter() - start,
+        checkpoint_id=checkpoint_id,
+      )
+      if jax.process_index() == 0:
+        kept = _keep_replaced(path, result)
+        if kept:
+          say(f"{name}: the earlier result (another checkpoint or other settings) kept as {kept}")
+        _write(path, result)
+        if not trackers:
+          trackers = metrics.open_trackers(workdir, cfg.train.trackers, cfg.to_dict())
+        _to_trackers(trackers, name, result)
+      results[_key(name, spec)] = result
+  finally:
+    for tracker in trackers:
+      tracker.close()
   if print_tables and jax.process_index() == 0:
     print(table(results), flush=True)
   return results
 
 
-def _to_tensorboard(workdir: str, name: str, result: dict) -> None:
+def _to_trackers(trackers: list, name: str, result: dict) -> None:
   """A length result's perplexity and loss per length at its step, beside training's curves
-  in WORKDIR/tensorboard: `eval_final/<result name>/ppl_<length>` (and `loss_`; TensorBoard
-  shows a name's @ as _)."""
+  in each of the run's trackers (train.trackers): `eval_final/<result name>/ppl_<length>` (and
+  `loss_`; TensorBoard shows a name's @ as _)."""
   if result["kind"] != "lengths":
     return
-  writer = metrics.summary_writer(os.path.join(workdir, "tensorboard"))
-  try:
-    for n, entry in result["lengths"].items():
-      writer.add_scalar(f"eval_final/{name}/ppl_{n}", entry["perplexity"], result["step"])
-      writer.add_scalar(f"eval_final/{name}/loss_{n}", entry["loss"], result["step"])
-  finally:
-    writer.close()
+  values = {}
+  for n, entry in result["lengths"].items():
+    values[f"eval_final/{name}/ppl_{n}"] = entry["perplexity"]
+    values[f"eval_final/{name}/loss_{n}"] = entry["loss"]
+  for tracker in trackers:
+    tracker.scalars(result["step"], values)
 
 
 def _key(name: str, spec: str) -> str:
