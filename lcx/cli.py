@@ -18,9 +18,9 @@ from absl import flags
 
 from lcx import errors
 
-# `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/prepare.py's get_config), named by
-# path so that this module need not import lcx.prepare (and jax).
-RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prepare.py")
+# `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/run_config.py's get_config), named by
+# path so that this module need not import it (and jax).
+RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_config.py")
 OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 # Where a relative `configs/...` or `experiments/...` not found in the caller's directory is
 # looked for: the installed package (a wheel ships configs/ as lcx/configs/), then the checkout.
@@ -81,7 +81,7 @@ def with_shipped_config(argv):
 
 
 def with_run_config(argv):
-  """Adds --config=lcx/prepare.py:WORKDIR when --config is absent and WORKDIR is a run."""
+  """Adds --config=lcx/run_config.py:WORKDIR when --config is absent and WORKDIR is a run."""
   if config_argument(argv) is not None:
     return argv
   workdir = None
@@ -173,12 +173,12 @@ def select_sections(config, argv):
   already of that name keeps its values; an unknown name is left for the checks to name."""
   import ml_collections
 
-  from lcx.evaluate import variants  # the sections a name picks whole (jax: lazily)
+  from lcx import defaults  # the sections a name picks whole (jax: lazily)
 
   if not isinstance(config, ml_collections.ConfigDict):
     return config  # a config file that failed to load: its error surfaces on first read
   given = overrides(argv)
-  for section, default_config in variants.SECTIONS.items():
+  for section, default_config in defaults.SECTIONS.items():
     name = given.get(f"{section}.name")
     *parents, leaf = section.split(".")
     node = config
@@ -196,9 +196,10 @@ def select_sections(config, argv):
   return config
 
 
-def _select_sections_on_parse(argv) -> None:
-  """Makes the --config flag's parser apply `select_sections` to each config it loads."""
-  parser = flags.FLAGS["config"].parser
+def select_sections_on_parse(argv, flag_values=None) -> None:
+  """Makes the --config flag's parser (of `flag_values`, default absl's FLAGS) apply
+  `select_sections` to each config it loads."""
+  parser = (flag_values or flags.FLAGS)["config"].parser
   load = type(parser).parse.__get__(parser)
   parser.parse = lambda path: select_sections(load(path), argv)
 
@@ -220,7 +221,7 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
   given = config_arguments(argv)
   if len(given) > 1:
     fail(f"--config is given {len(given)} times ({', '.join(map(str, given))}); give it once")
-  _select_sections_on_parse(argv)
+  select_sections_on_parse(argv)
   try:
     argv = flags.FLAGS(argv)
     message = non_finite_flag()

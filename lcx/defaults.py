@@ -10,6 +10,13 @@ import ml_collections
 from lcx import data, errors, patterns, positions
 from lcx.positions import remaps
 
+# Sections picked whole by name, replaced by that name's fields and defaults: on the command line
+# (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.evaluate.variants).
+SECTIONS = {
+  "model.remap": remaps.default_config,
+  "model.attention.pattern": patterns.default_config,
+}
+
 SIZES = {  # d_model, num_layers, num_heads, mlp_dim
   "tiny": (64, 2, 4, 256),
   "small": (128, 4, 4, 512),

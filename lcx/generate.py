@@ -184,7 +184,7 @@ def _check_prompt(prompt: str) -> None:
 def _main(argv):
   from absl import app, flags
 
-  from lcx import errors, evaluate, metrics, positions, prepare
+  from lcx import config as config_lib, errors, metrics, positions
   from lcx.cli import fail
   from lcx.metrics import say
 
@@ -192,8 +192,14 @@ def _main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
-  try:
+  try:  # the prompt and fields first: refused before the modules below are imported
     _check_prompt(FLAGS.prompt)
+    config_lib.check_fields(FLAGS.config)
+  except ValueError as error:
+    fail(str(error))
+  from lcx import evaluate, prepare  # orbax, grain, TFDS: seconds
+
+  try:
     prepared = prepare.prepare(FLAGS.config)
     cfg, tokenizer = prepared.config, prepared.tokenizer
     if FLAGS.top_k > cfg.model.vocab_size:

@@ -1,7 +1,7 @@
 """Entry point: python -m lcx.main --config=configs/base.py[:args] --workdir=DIR --mode=MODE.
 
 `--mode=eval --workdir=DIR` needs no --config: the run's own DIR/config.json is the config
-(`lcx/prepare.py:DIR`), and `--config.eval.*=...` overrides apply to it.
+(`lcx/run_config.py:DIR`), and `--config.eval.*=...` overrides apply to it.
 
 The same command runs on every host of a TPU pod slice or SLURM allocation: `--distributed=auto`
 joins the processes when the environment shows a cluster (see lcx.sharding). Restarting the same
@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, errors, evaluate, metrics, prepare, sharding, train
+from lcx import cli, config as config_lib, errors, metrics, sharding
 from lcx.cli import fail
 from lcx.metrics import say
 
@@ -76,6 +76,12 @@ def run(
   """The mode's work, from one `prepare` (the config checked, the model traced once) and one
   plan of the evaluations, both before anything is written; a bad value exits via `fail`."""
   trains, evaluates = MODES[mode]
+  try:  # the fields first: a bad value is refused before the modules below are imported
+    config_lib.check_fields(config)
+  except ValueError as error:
+    fail(str(error))
+  from lcx import evaluate, prepare, train  # orbax, grain, TFDS: seconds
+
   try:
     prepared = prepare.prepare(config, workdir if trains else None)  # + init_from
     todo = evaluate.plan(prepared) if evaluates else None  # every variant checked

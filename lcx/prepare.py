@@ -14,7 +14,6 @@ whose source is missing or does not fit fails before anything is written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -26,7 +25,6 @@ from lcx import (
   checkpoint,
   config as config_lib,
   data,
-  defaults,
   errors,
   model as model_lib,
   sharding,
@@ -36,6 +34,7 @@ from lcx.evaluate import variants
 from lcx.metrics import say
 from lcx.model import is_variable
 from lcx.positions import scaling as scaling_lib
+from lcx.run_config import run_config as run_config  # was defined here: callers keep the name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,59 +362,3 @@ def restore_params(prepared: Prepared, workdir: str, step: int):
     return ckpt.restore_params(step, prepared.abstract_params)
   finally:
     ckpt.close()
-
-
-# --- A run's own config: evaluation, generation and the LongRoPE search start from it. ---
-
-
-def _update(target: ml_collections.ConfigDict, saved: dict, where: str = "") -> None:
-  """Writes `saved` into `target` field by field, keeping target's types (placeholders, tuples).
-
-  A field the current defaults no longer have is kept as saved (old runs stay readable).
-  """
-  for key, value in saved.items():
-    if (
-      isinstance(value, dict)
-      and key in target
-      and isinstance(target[key], ml_collections.ConfigDict)
-    ):
-      _update(target[key], value, f"{where}{key}.")
-    elif key in target:
-      target[key] = tuple(value) if isinstance(value, list) else value
-    else:
-      with target.unlocked():
-        target[key] = value
-
-
-def run_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run was trained with (WORKDIR/config.json), over today's defaults.
-
-  Fields added to lcx since the run keep their defaults; the scheme's, remap's and pattern's
-  sub-dicts are rebuilt from their registries first, so every field has its type and
-  `--config.x.y=V` overrides work as on a config file.
-  """
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise ValueError(
-      f"--workdir={workdir}: no config.json there (not an lcx run directory); "
-      "train first, or pass --config"
-    )
-  with open(path) as f:
-    saved = json.load(f)
-  config = defaults.get_config(f"pos={saved['model']['position']['name']}")
-  from lcx import patterns  # registries, for the sub-dicts' defaults
-  from lcx.positions import remaps
-
-  config.model.remap = remaps.default_config(saved["model"]["remap"]["name"])
-  config.model.attention.pattern = patterns.default_config(
-    saved["model"]["attention"]["pattern"]["name"]
-  )
-  del config.model["max_len"]  # a reference to data.seq_len in the defaults; a value here
-  config.model.max_len = saved["model"]["max_len"]
-  _update(config, saved)
-  return config
-
-
-def get_config(workdir: str) -> ml_collections.ConfigDict:
-  """ml_collections config-file entry point: `--config=lcx/prepare.py:WORKDIR`."""
-  return run_config(workdir)

@@ -1,10 +1,16 @@
 """Bad configs fail before anything is compiled, naming the field and what is allowed."""
 
-import pytest
+import subprocess
+import sys
 
-from lcx import config as config_lib, defaults
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from lcx import cli, config as config_lib, defaults, patterns
 from lcx.positions import remaps
-from tests.helpers import TINY_FLAGS, run_lcx, set_fields, tiny_config
+from lcx.positions.registry import Unset
+from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config
 
 
 @pytest.mark.parametrize(
@@ -209,6 +215,127 @@ def test_command_line_errors_fail_before_compiling(tmp_path, flag, message):
   assert lines[-1].startswith("error: " + message), lines[-1]
   assert "Traceback" not in proc.stderr
   assert not workdir.exists()  # nothing written: no config.json, checkpoints or metrics
+
+
+# What a bad field must not wait for: checkpointing, the data pipeline and the modules that use
+# them (seconds of imports; jax and flax themselves are needed: the schemes are flax modules).
+HEAVY = (
+  "orbax.checkpoint",
+  "grain",
+  "tensorflow_datasets",
+  "lcx.checkpoint",
+  "lcx.prepare",
+  "lcx.evaluate",
+  "lcx.train",
+)
+# Runs an entry point as `python -m`, then prints the HEAVY modules imported by the time it exits.
+IMPORTED_AT_EXIT = (
+  "import atexit, runpy, sys\n"
+  f"heavy = {HEAVY!r}\n"
+  "atexit.register(lambda: print('imported:', [m for m in heavy if m in sys.modules]))\n"
+  "sys.argv = sys.argv[1:]\n"
+  "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+)
+
+
+@pytest.mark.slow  # three subprocesses
+@pytest.mark.parametrize(
+  "args, message",
+  [
+    (
+      [
+        "lcx.main",
+        "--mode=train",
+        "--config=configs/base.py:size=tiny",
+        "--workdir={run}",
+        "--config.model.position.name=bogus",
+      ],
+      "model.position.name='bogus' is not allowed; allowed: alibi, cope, ",
+    ),
+    (
+      [
+        "lcx.main",
+        "--mode=eval",
+        "--workdir={run}",
+        "--config.model.remap.name=dual_chunk",
+        "--config.model.remap.window=3",
+      ],
+      "model.remap.window is not a known field; allowed: chunk_size, local_window, name",
+    ),
+    (
+      ["lcx.generate", "--workdir={run}", "--prompt=x", "--config.model.attention.gate=bogus"],
+      "model.attention.gate='bogus' is not allowed; allowed: one of ('none', 'elementwise', ",
+    ),
+  ],
+)
+def test_a_bad_field_is_refused_before_checkpointing_and_data_are_imported(tmp_path, args, message):
+  run = tmp_path / "run"
+  if "--mode=train" not in args:  # eval and generate start from a run's config.json alone
+    config_lib.save(tiny_config(), str(run))
+  proc = subprocess.run(
+    [sys.executable, "-c", IMPORTED_AT_EXIT, *(a.format(run=run) for a in args)],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}")
+  assert proc.stdout.strip().splitlines()[-1] == "imported: []"
+
+
+def _another_value(default):
+  """A value of a field's type other than its default."""
+  if isinstance(default, Unset):
+    return {int: 7, float: 0.25}[default.type]
+  if isinstance(default, bool):
+    return not default
+  return default + 3 if isinstance(default, int) else default / 2
+
+
+# (section, name, own field, its default) of every remap and sparse pattern.
+OWN_FIELDS = [
+  (section, name, field, default)
+  for section, registry in (
+    ("model.remap", remaps.REMAPS),
+    ("model.attention.pattern", patterns.PATTERNS),
+  )
+  for name, entry in registry.items()
+  for field, default in entry.defaults.items()
+]
+
+
+@pytest.mark.parametrize("source", ["config file", "a run's config.json"])
+def test_every_remap_and_pattern_field_is_settable_by_flag_once_its_name_is(
+  tmp_path, monkeypatch, source
+):
+  """`--config.model.remap.name=dual_chunk --config.model.remap.local_window=16` (issue 32), as
+  the command line of train, eval and generate parses it (cli.parse_config_flags): naming a
+  remap or pattern brings its own fields, in either order."""
+  config_lib.save(tiny_config(), str(tmp_path))
+  config_arg = {
+    "config file": "configs/base.py:size=tiny",
+    "a run's config.json": f"{cli.RUN_CONFIG}:{tmp_path}",
+  }[source]
+  assert len(OWN_FIELDS) >= 12  # dual_chunk's chunk_size and local_window among them
+  for section, name, field, default in OWN_FIELDS:
+    value = _another_value(default)
+    for named_first in (True, False):
+      flag_values = flags.FlagValues()
+      config_flags.DEFINE_config_file("config", None, "", flag_values, lock_config=True)
+      name_flag, field_flag = (
+        f"--config.{section}.name={name}",
+        f"--config.{section}.{field}={value}",
+      )
+      order = [name_flag, field_flag] if named_first else [field_flag, name_flag]
+      argv = ["lcx", f"--config={config_arg}", *order]
+      monkeypatch.setattr(sys, "argv", argv)  # where ml_collections reads the overrides
+      cli.select_sections_on_parse(argv, flag_values)
+      flag_values(argv)
+      node = flag_values.config
+      for key in section.split("."):
+        node = node[key]
+      assert (node.name, node[field]) == (name, value), (section, name, field)
 
 
 def test_learned_table_must_cover_training_and_randomized_positions():

@@ -53,7 +53,9 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   tmp_path, monkeypatch
 ):
   """prepare checks the fields, loads the tokenizer and traces the abstract model; the mesh
-  check, training, the evaluation plan and the `none` variant reuse what it built."""
+  check, training, the evaluation plan and the `none` variant reuse what it built. lcx.main
+  checks the fields once more before it imports prepare (a bad value is refused before
+  checkpointing and the data pipeline load; the check reads nothing and traces nothing: ~2 ms)."""
   from lcx import config as config_lib, main, model
   from lcx.data import pipeline
 
@@ -75,4 +77,4 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   workdir = tmp_path / "run"
   main.run(config, str(workdir), "train_and_eval")
   assert (workdir / "eval" / "none.json").exists()  # it trained and evaluated
-  assert calls == {"check_fields": 1, "abstract": 1, "tokenizer byte": 1}, calls
+  assert calls == {"check_fields": 2, "abstract": 1, "tokenizer byte": 1}, calls

@@ -5,16 +5,28 @@ field). Sources: `stdlib.py`, `books.py`, `text_files.py` (built with `corpus.py
 TFDS datasets by name (`sources.py`); synthetic tasks in `tasks.py`.
 """
 
+import importlib
+
 from lcx.data import tasks
 from lcx.data.config import default_config, validate
-from lcx.data.pipeline import (
-  get_tokenizer,
-  make_train_iterator,
-  open_source,
-  validation_documents,
-  validation_tokens,
-  vocab_size,
+
+# The pipeline's names, imported on first use: the pipeline brings in grain and TFDS (seconds),
+# which loading and checking a config need not wait for (lcx.main checks it first).
+PIPELINE = (
+  "get_tokenizer",
+  "make_train_iterator",
+  "open_source",
+  "validation_documents",
+  "validation_tokens",
+  "vocab_size",
 )
+
+
+def __getattr__(name: str):
+  if name in PIPELINE:
+    return getattr(importlib.import_module("lcx.data.pipeline"), name)
+  raise AttributeError(f"module 'lcx.data' has no attribute {name!r}")
+
 
 __all__ = [
   "tasks",

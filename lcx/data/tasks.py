@@ -26,7 +26,6 @@ import string
 import sys
 from collections.abc import Callable
 
-import grain
 import numpy as np
 
 from lcx import errors
@@ -688,6 +687,8 @@ def document_tokens(task: str, length: int, tokenizer=None) -> int:
 def train_examples(data_cfg, tokenizer, process_index: int, process_count: int):
   """An endless grain MapDataset of training documents; this process takes every
   `process_count`-th example index, so processes never share an example."""
+  import grain  # here, not at the top: checking a config (data.validate) needs none of it
+
   generate = _task(data_cfg.task)
   longest = document_tokens(data_cfg.task, data_cfg.task_max_len, tokenizer)
   if longest - 1 > data_cfg.seq_len:

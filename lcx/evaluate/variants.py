@@ -23,8 +23,7 @@ from typing import Any, Callable
 
 import ml_collections
 
-from lcx import defaults, errors, patterns
-from lcx.positions import remaps
+from lcx import defaults, errors
 from lcx.positions.registry import Unset, plain
 from lcx.positions.scaling import SCALING_DEFAULTS
 
@@ -48,7 +47,7 @@ VARIANT_FIELDS = EVAL_TIME + ("eval", "data.task")
 SCALING = "model.position.scaling"
 PATTERN = "model.attention.pattern"
 # Sections a variant replaces whole: name -> the section's defaults, which the variant updates.
-SECTIONS = {"model.remap": remaps.default_config, PATTERN: patterns.default_config}
+SECTIONS = defaults.SECTIONS
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

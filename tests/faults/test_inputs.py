@@ -398,6 +398,23 @@ def test_a_remap_named_by_flag_alone_generates_with_its_defaults(run, remap):
   assert proc.stdout.startswith("def ")
 
 
+def test_dual_chunk_with_its_own_fields_by_flags_generates(run):
+  """Issue 32's report: dual_chunk's own fields as flags after naming it (--config.model.remap.
+  local_window was "not a known field")."""
+  proc = run_lcx(
+    [
+      f"--workdir={run}",
+      "--prompt=def ",
+      "--max_new_tokens=2",
+      "--config.model.remap.name=dual_chunk",
+      "--config.model.remap.chunk_size=8",
+      "--config.model.remap.local_window=2",
+    ],
+    module="lcx.generate",
+  )
+  assert proc.stdout.startswith("def ")
+
+
 def test_a_remap_field_of_another_remap_is_refused_naming_it(run):
   line = _error_line(_eval(run, "--config.model.remap.name=rerope", "--config.model.remap.group=2"))
   assert line.startswith(
