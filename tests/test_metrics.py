@@ -111,8 +111,9 @@ def fake_wandb(monkeypatch):
 
 
 def test_wandb_gets_training_and_final_evaluation_in_one_run(tmp_path, fake_wandb):
-  config = tiny_config(steps=4, log_every=2, trackers="tensorboard,wandb")
-  config.eval.multipliers = (1,)
+  config = tiny_config(steps=4, log_every=2, eval_every=4, trackers="tensorboard,wandb")
+  config.eval.multipliers = config.eval.during_train = (1,)
+  config.eval.during_train_tokens = 1024
   workdir = str(tmp_path / "run")
   train.train(config, workdir)
   (run,) = fake_wandb.runs
@@ -124,6 +125,7 @@ def test_wandb_gets_training_and_final_evaluation_in_one_run(tmp_path, fake_wand
   lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
   assert run.logged == lines  # every logged step, the same values as metrics.jsonl
   assert [x["step"] for x in run.logged] == [2, 4]
+  assert "eval/ppl@1x" in run.logged[1]  # evaluation during training too
   assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))  # both trackers
   result = evaluate.evaluate(config, workdir)["none"]
   evaluated = fake_wandb.runs[-1]
