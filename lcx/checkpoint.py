@@ -51,6 +51,7 @@ class Checkpointer:
     )
     self.manager = ocp.CheckpointManager(self.directory, options=options)
     self._saving = None  # the step of the last save started: an async save fails later
+    self.saved_meta = None  # the metadata written with it (its fingerprint included)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -98,14 +99,16 @@ class Checkpointer:
   def save(self, step: int, state, iterator, meta: dict, *, force: bool = False) -> bool:
     """Saves `state` and the iterator; `meta` gets a fresh `fingerprint`, so a checkpoint
     retrained to the same step (another seed, lr) is told apart from the one it replaced."""
+    meta = dict(meta, fingerprint=uuid.uuid4().hex)
     args = ocp.args.Composite(
       state=ocp.args.StandardSave(state),
       data=grain_checkpoint.CheckpointSave(_IteratorSnapshot(iterator)),
-      meta=ocp.args.JsonSave(dict(meta, fingerprint=uuid.uuid4().hex)),
+      meta=ocp.args.JsonSave(meta),
     )
     with self._writing():
       saved = self.manager.save(step, args=args, force=force)
-    self._saving = step if saved else self._saving
+    if saved:
+      self._saving, self.saved_meta = step, meta
     return saved
 
   @contextlib.contextmanager
@@ -212,15 +215,58 @@ def fingerprint(workdir: str, step: int, meta: dict) -> str:
   return "files:" + digest.hexdigest()[:16]
 
 
+class Reader:
+  """A workdir's checkpoints, read only: one Orbax manager, the complete steps listed once, and
+  the one place a wanted step (None: the latest) is resolved. Creates nothing: a workdir without
+  checkpoints/ reads as no steps. Use as a context manager (`with Reader(workdir) as r`)."""
+
+  def __init__(self, workdir: str):
+    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    exists = os.path.isdir(self.directory)
+    self._ckpt = Checkpointer(workdir, every=1, keep=1, async_save=False) if exists else None
+    self.steps = sorted(self._ckpt.manager.all_steps()) if exists else []
+
+  @property
+  def latest(self) -> int | None:
+    return self.steps[-1] if self.steps else None
+
+  def step(self, wanted: int | None, where: str) -> int:
+    """`wanted`, or the latest step if None. FileNotFoundError when there is none;
+    ValueError naming `where` (the flag or field that asked) and the steps there."""
+    if not self.steps:
+      raise FileNotFoundError(f"no checkpoint in {self.directory}")
+    if wanted is None:
+      return self.steps[-1]
+    if wanted not in self.steps:
+      raise ValueError(
+        f"{where}: no checkpoint at step {wanted} in {self.directory}; steps there: {self.steps}"
+      )
+    return wanted
+
+  def meta(self, step: int) -> dict:
+    return self._ckpt.meta(step)
+
+  def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
+    return self._ckpt.param_shapes(step)
+
+  def restore_params(self, step: int, abstract_params):
+    return self._ckpt.restore_params(step, abstract_params)
+
+  def close(self):
+    if self._ckpt is not None:
+      self._ckpt.close()
+
+  def __enter__(self) -> "Reader":
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
 def latest_step(workdir: str) -> int | None:
   """The latest complete checkpoint step in `workdir`, None if none; creates nothing."""
-  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-    return None
-  ckpt = Checkpointer(workdir, every=1, keep=1)
-  try:
-    return ckpt.latest_step()
-  finally:
-    ckpt.close()
+  with Reader(workdir) as reader:
+    return reader.latest
 
 
 def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
@@ -229,13 +275,11 @@ def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
 
   Works on any device layout (one CPU, another mesh size) because it restores to host numpy.
   """
-  ckpt = Checkpointer(workdir, every=1, keep=1, async_save=False)
-  step = ckpt.latest_step() if step is None else step
-  if step is None:
-    ckpt.close()
-    raise FileNotFoundError(f"no complete checkpoint in {ckpt.directory}")
-  meta = dict(ckpt.meta(step), step=step)
-  ckpt.close()
+  with Reader(workdir) as ckpt:
+    if not ckpt.steps:
+      raise FileNotFoundError(f"no complete checkpoint in {ckpt.directory}")
+    step = ckpt.step(step, "step")
+    meta = dict(ckpt.meta(step), step=step)
   path = os.path.join(ckpt.directory, str(step), "state")
   reader = ocp.PyTreeCheckpointer()
   with _no_item_metadata_warning():

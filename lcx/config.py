@@ -24,6 +24,7 @@ from lcx import (
   model as model_lib,
   patterns,
   positions,
+  protocols,
   sharding,
   temperature,
 )
@@ -31,7 +32,6 @@ from lcx.model import DTYPES, is_variable
 from lcx.positions import remaps
 
 MLPS = ("gelu", "swiglu")
-PROTOCOLS = ("windows", "sliding", "last_k")  # lcx/evaluate/samples.py
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
 RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/positions/randomized.py)
@@ -74,8 +74,8 @@ RANGES = [
   ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
   (
     "eval.protocol",
-    lambda v: _items(v) and set(_items(v)) <= set(PROTOCOLS),
-    f"{', '.join(PROTOCOLS)}, or several comma-separated",
+    lambda v: _items(v) and set(_items(v)) <= set(protocols.PROTOCOLS),
+    f"{', '.join(protocols.PROTOCOLS)}, or several comma-separated",
   ),
   (
     "eval.documents",
@@ -180,13 +180,13 @@ def _items(text: str) -> list[str]:
 
 
 def eval_combos(eval_cfg) -> list[tuple[str, str]]:
-  """(protocol, documents) pairs that eval.protocol x eval.documents ask for, in order;
-  last_k (the end of long documents) only with documents 'long'."""
+  """(protocol, documents) pairs that eval.protocol x eval.documents ask for, in order; each
+  protocol only with the documents it runs on (last_k, the end of long documents: 'long')."""
   return [
     (p, d)
     for d in _items(eval_cfg.documents)
     for p in _items(eval_cfg.protocol)
-    if not (p == "last_k" and d == "stream")
+    if d in protocols.PROTOCOLS[p].documents
   ]
 
 
@@ -396,19 +396,8 @@ def check_eval(config: ml_collections.ConfigDict) -> None:
         else ""
       )
     )
-  protocols = _items(ev.protocol)
-  if "last_k" in protocols and "long" not in _items(ev.documents):
-    raise ValueError(
-      f"eval.protocol='last_k' scores the end of long documents: it needs "
-      f"eval.documents='long', not {ev.documents!r}"
-    )
-  if "last_k" in protocols and ev.last_k > min(lengths):
-    raise ValueError(f"eval.last_k={ev.last_k} must be <= the shortest eval length {min(lengths)}")
-  if "sliding" in protocols and ev.stride > min(lengths):
-    raise ValueError(
-      f"eval.stride={ev.stride} must be <= the shortest eval length "
-      f"{min(lengths)} (a larger stride would skip tokens)"
-    )
+  for name in _items(ev.protocol):
+    protocols.PROTOCOLS[name].check(ev, lengths)
 
 
 def validate_longrope(config: ml_collections.ConfigDict) -> None:

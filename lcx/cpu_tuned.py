@@ -1,5 +1,6 @@
 """The seam between CPU-tuned functions (hand-written backward passes, `jax.custom_vjp`) and
-their plain-jnp references: the softmax (lcx/attention.py), RMSNorm and GELU (lcx/model.py).
+their plain-jnp references: the softmax (lcx/attention.py), RMSNorm and GELU (lcx/model.py),
+CoPE's gates and table reads (lcx/positions/cope.py).
 
 Each tuned function was measured faster on XLA:CPU (its docstring says by how much) and equals
 its reference in value and gradient (tests/kernels/test_cpu_tuned.py). A custom_vjp has no

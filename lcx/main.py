@@ -105,7 +105,10 @@ def run(
       with cli.sigint_exits(
         f"[lcx] interrupted (SIGINT): evaluation stopped; finished results are in {workdir}/eval"
       ):
-        evaluate.evaluate(config, workdir, eval_step, force=force, prepared=prepared, todo=todo)
+        trained = outcome.trained if outcome else None
+        evaluate.evaluate(
+          config, workdir, eval_step, force=force, prepared=prepared, todo=todo, trained=trained
+        )
     except (ValueError, FileNotFoundError, errors.RunFault) as error:  # a trained field
       # changed, no checkpoint, an unreadable one
       fail(str(error))

@@ -152,32 +152,18 @@ def resumed_from(workdir: str, latest: int, step: int) -> bool:
 
 def checkpoint_steps(workdir: str) -> list[int]:
   """The complete checkpoint steps in `workdir`, ascending."""
-  ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
-  try:
-    return sorted(ckpt.manager.all_steps())
-  finally:
-    ckpt.close()
+  with checkpoint.Reader(workdir) as reader:
+    return reader.steps
 
 
 def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
   """(step, metadata saved with it: tokenizer, resolved config) of the latest or given step.
-  A workdir without checkpoints/ is left as it is (the Checkpointer would create the folder)."""
-  if checkpoint.latest_step(workdir) is None:
-    where = os.path.abspath(os.path.join(workdir, "checkpoints"))
-    raise FileNotFoundError(f"no checkpoint in {where}; train first (--mode=train)")
-  ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
-  try:
-    steps = sorted(ckpt.manager.all_steps())
-    if not steps:
-      raise FileNotFoundError(f"no checkpoint in {ckpt.directory}; train first (--mode=train)")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-      raise ValueError(
-        f"--eval_step={step}: no checkpoint at that step in {ckpt.directory}; steps there: {steps}"
-      )
-    return step, ckpt.meta(step)
-  finally:
-    ckpt.close()
+  A workdir without checkpoints/ is left as it is."""
+  with checkpoint.Reader(workdir) as reader:
+    if not reader.steps:
+      raise FileNotFoundError(f"no checkpoint in {reader.directory}; train first (--mode=train)")
+    step = reader.step(step, f"--eval_step={step}")
+    return step, reader.meta(step)
 
 
 def check_tokenizer(meta: dict, tokenizer, what: str = "the checkpoint") -> None:
@@ -216,22 +202,14 @@ def _source(value: str) -> tuple[Source, dict]:
   where = os.path.abspath(path)
   if not os.path.isdir(where):
     raise ValueError(f"train.init_from={value!r}: no such directory {where}")
-  if checkpoint.latest_step(where) is None:
-    raise ValueError(
-      f"train.init_from={value!r}: no checkpoint in {where}/checkpoints; train the source run first"
-    )
-  ckpt = checkpoint.Checkpointer(where, every=1, keep=1)
-  try:
-    steps = sorted(ckpt.manager.all_steps())
-    step = steps[-1] if step is None else step
-    if step not in steps:
+  with checkpoint.Reader(where) as reader:
+    if not reader.steps:
       raise ValueError(
-        f"train.init_from={value!r}: no checkpoint at step {step} in "
-        f"{ckpt.directory}; steps there: {steps}"
+        f"train.init_from={value!r}: no checkpoint in {reader.directory}; train the source run "
+        "first"
       )
-    return Source(where, step), ckpt.meta(step)
-  finally:
-    ckpt.close()
+    step = reader.step(step, f"train.init_from={value!r}")
+    return Source(where, step), reader.meta(step)
 
 
 def _set_original_length(config, length: int | None) -> None:
@@ -308,11 +286,8 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
 def _check_shapes(abstract_params, workdir: str, step: int, where: str, theirs_name: str) -> None:
   """ValueError unless every parameter's shape is the one checkpoint `step` of `workdir`
   holds (its metadata only is read)."""
-  ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
-  try:
-    theirs = ckpt.param_shapes(step)
-  finally:
-    ckpt.close()
+  with checkpoint.Reader(workdir) as reader:
+    theirs = reader.param_shapes(step)
   ours = {
     checkpoint.dotted(path): tuple(var.get_value().shape)
     for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)
@@ -357,8 +332,5 @@ def _check_resume(config, abstract_params, workdir: str) -> None:
 
 def restore_params(prepared: Prepared, workdir: str, step: int):
   """The parameters of `step` on the mesh; no optimizer state is read."""
-  ckpt = checkpoint.Checkpointer(workdir, every=1, keep=1)
-  try:
-    return ckpt.restore_params(step, prepared.abstract_params)
-  finally:
-    ckpt.close()
+  with checkpoint.Reader(workdir) as reader:
+    return reader.restore_params(step, prepared.abstract_params)

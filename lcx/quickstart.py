@@ -43,12 +43,14 @@ def main(argv):
       "so far)",
       flush=True,
     )
-    if train.train(config, workdir, prepared).interrupted:
+    outcome = train.train(config, workdir, prepared)
+    if outcome.interrupted:
       print("== stopped early (SIGTERM): run the same command again to resume", flush=True)
       return
-    results.append(
-      evaluate.evaluate(config, workdir, prepared=prepared, print_tables=False)["none"]
+    evaluated = evaluate.evaluate(
+      config, workdir, prepared=prepared, trained=outcome.trained, print_tables=False
     )
+    results.append(evaluated["none"])
   written = report.write(results, FLAGS.workdir, title="quickstart: one tiny model per family")
   print("\n" + report.length_tables(results))
   print(f"\nreport: {written['report']}")

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from lcx import bootstrap, errors
+from lcx import bootstrap, errors, protocols
 
 SCHEMA = "lcx.eval/1"
 # eval/history/: results an evaluation replaced (another checkpoint or other settings); a
@@ -270,10 +270,8 @@ def describe_protocol(p: dict) -> str:
   if not p:
     return "protocol not recorded"
   text = f"{p.get('protocol', '?')} protocol on {p.get('documents', '?')} documents"
-  if p.get("protocol") == "sliding":
-    text += f", stride {p.get('stride')}"
-  if p.get("protocol") == "last_k":
-    text += f", scoring the last {p.get('last_k')} tokens of each window"
+  if p.get("protocol") in protocols.PROTOCOLS:
+    text += protocols.PROTOCOLS[p["protocol"]].describe(p)
   if p.get("num_tokens"):
     text += f", {p['num_tokens']} tokens per length"
   if p.get("bootstrap"):

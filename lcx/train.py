@@ -13,6 +13,7 @@ import fcntl
 import os
 import signal
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,17 @@ class Outcome:
   metrics: dict
   interrupted: bool
   signal: str = ""
+  trained: "Trained | None" = None  # the finished run's last checkpoint, held in memory
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+  """The parameters of checkpoint `step`, as saved (`meta`: its metadata and fingerprint), still
+  on the mesh: `train_and_eval` evaluates them without reading them back."""
+
+  step: int
+  params: Any
+  meta: dict
 
 
 def learning_rate(train_cfg) -> optax.Schedule:
@@ -292,10 +304,11 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
     meta["init_from"] = {"workdir": source_dir, "step": source_step}
   start = ckpt.latest_step()
   if start is None:
-    start = 0
+    start, saved = 0, None
     state = trainer.init_state(_source_params(prepared, workdir))
   else:
-    state, _ = ckpt.restore(start, trainer.abstract_state, iterator)
+    state, meta_of_start = ckpt.restore(start, trainer.abstract_state, iterator)
+    saved = (start, meta_of_start)  # the checkpoint the state in hand is
     say(f"resumed from step {start} in {ckpt.directory}")
   if stop["stop"]:  # nothing trained since the last checkpoint (or init): nothing to save
     ckpt.close()
@@ -333,6 +346,7 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
       if ckpt.should_save(done) or done == config.train.steps or stop_now:
         _check_finite(done, jax.device_get(metrics))  # never save weights of a bad step
         ckpt.save(done, state, iterator, meta, force=True)
+        saved = (done, ckpt.saved_meta)
       # Scored before the next step donates these parameters; written with this step's metrics.
       evals = {}
       if evaluator and not interrupted and done % config.train.eval_every == 0:
@@ -348,7 +362,9 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
   finally:
     ckpt.close()
     writer.close()
-  return Outcome(last, interrupted)
+  # Every way out of the loop saves the last state first: it is the latest checkpoint.
+  trained = None if interrupted or saved is None else Trained(saved[0], state["params"], saved[1])
+  return Outcome(last, interrupted, trained=trained)
 
 
 def _resume_step(ckpt, config, workdir: str):

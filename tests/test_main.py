@@ -2,6 +2,7 @@
 file is written; config-specific messages are in test_config.py."""
 
 import collections
+import json
 
 import pytest
 
@@ -56,10 +57,11 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   check, training, the evaluation plan and the `none` variant reuse what it built. lcx.main
   checks the fields once more before it imports prepare (a bad value is refused before
   checkpointing and the data pipeline load; the check reads nothing and traces nothing: ~2 ms)."""
-  from lcx import config as config_lib, main, model
+  from lcx import checkpoint, config as config_lib, main, model
   from lcx.data import pipeline
 
   calls = collections.Counter()
+  Checkpointer_init = checkpoint.Checkpointer.__init__
 
   def counted(name, original):
     def wrapper(*args, **kwargs):
@@ -73,8 +75,23 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
   for kind, load in list(pipeline.TOKENIZERS.items()):  # every load, whoever asks for it
     monkeypatch.setitem(pipeline.TOKENIZERS, kind, counted(f"tokenizer {kind}", load))
+  # One flow: evaluation takes the trained parameters from training, reading nothing back.
+  monkeypatch.setattr(checkpoint.Checkpointer, "__init__", counted("open", Checkpointer_init))
+  monkeypatch.setattr(
+    checkpoint.Checkpointer,
+    "restore_params",
+    counted("restore_params", checkpoint.Checkpointer.restore_params),
+  )
   config = tiny_config(steps=2, checkpoint_every=2)
   workdir = tmp_path / "run"
   main.run(config, str(workdir), "train_and_eval")
   assert (workdir / "eval" / "none.json").exists()  # it trained and evaluated
-  assert calls == {"check_fields": 2, "abstract": 1, "tokenizer byte": 1}, calls
+  assert calls == {"check_fields": 2, "abstract": 1, "tokenizer byte": 1, "open": 1}, calls
+  in_memory = json.loads((workdir / "eval" / "none.json").read_text())
+  # Evaluating the checkpoint from disk (one reader, one restore) gives the same result.
+  calls.clear()
+  main.run(config, str(workdir), "eval", force=True)
+  assert calls["open"] == 1 and calls["restore_params"] == 1, calls
+  from_disk = json.loads((workdir / "eval" / "none.json").read_text())
+  assert from_disk["checkpoint"] == in_memory["checkpoint"] and from_disk["step"] == 2
+  assert from_disk["lengths"] == in_memory["lengths"]

@@ -107,14 +107,22 @@ def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> s
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def restore(prepared, workdir: str, step: int | None = None):
+def restore(prepared, workdir: str, step: int | None = None, trained=None):
   """(step, parameters, metadata) of the latest or given checkpoint, after checking that
   `prepared`'s config keeps every trained field and the tokenizer of that checkpoint (ValueError
-  naming the field; FileNotFoundError without a checkpoint). No optimizer state is read."""
-  step, meta = prepare_lib.checkpoint_meta(workdir, step)
-  prepare_lib.check_tokenizer(meta, prepared.tokenizer)
-  variants.check_trained(prepared.config.to_dict(), meta["config"])
-  return step, prepare_lib.restore_params(prepared, workdir, step), meta
+  naming the field; FileNotFoundError without a checkpoint). No optimizer state is read.
+  `trained` (`train.Outcome.trained`, the run just trained with this very config): its
+  parameters are used as they are, unless another step is asked for."""
+  if trained is not None and step in (None, trained.step):
+    return trained.step, trained.params, trained.meta
+  with checkpoint.Reader(workdir) as reader:
+    if not reader.steps:
+      raise FileNotFoundError(f"no checkpoint in {reader.directory}; train first (--mode=train)")
+    step = reader.step(step, f"--eval_step={step}")
+    meta = reader.meta(step)
+    prepare_lib.check_tokenizer(meta, prepared.tokenizer)
+    variants.check_trained(prepared.config.to_dict(), meta["config"])
+    return step, reader.restore_params(step, prepared.abstract_params), meta
 
 
 def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
@@ -258,17 +266,19 @@ def evaluate(
   force: bool = False,
   prepared=None,
   todo=None,
+  trained=None,
   print_tables: bool = True,
 ) -> dict[str, dict]:
   """Evaluates every variant; writes WORKDIR/eval/<name>.json (and passkey@<variant>.json);
   prints the tables (unless print_tables=False: the quickstart prints all runs' once).
   Returns the results by name: the file name without .json, the variant as written
   (`yarn@4`, `yarn@4.sliding-long`, `passkey@yarn@4`). `prepared` and `todo`
-  (`plan(prepared)`): if made already."""
+  (`plan(prepared)`): if made already. `trained`: `train.Outcome.trained` of the run just
+  trained in `workdir` with `config` (its parameters are evaluated without a restore)."""
   prepared = prepared or prepare_lib.prepare(config)
   cfg = prepared.config
   todo = todo or plan(prepared)
-  step, params, meta = restore(prepared, workdir, step)
+  step, params, meta = restore(prepared, workdir, step, trained)
   checkpoint_id = checkpoint.fingerprint(workdir, step, meta)
   kind = "tasks" if cfg.data.name == "task" else "lengths"
   train_len = cfg.model.max_len

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from lcx import protocols
 from lcx.evaluate import samples, stats
 from lcx.metrics import say
 
@@ -23,8 +24,7 @@ def protocol(ev, train_len: int) -> dict:
   return {
     "protocol": ev.protocol,
     "documents": ev.documents,
-    "stride": (ev.stride or train_len) if ev.protocol == "sliding" else 0,
-    "last_k": (ev.last_k or max(1, train_len // 4)) if ev.protocol == "last_k" else 0,
+    **protocols.settings(ev, train_len),
     "num_tokens": ev.num_tokens,
     "seed": ev.sample_seed,
     "bootstrap": ev.bootstrap,

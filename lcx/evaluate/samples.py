@@ -15,13 +15,8 @@ validation split and shared by every eval length, so every length scores the sam
   long    only documents with at least as many pairs as the longest eval length, each truncated
           to that many pairs and cut into windows on its own (PI / YaRN / LongRoPE): at every
           length the windows lie inside one document.
-Protocols (`eval.protocol`), each over every sequence (the stream, or each long document):
-  windows  non-overlapping windows of T, every token scored (ALiBi paper)
-  sliding  windows of T every `stride` tokens; the first window scores all its tokens, each
-           later one only the tokens no earlier window scored (PI / YaRN); stride = T is windows
-  last_k   one window per document ending at its last pair; only the last k tokens are scored,
-           so the same tokens are scored at every T with T - k tokens of context before them
-           (NoPE paper); needs documents='long'
+Protocols (`eval.protocol`: windows, sliding, last_k) decide where windows start and which of
+their tokens are scored: one record each in lcx/protocols.py.
 """
 
 from __future__ import annotations
@@ -31,8 +26,8 @@ import dataclasses
 import numpy as np
 
 from lcx import errors
+from lcx.protocols import PROTOCOLS
 
-PROTOCOLS = ("windows", "sliding", "last_k")
 DOCUMENTS = ("stream", "long")
 # The validation split in two named parts, fixed for every run, seed and tokenizer: "search"
 # is what a search fits on (the LongRoPE fitness), "evaluation" what every evaluation scores.
@@ -169,38 +164,25 @@ def shortfall(sequences: list[Sequence], num_tokens: int, longest: int) -> str |
   )
 
 
-def _window_starts(n: int, length: int, protocol: str, stride: int) -> list[int]:
-  if protocol == "windows":
-    return list(range(0, n - length + 1, length))
-  if protocol == "sliding":
-    starts = list(range(0, n - length + 1, stride))
-    if starts and starts[-1] + length < n:
-      starts.append(n - length)  # the tail no window reached
-    return starts
-  return [n - length]  # last_k
-
-
 def cut(
   sequences: list[Sequence], length: int, protocol: str, *, stride: int = 0, last_k: int = 0
 ) -> Windows:
   """Windows of `length` over every sequence under `protocol` (see the module docstring)."""
   if protocol not in PROTOCOLS:
     raise errors.not_allowed("eval.protocol", protocol, PROTOCOLS)
+  record, settings = PROTOCOLS[protocol], {"stride": stride, "last_k": last_k}
   rows = []
   for seq in sequences:
     scored_until = 0
-    for s in _window_starts(len(seq.inputs_N), length, protocol, stride):
+    for s in record.starts(len(seq.inputs_N), length, settings):
       window = slice(s, s + length)
       idx_T = np.arange(length)
       start_T = seq.start_N[window].copy()
       start_T[0] = True  # a document cut by the window edge restarts here, as in training
       segments_T = np.cumsum(start_T).astype(np.int32)
       positions_T = (idx_T - np.maximum.accumulate(np.where(start_T, idx_T, 0))).astype(np.int32)
-      if protocol == "last_k":
-        scored_T = idx_T >= length - last_k
-      else:
-        scored_T = s + idx_T >= scored_until
-        scored_until = s + length
+      scored_T = record.scored(s, length, scored_until, settings)
+      scored_until = s + length
       rows.append(
         (
           seq.inputs_N[window],

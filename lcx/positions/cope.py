@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import errors
+from lcx import cpu_tuned, errors
 from lcx.positions.base import PREFIX, Scheme, register
 from lcx.positions.registry import Unset
 
@@ -39,13 +39,17 @@ def gates(logits_BxGxPxQxS, mask_BxQxS):
   )
 
 
-@jax.custom_vjp
-def _gates(logits, mask):
+def _gates_plain(logits, mask):
   return jnp.where(mask, jax.nn.sigmoid(logits), 0.0)
 
 
+@jax.custom_vjp
+def _gates_tuned(logits, mask):
+  return _gates_plain(logits, mask)
+
+
 def _gates_fwd(logits, mask):
-  g = _gates(logits, mask)
+  g = _gates_plain(logits, mask)
   return g, g
 
 
@@ -55,7 +59,8 @@ def _gates_bwd(g, grad):
   return grad * (g - g * g), None
 
 
-_gates.defvjp(_gates_fwd, _gates_bwd)
+_gates_tuned.defvjp(_gates_fwd, _gates_bwd)
+_gates = cpu_tuned.choose(_gates_tuned, _gates_plain)  # the seam (lcx/cpu_tuned.py)
 
 
 def contextual_positions(gates_BxGxPxQxS, nearer_BxGxPxQ=None):
@@ -97,7 +102,7 @@ def interpolate(table_BxGxPxQxM, pos_BxGxPxQxS):
   the ceiling, differentiable in the position (not through the indices)."""
   if table_BxGxPxQxM.size >= 2**31:  # int32 flat indices would overflow
     return interpolate_batched(table_BxGxPxQxM, pos_BxGxPxQxS)
-  return _interpolate_flat(table_BxGxPxQxM.shape[-1], table_BxGxPxQxM, pos_BxGxPxQxS)
+  return _interpolate(table_BxGxPxQxM.shape[-1], table_BxGxPxQxM, pos_BxGxPxQxS)
 
 
 def interpolate_batched(table_BxGxPxQxM, pos_BxGxPxQxS):
@@ -191,6 +196,11 @@ def _interpolate_flat_bwd(m, res, grad_BxGxPxQxS):
 
 
 _interpolate_flat.defvjp(_reads, _interpolate_flat_bwd)
+# The seam (lcx/cpu_tuned.py): the flat gather with its scatter-add backward on CPU, the
+# batched gathers and autodiff (forward mode too) as the reference.
+_interpolate = cpu_tuned.choose(
+  _interpolate_flat, lambda m, table, pos: interpolate_batched(table, pos)
+)
 
 
 def _check(cfg, dims):

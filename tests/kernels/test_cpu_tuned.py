@@ -11,11 +11,13 @@ import pytest
 from flax import nnx
 
 from lcx import attention, cpu_tuned, model
+from lcx.positions import cope
 from tests.helpers import tiny_config
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 KEY = jax.random.key(0)
 SINK_1xGxPx1x1 = jax.random.normal(KEY, (1, 2, 2, 1, 1))
+_MASK = np.asarray(jax.random.bernoulli(jax.random.key(3), 0.7, (2, 2, 5, 7)))  # not differentiated
 SEAMS = {  # name -> (the function behind the seam, its arguments)
   "softmax": (attention._softmax_vjp, (jax.random.normal(KEY, (2, 2, 2, 5, 7)), None)),
   "softmax_sink": (
@@ -24,6 +26,11 @@ SEAMS = {  # name -> (the function behind the seam, its arguments)
   ),
   "rms_norm": (model.rms_norm, (jax.random.normal(KEY, (3, 4, 8)), jnp.linspace(0.5, 2, 8), 1e-6)),
   "gelu": (model.gelu, (3 * jax.random.normal(KEY, (4, 16)),)),
+  "cope_gates": (cope._gates, (jax.random.normal(KEY, (2, 2, 5, 7)), _MASK)),
+  "cope_interpolate": (
+    cope._interpolate,
+    (9, jax.random.normal(KEY, (2, 3, 5, 9)), jax.random.uniform(KEY, (2, 3, 5, 6), maxval=9.0)),
+  ),
 }
 
 
@@ -57,10 +64,11 @@ def test_the_seam_picks_tuned_on_cpu_and_plain_inside_the_context():
   assert not cpu_tuned.uses_plain()
 
 
-def test_jvp_and_hessian_vector_products_go_through_the_whole_model():
+@pytest.mark.parametrize("pos", ["rope", "cope"])
+def test_jvp_and_hessian_vector_products_go_through_the_whole_model(pos):
   """Forward mode with the references equals reverse mode with the tuned backward passes;
   without the context, jvp meets a custom_vjp (what the seam is for)."""
-  cfg = tiny_config("rope").model
+  cfg = tiny_config(pos).model
   cfg.num_layers, cfg.vocab_size, cfg.attention.sink = 1, 32, "learned"
   graphdef, params = nnx.split(model.Decoder(cfg, rngs=nnx.Rngs(0)), nnx.Param)
   tokens = jax.random.randint(KEY, (2, 12), 0, 32)
