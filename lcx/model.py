@@ -234,10 +234,10 @@ class Attention(nnx.Module):
     quantities, the new tokens' from x and, while generating, the cached tokens' before them
     (the queries are keys plan.start..; a step's keys, the cache's slots, are one document)."""
     seg_BxL = jax.lax.dynamic_slice_in_dim(plan.seg_BxT, plan.start, x_BxLxD.shape[1], axis=1)
-    a_BxLxH = scheme.from_input(x_BxLxD, q_pos_BxL, seg_BxL).astype(jnp.float32)
-    if self.cache is not None:
-      a_BxLxH = self.cache.update_inputs(a_BxLxH, plan.start)  # every slot's
-    return attention.document_cumsum(a_BxLxH, plan.seg_BxT)
+    a_BxSxH = scheme.from_input(x_BxLxD, q_pos_BxL, seg_BxL).astype(jnp.float32)
+    if self.cache is not None:  # every slot's
+      a_BxSxH = self.cache.update_inputs(a_BxSxH, plan.start)
+    return attention.document_cumsum(a_BxSxH, plan.seg_BxT)
 
 
 # tanh-approximate GELU as x * sigmoid(x * (A + B x^2)): 0.5 (1 + tanh(z)) = sigmoid(2z).

@@ -253,6 +253,17 @@ def test_chunked_prefill_equals_dense():
   np.testing.assert_allclose(dense[1], chunked[1], atol=1e-4, rtol=1e-4)
 
 
+def test_fox_chunked_prefill_in_blocks_equals_dense():
+  """The prefill's chunked kernel takes FoX's prefix sums block by block (4-token blocks, not
+  dividing the 10-token prompt); each cached token's log gates then serve every step."""
+  model = _model("fox", options={"attention.chunk_size": 4})
+  graphdef, params = nnx.split(model, nnx.Param)
+  dense = generate.generate(graphdef, params, _prompt(), 12, with_logits=True)
+  chunked = generate.generate(graphdef, params, _prompt(), 12, kernel="chunked", with_logits=True)
+  np.testing.assert_array_equal(dense[0], chunked[0])
+  np.testing.assert_allclose(dense[1], chunked[1], atol=1e-4, rtol=1e-4)
+
+
 def test_sampling_is_seeded_and_top_k_restricts_the_draw():
   model = _model("rope")
   graphdef, params = nnx.split(model, nnx.Param)
