@@ -15,7 +15,8 @@ sys.path.insert(0, str(ROOT))  # `configs` is imported as a package by the tests
 
 def schemes_with(*hooks: str) -> list[str]:
   """The registered position schemes that override any of `hooks` ("embed", "rotate", "bias",
-  "contextual"), sorted: tests parametrized by it cover a new scheme without being edited."""
+  "contextual", "from_input"), sorted: tests parametrized by it cover a new scheme without
+  being edited."""
   from lcx import positions
 
   def overrides(name, hook):

@@ -1,7 +1,8 @@
 """Accelerator kernels, each beside the plain-jnp reference it must equal (`reference.py`).
 
 `flash.py`: a Pallas flash attention (forward and backward) for every position scheme but the
-contextual ones. `model.attention.impl` (auto | xla | pallas) picks it (`resolve_impl`).
+contextual ones (CoPE) and those with an input hook (FoX). `model.attention.impl` (auto | xla |
+pallas) picks it (`resolve_impl`).
 """
 
 from __future__ import annotations

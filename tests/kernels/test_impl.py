@@ -54,6 +54,7 @@ def test_pallas_with_cope_is_one_error_line_before_compiling(tmp_path):
     ("rope", "softmax", "gpu", "pallas"),
     ("alibi", "softmax", "tpu", "pallas"),
     ("cope", "softmax", "gpu", "xla"),  # the contextual hook: the XLA path
+    ("fox", "softmax", "gpu", "xla"),  # the input hook (gates from hidden states): XLA too
     ("rope", "stick_breaking", "gpu", "xla"),
   ],
 )
