@@ -42,6 +42,7 @@ PLOTS = {
   "loss_by_position": "loss_by_position.png",
   "variants": "variants.png",
   "tasks": "tasks.png",
+  "task_errors": "task_errors.png",
   "passkey": "passkey.png",
 }
 CSV_COLUMNS = (
@@ -777,11 +778,17 @@ def task_error_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
-def task_seed_tables(results: Sequence[dict]) -> str:
-  """Task runs named STEM-s<seed> that differ only in the seed: per size bucket, the mean exact
-  match over seeds [min, max across seeds]. One table per task; stems with one seed are left out."""
+TASK_METRICS = {"accuracy": "exact match", "error_rate": "error rate on the scored answer tokens"}
+
+
+def task_seed_tables(results: Sequence[dict], metric: str = "accuracy") -> str:
+  """Task runs named STEM-s<seed> that differ only in the seed: per size bucket, the mean of
+  `metric` (a TASK_METRICS key) over seeds [min, max across seeds]. One table per task; stems
+  with one seed, and results that do not record `metric`, are left out."""
   out = []
-  chosen = [r for r in results if r["kind"] == "tasks"]
+  chosen = [
+    r for r in results if r["kind"] == "tasks" and any(metric in b for b in r["buckets"].values())
+  ]
   for group in _groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
     by_stem = _seeded_stems(group)
     if not by_stem:
@@ -793,7 +800,7 @@ def task_seed_tables(results: Sequence[dict]) -> str:
     for (stem, variant), rs in by_stem.items():
       row = [f"{stem}/{variant}", _seeds(rs)]
       for b in buckets:
-        values = [r["buckets"].get(b, {}).get("accuracy") for r in rs]
+        values = [r["buckets"].get(b, {}).get(metric) for r in rs]
         row.append(
           "-"
           if None in values
@@ -802,8 +809,8 @@ def task_seed_tables(results: Sequence[dict]) -> str:
       rows.append(row)
     low, high = group[0]["train_sizes"]
     out.append(
-      f"Task {group[0]['task']}: exact match by task size; trained on sizes {low}-{high}. "
-      "Cells: mean over seeds [min, max across seeds].\n\n"
+      f"Task {group[0]['task']}: {TASK_METRICS[metric]} by task size; trained on sizes "
+      f"{low}-{high}. Cells: mean over seeds [min, max across seeds].\n\n"
       + markdown_table(["runs/variant", "seeds"] + buckets, rows, align="ll" + "r" * len(buckets))
     )
   return "\n\n".join(out)
@@ -903,8 +910,9 @@ def sections(
     ("Variants by evaluation length, per run", variant_tables(results), "variants"),
     ("Loss by position", position_tables(results), "loss_by_position"),
     ("Task exact match by size", task_tables(results), "tasks"),
-    ("Task error rate on scored tokens", task_error_tables(results), None),
+    ("Task error rate on scored tokens", task_error_tables(results), "task_errors"),
     ("Task exact match across seeds", task_seed_tables(results), None),
+    ("Task error rate across seeds", task_seed_tables(results, "error_rate"), None),
     ("Ranking across tasks", rank_tables(results), None),
     ("Passkey retrieval", passkey_tables(results), "passkey"),
   ]
@@ -1336,6 +1344,58 @@ def plot_tasks(results: Sequence[dict], path: str) -> str | None:
   return _save(fig, path)
 
 
+def plot_task_errors(results: Sequence[dict], path: str) -> str | None:
+  """Error rate on the scored tokens at the trained sizes, one column per task (flip-flop's test
+  mixes), a color per run stem (runs named STEM-s<seed>: one dot with 95% CI bars per seed, a
+  bar at their mean), so seeds' spread and each seed's interval show side by side."""
+  points = {}  # (task, stem) -> [(error, ci)]
+  for r in (r for r in results if r["kind"] == "tasks"):
+    trained = r["buckets"].get("-".join(map(str, r["train_sizes"]))) or {}
+    if trained.get("error_rate") is None:
+      continue
+    match = SEEDED_RUN.match(str(r["run"]))
+    stem = match["stem"] if match else str(r["run"])
+    points.setdefault((r["task"], stem), []).append(
+      (trained["error_rate"], trained["error_rate_ci"])
+    )
+  if not points:
+    return None
+  tasks_ = sorted({t for t, _ in points})
+  stems = list(dict.fromkeys(s for _, s in points))
+  fig, (ax,) = _subplots(1, width=max(6.0, 1.2 * len(tasks_) * max(1, len(stems)) ** 0.5))
+  width = 0.8 / len(stems)
+  for j, stem in enumerate(stems):
+    color = f"C{j % 10}"
+    for i, task in enumerate(tasks_):
+      values = points.get((task, stem), [])
+      x = i - 0.4 + width * (j + 0.5)
+      for k, (value, ci) in enumerate(values):
+        ci = ci or [value, value]
+        ax.errorbar(
+          x + width * 0.6 * (k / max(1, len(values) - 1) - 0.5) * (len(values) > 1),
+          value,
+          yerr=[[value - ci[0]], [ci[1] - value]],
+          fmt="o",
+          markersize=3,
+          capsize=2,
+          color=color,
+        )
+      if values:
+        mean = sum(v for v, _ in values) / len(values)
+        ax.hlines(mean, x - width * 0.45, x + width * 0.45, color=color, linewidth=2)
+    ax.plot([], [], "o-", color=color, label=stem)
+  ax.set_xticks(range(len(tasks_)), tasks_, fontsize=8)
+  ax.set_xlim(-0.5, len(tasks_) - 0.5)
+  ax.set_ylim(bottom=0)
+  ax.set_ylabel("error rate on scored tokens")
+  ax.set_title(
+    "error rate at the trained sizes: dots are seeds (95% CI), bars their mean", fontsize=9
+  )
+  ax.grid(True, axis="y", alpha=0.3)
+  ax.legend(fontsize=7)
+  return _save(fig, path)
+
+
 def plot_passkey(results: Sequence[dict], path: str) -> str | None:
   """Passkey accuracy heatmaps, length (rows) x needle depth (columns), one per result."""
   chosen = [r for r in results if r["kind"] == "passkey"]
@@ -1374,6 +1434,7 @@ PLOTTERS = {
   "loss_by_position": plot_loss_by_position,
   "variants": plot_variants,
   "tasks": plot_tasks,
+  "task_errors": plot_task_errors,
   "passkey": plot_passkey,
 }
 

@@ -36,7 +36,28 @@ def test_every_reproduction_is_there():
     "nope_tasks",
     "prope",
     "drope",
+    "flip_flop",
   }
+
+
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_flip_flop_has_every_row_of_path_table_1_with_three_seeds(arg):
+  runs = sweep.load(str(ROOT / "experiments" / "flip_flop") + (f":{arg}" if arg else "")).runs
+  labels = ("rope", "stick_breaking", "nope", "alibi", "fox", "path")
+  assert set(runs) == {f"{label}-s{seed}" for label in labels for seed in (0, 1, 2)}
+  for label in ("rope", "nope", "alibi", "fox", "path"):  # each row names its scheme
+    assert runs[f"{label}-s2"].config.startswith(f"configs/flip_flop.py:pos={label},")
+  assert runs["stick_breaking-s0"].config.startswith("configs/flip_flop.py:pos=nope,")
+  assert runs["stick_breaking-s0"].overrides["model.attention.kind"] == "stick_breaking"
+  assert {r.overrides["seed"] for r in runs.values()} == {0, 1, 2}
+
+
+def test_a_flip_flop_row_of_an_unregistered_scheme_fails_with_the_config_error():
+  """What a FoX or PaTH row does before its scheme is merged: the config's one line, no skip."""
+  from configs import flip_flop
+
+  with pytest.raises(ValueError, match=r"^model.position.name='no_such' is not allowed; allowed:"):
+    flip_flop.get_config("pos=no_such")
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)

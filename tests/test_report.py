@@ -288,7 +288,7 @@ def test_write_outputs_and_determinism(tmp_path):
     "tasks",
     "passkey",
   }
-  for key in report.PLOTS:
+  for key in set(written) - {"report", "csv"}:  # task_errors: its test has error rates
     assert open(written[key], "rb").read(8) == PNG, key
   md = open(written["report"]).read()
   assert md.startswith("# Toy\n")
@@ -326,6 +326,21 @@ def test_only_plots_with_data_are_written(tmp_path):
   assert set(written) == {"report", "csv", "tasks"}
   assert not (tmp_path / "perplexity.png").exists()
   assert "![tasks](tasks.png)" in open(written["report"]).read()
+
+
+def test_error_rates_at_the_trained_sizes_get_their_plot(tmp_path):
+  results = []
+  for seed in (0, 1):
+    r = tasks_result(run=f"flip-rope-s{seed}")
+    r["buckets"]["1-16"].update(error_rate=0.1 * seed, error_rate_ci=[0.0, 0.2])
+    results.append(r)
+  written = report.write(results, str(tmp_path))
+  assert set(written) == {"report", "csv", "tasks", "task_errors"}
+  assert (tmp_path / "task_errors.png").read_bytes().startswith(b"\x89PNG")
+  assert "![task errors](task_errors.png)" in open(written["report"]).read()
+  beyond = tasks_result(run="flip-rope-s0")  # error rates past the trained sizes only: no plot
+  beyond["buckets"]["17-32"].update(error_rate=0.5, error_rate_ci=[0.4, 0.6])
+  assert report.plot_task_errors([beyond], str(tmp_path / "none.png")) is None
 
 
 def test_no_results_still_make_a_report(tmp_path):
@@ -502,6 +517,23 @@ def test_task_seed_table_is_mean_and_range_over_seeds():
   assert "copy-alibi" not in text  # one seed: no spread to show
   assert report.task_seed_tables([tasks_result(run="copy")]) == ""
   assert "## Task exact match across seeds" in report.format_tables(results)
+
+
+def test_task_error_rate_seed_table_is_mean_and_range_over_seeds():
+  results = []
+  for seed, error in ((0, 0.1), (1, 0.4), (2, 0.25)):
+    r = tasks_result(run=f"flip-rope-s{seed}")
+    r["buckets"]["1-16"].update(error_rate=error, error_rate_ci=[0.0, 1.0])
+    results.append(r)
+  results += [tasks_result(run=f"copy-rope-s{seed}") for seed in (0, 1)]  # no error rates
+  text = report.task_seed_tables(results, "error_rate")
+  assert text.startswith("Task copy: error rate on the scored answer tokens by task size")
+  row = next(line for line in text.splitlines() if line.startswith("| flip-rope/none"))
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  assert cells[:3] == ["flip-rope/none", "0,1,2", "0.250 [0.100, 0.400]"]
+  assert "copy-rope" not in text  # recorded before error rates: left out, not shown as "-"
+  assert "## Task error rate across seeds" in report.format_tables(results)
+  assert "## Task error rate across seeds" not in report.format_tables(results[3:])
 
 
 def test_seed_table_is_mean_and_range_over_seeds():
