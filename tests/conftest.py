@@ -63,3 +63,41 @@ def default_dataset():
     data.validation_tokens(cfg, 1024)
     fcntl.flock(lock, fcntl.LOCK_UN)
   return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, default_dataset):
+  """A rope run of the tiny config trained for 2 steps (checkpoints 1 and 2), for the
+  tests that need "a trained checkpoint" (one training per worker instead of one per file).
+  Tests must not change it: copy it first."""
+  from lcx import train
+  from tests.helpers import tiny_config
+
+  workdir = str(tmp_path_factory.mktemp("tiny_run") / "run")
+  train.train(tiny_config("rope", steps=2, warmup_steps=1, checkpoint_every=2), workdir)
+  return workdir
+
+
+@pytest.fixture(scope="session")
+def copy_run(tmp_path_factory, default_dataset):
+  """(config, workdir): a tiny RoPE model trained on `copy` with sizes 1..6 until it copies
+  (600 steps), for the task evaluation and generation tests. Evaluations write their results
+  into it; copy the config before changing it."""
+  from lcx import train
+  from tests.helpers import tiny_config
+
+  workdir = str(tmp_path_factory.mktemp("copy"))
+  config = tiny_config(
+    "rope", steps=600, warmup_steps=30, lr=3e-3, log_every=100, checkpoint_every=1000
+  )
+  config.data.update(
+    name="task",
+    task="copy",
+    task_min_len=1,
+    task_max_len=6,
+    seq_len=32,
+    batch_size=16,
+    task_eval_examples=120,
+  )
+  train.train(config, workdir)
+  return config, workdir

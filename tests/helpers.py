@@ -93,3 +93,15 @@ def read_metrics(workdir) -> dict[int, dict]:
       record = json.loads(line)
       out[record["step"]] = record
   return out
+
+
+def bench_options(*argv):
+  """lcx.bench's Options from command-line flags (a fresh FlagValues each call)."""
+  from absl import flags
+
+  from lcx.bench import options
+
+  fv = flags.FlagValues()
+  options.define_flags(fv)
+  fv(["bench", *argv])
+  return options.from_flags(fv)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import analysis, attention, checkpoint, defaults, positions, train
+from lcx import analysis, attention, checkpoint, defaults, positions
 from lcx.model import Decoder
 from lcx.positions import remaps
 
@@ -347,23 +347,20 @@ def test_with_params_checks_shapes_and_accepts_string_indices():
     analysis.with_params(model.config, bad)
 
 
-def test_load_restores_a_run_with_its_variant(tmp_path):
-  from tests.helpers import tiny_config
-
-  train.train(tiny_config("rope", steps=1), str(tmp_path))
-  model = analysis.load(str(tmp_path))
-  assert model.step == 1 and model.train_len == 32
-  params, _ = checkpoint.restore_params(str(tmp_path))
+def test_load_restores_a_run_with_its_variant(tiny_run):
+  model = analysis.load(tiny_run)
+  assert model.step == 2 and model.train_len == 32
+  params, _ = checkpoint.restore_params(tiny_run)
   np.testing.assert_array_equal(
     model.decoder.blocks[1].attn.wq[...], params["blocks"]["1"]["attn"]["wq"]
   )
-  yarn = analysis.load(str(tmp_path), variant="yarn@4")
+  yarn = analysis.load(tiny_run, variant="yarn@4")
   assert yarn.decoder.position.scaling.rope_type == "yarn"
   np.testing.assert_array_equal(yarn.decoder.embed[...], model.decoder.embed[...])
   slowest = analysis.rotary_frequencies(yarn)[-1] / analysis.rotary_frequencies(model)[-1]
   assert slowest == pytest.approx(1 / 4)
   with pytest.raises(ValueError, match="only eval-time fields"):
-    analysis.load(str(tmp_path), variant={"model.num_heads": 2})
+    analysis.load(tiny_run, variant={"model.num_heads": 2})
 
 
 def test_maps_follow_the_layer_schedule_and_the_sink():

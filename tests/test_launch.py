@@ -165,32 +165,41 @@ def test_commands_run_with_malloc_tunables_unless_the_environment_has_its_own(ch
 
 
 # A jitted program whose temporaries (128 MB) XLA:CPU allocates as one buffer per call (glibc
-# maps it afresh each time): the minor page faults of calls 21..25.
+# maps it afresh each time): the minor page faults of calls 4..8 (the first compiles). With the
+# tunables they vary from run to run (800 to 6000 for the five calls, fewer after more warm-up
+# calls), far below the 32k a call of 4 KB pages either way.
 FAULTS = """
 import resource, jax, jax.numpy as jnp
 f = jax.jit(lambda x: jnp.sin(jnp.outer(x, x)).sum(0) + jnp.cos(jnp.outer(x, x)).sum(1))
 x = jnp.arange(4096.0)
-for _ in range(20):
+for _ in range(3):
   f(x).block_until_ready()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):
   f(x).block_until_ready()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
+PAGES_4K = 128 * 1024 // 4  # the temporaries' 4 KB pages: the faults of one call without THP
 
 
-def _huge_pages_possible():
-  """Linux, glibc, and the kernel's THP mode madvise or always (the selected mode in [])."""
+def _thp_mode():
+  """The kernel's transparent huge page mode (always, madvise or never: the one in []), or
+  None without Linux, glibc or THP."""
   thp = "/sys/kernel/mm/transparent_hugepage/enabled"
   if not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None:
-    return False
-  return os.path.exists(thp) and "[never]" not in open(thp).read()
+    return None
+  if not os.path.exists(thp):
+    return None
+  return re.search(r"\[(\w+)\]", open(thp).read())[1]
 
 
-@pytest.mark.skipif(not _huge_pages_possible(), reason="needs glibc and transparent huge pages")
+@pytest.mark.skipif(_thp_mode() in (None, "never"), reason="needs glibc and transparent huge pages")
 def test_malloc_tunables_cut_the_per_call_page_faults():
-  """Without the launcher's tunables each call faults its 128 MB in 4 KB pages (32k faults a
-  call); with them in 2 MB pages: 64 a call."""
+  """With the launcher's tunables each call faults its 128 MB in 2 MB pages (64 a call, plus
+  the noise of other allocations), whatever the kernel's mode. Without them, under `madvise`
+  glibc never asks for huge pages: 4 KB pages, 32k faults a call. Under `always` the kernel
+  may give huge pages unasked, so there only the tunables' own count is asserted (the contrast
+  is the kernel's doing, not the launcher's)."""
 
   def faults(tunables):
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
@@ -200,8 +209,9 @@ def test_malloc_tunables_cut_the_per_call_page_faults():
     )
     return int(out.stdout.split()[-1])
 
-  assert faults(None) > 5 * 16000
-  assert faults(_default_tunables()) < 5 * 1000
+  assert faults(_default_tunables()) < 5 * PAGES_4K // 8
+  if _thp_mode() == "madvise":
+    assert faults(None) > 5 * PAGES_4K // 2
 
 
 def test_notebook_runs_as_root_with_allow_root(checkout):

@@ -11,26 +11,6 @@ from lcx.evaluate import runner as runner_lib, tasks as task_eval
 from tests.helpers import tiny_config
 
 
-@pytest.fixture(scope="module")
-def copy_run(tmp_path_factory):
-  """A tiny RoPE model trained on `copy` with sizes 1..6."""
-  workdir = tmp_path_factory.mktemp("copy")
-  config = tiny_config(
-    "rope", steps=600, warmup_steps=30, lr=3e-3, log_every=100, checkpoint_every=1000
-  )
-  config.data.update(
-    name="task",
-    task="copy",
-    task_min_len=1,
-    task_max_len=6,
-    seq_len=32,
-    batch_size=16,
-    task_eval_examples=120,
-  )
-  train.train(config, str(workdir))
-  return config, str(workdir)
-
-
 def _runner(config, workdir):
   prepared = prepare.prepare(config)
   step, _ = prepare.checkpoint_meta(workdir)

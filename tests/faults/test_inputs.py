@@ -15,11 +15,9 @@ from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-  """A rope run trained for 2 steps (one checkpoint); tests must not change it."""
-  workdir = str(tmp_path_factory.mktemp("faults") / "run")
-  train.train(tiny_config("rope", steps=2, warmup_steps=1, checkpoint_every=2), workdir)
-  return workdir
+def run(tiny_run):
+  """conftest's rope run trained for 2 steps, shared: tests must not change it."""
+  return tiny_run
 
 
 def _files(directory) -> dict[str, int]:
