@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lcx import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
-from lcx.positions import randomized, remaps
+from lcx.positions import path, randomized, remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -102,12 +102,21 @@ class KVCache(nnx.Module):
 
   Keys are kept unrotated: a rotary scheme rotates the new query and every cached key at each
   step with the current length, so a length-dependent scaling (dynamic, longrope) sees one
-  consistent set of frequencies, never keys rotated at an older length.
+  consistent set of frequencies, never keys rotated at an older length. With PaTH (`history`
+  not None) the keys are those carried through the Householders since (lcx/positions/path.py)
+  and `u` keeps every token's projection, after `history` zero slots: a step's convolution
+  reads the ones before it.
   """
 
-  def __init__(self, batch: int, size: int, num_kv_heads: int, head_dim: int, dtype):
+  def __init__(self, batch: int, size: int, num_kv_heads: int, head_dim: int, dtype, history=None):
     self.k = nnx.Cache(jnp.zeros((batch, size, num_kv_heads, head_dim), dtype))
     self.v = nnx.Cache(jnp.zeros((batch, num_kv_heads, size, head_dim), dtype))
+    self.history = history
+    self.u = (
+      None
+      if history is None
+      else nnx.Cache(jnp.zeros((batch, history + size, num_kv_heads, head_dim), jnp.float32))
+    )
 
   @property
   def size(self) -> int:
@@ -197,7 +206,14 @@ class Attention(nnx.Module):
       ),
     )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
-    if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
+    path_kwargs = {}  # PaTH's Householders from this block's input, for the kernel
+    if scheme.householder is not None and self.cache is not None:
+      k_BxLxGxE, v_BxGxLxE, path_kwargs = path.cached_attention_inputs(
+        scheme, self.cache, x_BxLxD, k_BxLxGxE, v_BxGxLxE, plan
+      )
+    elif scheme.householder is not None:
+      path_kwargs = {"householder": scheme.householder(x_BxLxD, plan.seg_BxT)}
+    elif self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
     remainder = {} if self.remainder_HxE is None else {"remainder_HxE": self.remainder_HxE[...]}
     out_BxHxLxE = kernel.attend(
@@ -208,6 +224,7 @@ class Attention(nnx.Module):
       scheme=scheme,
       sink_H=None if self.sink_H is None else self.sink_H[...],
       **remainder,
+      **path_kwargs,
     )
     if self.wg is not None:
       out_BxHxLxE = gating.apply(self.gate, out_BxHxLxE, x_BxLxD, self.wg[...])
@@ -400,9 +417,10 @@ class Decoder(nnx.Module):
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""
+    history = self.position.history if self.position.householder is not None else None
     for block in self.blocks:
       _, g, k = block.attn.wk[...].shape
-      block.attn.cache = KVCache(batch, size, g, k, self.dtype)
+      block.attn.cache = KVCache(batch, size, g, k, self.dtype, history)
 
   def cache_size(self) -> int | None:
     cache = self.blocks[0].attn.cache

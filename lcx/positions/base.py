@@ -9,6 +9,9 @@ A scheme touches the model in at most four places, each the identity unless it o
   contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry)
                                               logits from q and the logits themselves (CoPE);
                                               None (the default) when the scheme has none
+  householder(x_BxLxD, seg_BxL) -> (w_BxLxGxE, beta_BxLxG)
+                                              PaTH: transforms from each layer's input, between
+                                              query and key; None (the default) otherwise
 Positions are always explicit inputs (int or float), so a bias is a function of positions, never
 a stored (T, T) matrix: the chunked attention kernel evaluates it block by block at any length.
 A contextual hook reads no positions; the chunked kernel calls it once per key block, nearest
@@ -41,6 +44,11 @@ class Dims:
   head_dim: int
   max_len: int
   num_layers: int = 1
+  num_kv_heads: int | None = None  # None: num_heads (no GQA)
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
   @classmethod
   def of(cls, model_cfg) -> "Dims":
@@ -51,6 +59,7 @@ class Dims:
       model_cfg.head_dim,
       model_cfg.max_len,
       model_cfg.num_layers,
+      model_cfg.num_kv_heads,
     )
 
 
@@ -90,6 +99,11 @@ class Scheme(nnx.Module):
   # block from the diagonal outward (nearest keys first), so a carry can sum over the nearer keys.
   contextual = None
 
+  # householder(x_BxLxD, seg_BxL) -> (w_BxLxGxE, beta_BxLxG): PaTH's per-token Householder
+  # transforms H_t = I - beta_t w_t w_t^T from the block's normalized input, which the kernels
+  # apply between each query and its keys (lcx/positions/path.py). None: no such transforms.
+  householder = None
+
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
@@ -122,6 +136,11 @@ def is_contextual(name: str) -> bool:
   return spec(name).cls.contextual is not None
 
 
+def has_householder(name: str) -> bool:
+  """Whether the scheme has a `householder` hook (PaTH: its positions come from the inputs)."""
+  return spec(name).cls.householder is not None
+
+
 def check_eval_length(cfg: ml_collections.ConfigDict, dims: Dims, seq_len: int) -> None:
   """Raises ValueError if the scheme cannot be evaluated on windows of `seq_len` tokens.
 
@@ -147,6 +166,7 @@ class BiasWrapper:
   def __init__(self, inner):
     self.inner = inner
     self.contextual = inner.contextual
+    self.householder = inner.householder
 
   def embed(self, x_BxLxD, pos_BxL):
     return self.inner.embed(x_BxLxD, pos_BxL)
