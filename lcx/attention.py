@@ -558,13 +558,25 @@ def _swap_heads_time(x):
 
 
 def dense(
-  q_BxTxHxE, k_BxTxGxE, v_BxTxGxE, pos_BxT, seg_BxT, *, scheme, remap, pattern=None, sink_H=None
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxTxGxE,
+  pos_BxT,
+  seg_BxT,
+  *,
+  scheme,
+  remap,
+  pattern=None,
+  sink_H=None,
+  householder=None,
 ):
   """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
   return _swap_heads_time(
-    attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, sink_H=sink_H)
+    attend_dense(
+      q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, sink_H=sink_H, householder=householder
+    )
   )
 
 
@@ -580,12 +592,20 @@ def chunked(
   pattern=None,
   sink_H=None,
   chunk_size=512,
+  householder=None,
 ):
   """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
   return _swap_heads_time(
     attend_chunked(
-      q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, sink_H=sink_H, chunk_size=chunk_size
+      q_BxTxHxE,
+      k_BxTxGxE,
+      v_BxGxTxE,
+      plan,
+      scheme=scheme,
+      sink_H=sink_H,
+      chunk_size=chunk_size,
+      householder=householder,
     )
   )
