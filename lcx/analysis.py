@@ -6,7 +6,8 @@ else) and a batch of tokens, and works for every scheme and remap because nothin
 re-derives attention: q and k are what the model's own blocks hand to the kernel (`qk` records
 them), and the logits come from `lcx.attention`'s own pieces (the plan of `prepare_dense`, or of
 `prepare_chunked` for chosen query rows, then `_rotated`, `_logits`, `_merge`, `_use`, `_mask`,
-`_with_contextual`), so they are the numbers the kernels compute. Up to `DENSE_MAX` tokens
+`_with_contextual`; PaTH's Householders as the kernel received them), so they are the numbers
+the kernels compute. Up to `DENSE_MAX` tokens
 every query row is computed; beyond, only chosen rows (`default_rows`), in blocks, so memory
 stays O(rows x T).
 The statistics are numpy functions of those maps.
@@ -136,10 +137,11 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 
 
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
-  """`kernel` whose attend also keeps the (q, k) it is given: the model's own projections."""
+  """`kernel` whose attend also keeps the (q, k) it is given, the model's own projections, and
+  PaTH's (w, beta) (None for other schemes)."""
 
   def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options):
-    record.append((q_BxTxHxK, k_BxTxGxK))
+    record.append((q_BxTxHxK, k_BxTxGxK, options.get("householder")))
     return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options)
 
   return attention.Kernel(kernel.prepare, attend)
@@ -162,12 +164,19 @@ def _check_length(model: Model, length: int) -> None:
 @dataclasses.dataclass(frozen=True)
 class QK:
   """Per layer N: q_NxBxTxHxK and k_NxBxTxGxK before the scheme's rotation (float32), and the
-  inputs' positions and segment ids."""
+  inputs' positions and segment ids; with PaTH, its w_NxBxTxGxK and beta_NxBxTxG (beta 0, no
+  transform, in a NoPE block of the per-layer schedule), else None."""
 
   q: np.ndarray
   k: np.ndarray
   pos: np.ndarray
   seg: np.ndarray
+  w: np.ndarray | None = None
+  beta: np.ndarray | None = None
+
+  def householder(self, layer: int):
+    """(w, beta) of `layer` for `attention._logits`, or None."""
+    return None if self.w is None else (self.w[layer], self.beta[layer])
 
 
 def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=False):
@@ -184,14 +193,19 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
   def make():
     def run(state, tokens, pos, seg):
       record, logits = _forward(nnx.merge(graphdef, state), tokens, pos, seg, kernel)
-      q = jnp.stack([q.astype(jnp.float32) for q, _ in record])
-      k = jnp.stack([k.astype(jnp.float32) for _, k in record])
-      return q, k, logits
+      q = jnp.stack([q.astype(jnp.float32) for q, _, _ in record])
+      k = jnp.stack([k.astype(jnp.float32) for _, k, _ in record])
+      if all(hh is None for _, _, hh in record):
+        return q, k, None, None, logits
+      none = (jnp.zeros(k.shape[1:]), jnp.zeros(k.shape[1:-1]))  # beta = 0: H = I
+      w, beta = (jnp.stack(x) for x in zip(*[none if hh is None else hh for _, _, hh in record]))
+      return q, k, w, beta, logits
 
     return jax.jit(run)
 
-  q, k, logits = model.program(("qk", kernel), make)(state, tokens_BxT, pos_BxT, seg_BxT)
-  out = QK(np.asarray(q), np.asarray(k), pos_BxT, seg_BxT)
+  q, k, w, beta, logits = model.program(("qk", kernel), make)(state, tokens_BxT, pos_BxT, seg_BxT)
+  w, beta = (None, None) if w is None else (np.asarray(w), np.asarray(beta))
+  out = QK(np.asarray(q), np.asarray(k), pos_BxT, seg_BxT, w, beta)
   return (out, np.asarray(logits)) if with_logits else out
 
 
@@ -207,14 +221,14 @@ def _layer_parts(decoder, layer):
   return scheme, decoder.no_remap, decoder.pattern
 
 
-def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
+def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, householder=None):
   """Every query row: the dense kernel's plan and logits (attend_dense's lines, no softmax)."""
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
   logits = attention._merge(
     [
-      (attention._logits(q, k, bias), use)
+      (attention._logits(q, k, bias, householder), use)
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
@@ -222,8 +236,9 @@ def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT):
   return attention._with_contextual(scheme, rotated[-1][0], logits, mask), mask
 
 
-def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
-  """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length.
+def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q, householder=None):
+  """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length, but with
+  PaTH (`householder`), whose rows are those of all T x T logits (`path.dense_logits`).
 
   The whole sequence is rotated (per-token lengths, xPos's centre), as the chunked kernel does;
   biases, `use` masks and the mask are then taken for the chosen rows.
@@ -235,10 +250,16 @@ def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q):
     return jnp.take(x, rows_Q, axis=1)
 
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
+
+  def row_logits(q, k):
+    if householder is None:
+      return attention._logits(rows(q), k, None)
+    return jnp.take(attention._logits(q, k, None, householder), rows_Q, axis=3)
+
   logits = attention._merge(
     [
       (
-        attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
+        attention._add_bias(row_logits(q, k), scheme.bias(rows(br.q_pos), br.k_pos)),
         attention._use(br, rows(plan.pos_BxT), plan.pos_BxT),
       )
       for (q, k), br in zip(rotated, plan.branches)
@@ -328,14 +349,14 @@ def attention_maps(
   graphdef, state = nnx.split(model.decoder)
 
   def make(dense):
-    def run(state, q_NxBxTxHxK, k_NxBxTxGxK, pos, seg, rows_Q):
+    def run(state, q_NxBxTxHxK, k_NxBxTxGxK, pos, seg, rows_Q, householders):
       decoder = nnx.merge(graphdef, state)
       probs, logits, masks = [], [], []
-      for layer, q, k in zip(layers, q_NxBxTxHxK, k_NxBxTxGxK):
+      for layer, q, k, hh in zip(layers, q_NxBxTxHxK, k_NxBxTxGxK, householders):
         if dense:
-          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg)
+          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg, hh)
         else:
-          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q)
+          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q, hh)
         b, g, r, nq, nk = lg.shape
         lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
         sink = decoder.blocks[layer].attn.sink_H
@@ -354,8 +375,9 @@ def attention_maps(
 
   program = model.program(("maps", dense, layers), lambda: make(dense))
   q, k = values.q[list(layers)], values.k[list(layers)]
+  householders = [values.householder(i) for i in layers]
   if dense:
-    probs, logits, allowed = program(state, q, k, pos_BxT, seg_BxT, rows_Q)
+    probs, logits, allowed = program(state, q, k, pos_BxT, seg_BxT, rows_Q, householders)
   else:  # fixed-size blocks of rows (the last padded with its own last row): one program
     parts = []
     for start in range(0, len(rows_Q), ROW_BLOCK):
@@ -365,7 +387,7 @@ def attention_maps(
         if len(rows_Q) > ROW_BLOCK
         else block
       )
-      out = program(state, q, k, pos_BxT, seg_BxT, padded)
+      out = program(state, q, k, pos_BxT, seg_BxT, padded, householders)
       parts.append([np.asarray(x)[..., : len(block), :] for x in out])
     probs, logits, allowed = (np.concatenate(xs, axis=-2) for xs in zip(*parts))
   doc = np.asarray(attention.document_index(jnp.asarray(seg_BxT)))

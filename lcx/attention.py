@@ -424,19 +424,26 @@ def attend_chunked(
 
     w_BxTxGxE, beta_BxTxG = householder
     ((q_path, k_path, _),) = rotated  # PaTH refuses every remap: one branch
-    local, q_start, k_end, p_hh = path.block_terms(
+    path_blocks = (
       q_path.reshape(b, g, per, n, c, d).astype(jnp.float32),
       k_path.reshape(b, g, n, c, d).astype(jnp.float32),
       jnp.moveaxis(pad(w_BxTxGxE.astype(jnp.float32)), 1, 2).reshape(b, g, n, c, d),
       jnp.moveaxis(pad(beta_BxTxG.astype(jnp.float32)), 1, 2).reshape(b, g, n, c),
     )
+    # Every block's keys at its end and its product (O(T E + T E^2 / C)); XLA drops the unused
+    # in-block logits here, which each query block computes for itself (O(C^2), not O(T C)).
+    _, _, k_end, p_hh = path.block_terms(*path_blocks)
 
   def path_logits(i, j, q_carry):
     """PaTH's logits of query block i over key block j and the carried queries: block i's own
     logits at the diagonal (q_carry None), else the carry against j's keys at their block's
     end, the carry then passing through block j's Householders."""
     if q_carry is None:
-      return local[:, :, :, i], q_start[:, :, :, i]
+      one = [
+        jax.lax.dynamic_slice_in_dim(x, i, 1, axis) for x, axis in zip(path_blocks, (3, 2, 2, 2))
+      ]
+      local, q_start, _, _ = path.block_terms(*one)
+      return local[:, :, :, 0], q_start[:, :, :, 0]
     k_j = jax.lax.dynamic_index_in_dim(k_end, j, 2, keepdims=False)
     logits = jnp.einsum("bgpqe,bgse->bgpqs", q_carry, k_j, precision=jax.lax.Precision.HIGHEST)
     p_j = jax.lax.dynamic_index_in_dim(p_hh, j, 2, keepdims=False)

@@ -22,12 +22,14 @@ Three forms of the same logits, cross-checked by the tests:
                       block's Householders; across blocks queries carry block products
   the chunked kernel  (lcx/attention.py `attend_chunked`) walks key blocks from the diagonal
                       outward with the same `block_terms`, carrying each query transformed by
-                      the blocks passed so far: memory O(T C + T E^2 / C), never T x T.
-The UT form, for one block of C tokens (U (I + L diag(beta)) A = R, L the strictly lower
-part of W W^T): with R_mj = w_m . k_j for m > j (0 else), A = (I + L diag(beta))^-1 R holds
-a_m = w_m . (H_{m-1} ... H_{j+1} k_j) in column j, so H_i ... H_{j+1} k_j = k_j - sum_{j<m<=i}
-beta_m a_mj w_m: C x C x (C + E) work per block and head, no C x C x E tensor. Cost per
-(query block, key block) pair: C^2 E for the logits plus C E^2 for the carried queries.
+                      the blocks passed so far: besides the kernel's own, every key at its
+                      block's end and every block's product, O(T E + T E^2 / C), never T x T.
+The UT form, for one block of C tokens, L the strictly lower part of W W^T (rows w_m): with
+R_mj = w_m . k_j for m > j (0 else), A = (I + L diag(beta))^-1 R, one unit-triangular solve,
+holds a_mj = w_m . (H_{m-1} ... H_{j+1} k_j), so H_i ... H_{j+1} k_j = k_j - sum_{j<m<=i}
+beta_m a_mj w_m: O(C^2 (C + E)) per block and head, no C x C x E tensor. Cost per (query
+block, key block) pair: C^2 E for the logits plus C E^2 for the carried queries, so
+O(T^2 E + T^2 E^2 / C) in all (the chunked kernel: half of it, causality).
 """
 
 from __future__ import annotations

@@ -309,3 +309,26 @@ def test_model_packed_documents_sparse_pattern_and_both_kernels():
   model(tokens[:, :12], pos[:, :12], np.ones((2, 12), np.int32))
   with pytest.raises(ValueError, match="a PaTH generation step takes one new token, not 2"):
     model.decode(tokens[:, 12:14], 10)
+
+
+def test_analysis_maps_are_the_path_logits_the_model_attends_with():
+  """lcx.analysis records each layer's (w, beta) beside q and k: its logits are the explicit
+  products' (not plain q.k), in the dense and the chosen-rows paths."""
+  from lcx import analysis, defaults
+  from lcx.model import Decoder
+
+  config = defaults.get_config("pos=path,size=tiny")
+  config.model.vocab_size, config.model.num_layers = 259, 1
+  model = analysis.Model(config, Decoder(config.model, rngs=nnx.Rngs(0)))
+  t = 12
+  tokens = np.random.default_rng(0).integers(0, 259, (1, t))
+  values = analysis.qk(model, tokens)
+  assert values.w.shape[:3] == (1, 1, t) and values.beta.shape == (1, 1, t, values.k.shape[3])
+  expected = path.reference_logits(values.q[0], values.k[0], values.w[0], values.beta[0])
+  heads = values.q.shape[3]
+  expected = np.asarray(expected).reshape(1, heads, t, t)
+  causal = np.tril(np.ones((t, t), bool))
+  maps = analysis.attention_maps(model, tokens, qk_values=values)
+  np.testing.assert_allclose(np.where(causal, maps.logits[0], 0.0), expected, atol=1e-4)
+  rows = analysis.attention_maps(model, tokens, rows=[3, 11], qk_values=values)
+  np.testing.assert_allclose(rows.probs[..., [0, 1], :], maps.probs[..., [3, 11], :], atol=1e-6)

@@ -157,8 +157,8 @@ def test_train_step_randomizes_and_plain_forward_is_untouched(runs, name):
       assert abs(run["distances"] - run["sampled"]) > 1e-4
   else:
     assert losses[0] == pytest.approx(run["sampled"], rel=1e-5)
-  # T5's table starts at zero: no position signal yet; CoPE reads no position ids.
-  if name not in ("nope", "t5", "cope"):
+  # T5's table starts at zero: no position signal yet; CoPE and PaTH read no position ids.
+  if name not in ("nope", "t5", "cope", "path"):
     assert abs(run["sampled"] - run["plain_before"]) > 1e-4
   assert run["plain_after"] == run["plain_before"]
   assert np.isfinite(run["trained_plain"])
