@@ -76,6 +76,48 @@ def _lead(x, ndim: int):
   return x.reshape((1,) * (ndim - x.ndim) + x.shape)
 
 
+def _substitute(n_CxC, rhs_CxK):
+  """X with (I + N) X = rhs, N strictly lower (any leading axes): forward substitution, one
+  row at a time, each from the rows solved before it."""
+  c = n_CxC.shape[-1]
+
+  def row(m, x_CxK):
+    n_C = jax.lax.dynamic_index_in_dim(n_CxC, m, n_CxC.ndim - 2, keepdims=False)
+    rhs_K = jax.lax.dynamic_index_in_dim(rhs_CxK, m, rhs_CxK.ndim - 2, keepdims=False)
+    x_K = rhs_K - jnp.einsum("...j,...jk->...k", n_C, x_CxK, precision=jax.lax.Precision.HIGHEST)
+    return jax.lax.dynamic_update_index_in_dim(x_CxK, x_K, m, x_CxK.ndim - 2)
+
+  return jax.lax.fori_loop(0, c, row, jnp.zeros_like(rhs_CxK))
+
+
+@jax.custom_vjp
+def unit_lower_solve(n_CxC, rhs_CxK):
+  """(I + N)^-1 rhs for a strictly lower N. Not lax.linalg.triangular_solve: XLA:CPU's solver
+  call made layout assignment give the elementwise fusion building its matrix a transposed
+  layout, which the train step's YNNPACK fusions refuse at run time (lcx/train.py)."""
+  return _substitute(n_CxC, rhs_CxK)
+
+
+def _solve_fwd(n_CxC, rhs_CxK):
+  x_CxK = _substitute(n_CxC, rhs_CxK)
+  return x_CxK, (n_CxC, x_CxK)
+
+
+def _solve_bwd(res, g_CxK):
+  """d rhs = (I + N)^-T g, a backward substitution (the forward one on both axes reversed);
+  d N = -(d rhs) X^T on the strictly lower part."""
+  n_CxC, x_CxK = res
+  flip_n = jnp.flip(jnp.swapaxes(n_CxC, -1, -2), (-1, -2))
+  d_rhs = jnp.flip(_substitute(flip_n, jnp.flip(g_CxK, -2)), -2)
+  c = n_CxC.shape[-1]
+  lower = _lead(jnp.tril(jnp.ones((c, c), bool), -1), n_CxC.ndim)
+  d_n = -jnp.einsum("...mk,...jk->...mj", d_rhs, x_CxK, precision=jax.lax.Precision.HIGHEST)
+  return jnp.where(lower, d_n, 0.0), d_rhs
+
+
+unit_lower_solve.defvjp(_solve_fwd, _solve_bwd)
+
+
 def block_terms(q_BxGxPxNxCxE, k_BxGxNxCxE, w_BxGxNxCxE, beta_BxGxNxC):
   """For each block of C tokens (N blocks), from scaled q:
     local_BxGxPxNxCxC  the logits inside the block (0 above the diagonal),
@@ -89,14 +131,10 @@ def block_terms(q_BxGxPxNxCxE, k_BxGxNxCxE, w_BxGxNxCxE, beta_BxGxNxC):
   causal = _lead(jnp.tril(jnp.ones((c, c), bool)), 6)
   hi = jax.lax.Precision.HIGHEST
   ww = jnp.einsum("bgnme,bgnse->bgnms", w_BxGxNxCxE, w_BxGxNxCxE, precision=hi)
-  unit_lower = _lead(jnp.eye(c), 5) + jnp.where(lower, ww * beta_BxGxNxC[..., None, :], 0.0)
   wk = jnp.einsum("bgnme,bgnje->bgnmj", w_BxGxNxCxE, k_BxGxNxCxE, precision=hi)
-  solved = jax.lax.linalg.triangular_solve(
-    unit_lower,
+  solved = unit_lower_solve(
+    jnp.where(lower, ww * beta_BxGxNxC[..., None, :], 0.0),
     jnp.concatenate([jnp.where(lower, wk, 0.0), w_BxGxNxCxE], -1),
-    left_side=True,
-    lower=True,
-    unit_diagonal=True,
   )
   a_BxGxNxCxC, mw_BxGxNxCxE = solved[..., :c], solved[..., c:]  # column j: a_mj; row m: a_m
   bw_BxGxNxCxE = beta_BxGxNxC[..., None] * w_BxGxNxCxE

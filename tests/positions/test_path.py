@@ -332,3 +332,18 @@ def test_analysis_maps_are_the_path_logits_the_model_attends_with():
   np.testing.assert_allclose(np.where(causal, maps.logits[0], 0.0), expected, atol=1e-4)
   rows = analysis.attention_maps(model, tokens, rows=[3, 11], qk_values=values)
   np.testing.assert_allclose(rows.probs[..., [0, 1], :], maps.probs[..., [3, 11], :], atol=1e-6)
+
+
+def test_unit_lower_solve_and_its_gradients_equal_a_dense_solve():
+  rng = np.random.default_rng(13)
+  n = np.tril(rng.normal(size=(3, 6, 6)), -1).astype(np.float32)
+  rhs = rng.normal(size=(3, 6, 5)).astype(np.float32)
+  eye = np.eye(6, dtype=np.float32)[None]
+  np.testing.assert_allclose(
+    path.unit_lower_solve(n, rhs), np.linalg.solve(eye + n.astype(np.float64), rhs), atol=1e-4
+  )
+  weights = rng.normal(size=(3, 6, 5)).astype(np.float32)
+  got = jax.grad(lambda a, b: jnp.sum(path.unit_lower_solve(a, b) * weights), (0, 1))(n, rhs)
+  want = jax.grad(lambda a, b: jnp.sum(jnp.linalg.solve(eye + a, b) * weights), (0, 1))(n, rhs)
+  np.testing.assert_allclose(got[0], np.tril(want[0], -1), atol=1e-4)  # N is strictly lower
+  np.testing.assert_allclose(got[1], want[1], atol=1e-4)
