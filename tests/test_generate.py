@@ -200,7 +200,7 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 6 * 7 + 7 * 6 + 2 * 2 + 1 * 1 + 13 * 4
+  assert len(cases) == 6 * 7 + 7 * 6 + 2 * 2 + 2 * 1 + 14 * 4  # CoPE, PaTH: remap none only
   dense = {c[:3] for c in cases if c[0] in ROTARY}
   for a, b in ((0, 1), (0, 2), (1, 2)):  # every pair of scheme, remap and scaling occurs
     assert len({(c[a], c[b]) for c in dense}) == len({c[a] for c in dense}) * len(
