@@ -6,8 +6,9 @@ else) and a batch of tokens, and works for every scheme and remap because nothin
 re-derives attention: q and k are what the model's own blocks hand to the kernel (`qk` records
 them), and the logits come from `lcx.attention`'s own pieces (the plan of `prepare_dense`, or of
 `prepare_chunked` for chosen query rows, then `_rotated`, `_logits`, `_merge`, `_use`, `_mask`,
-`_with_contextual`; PaTH's Householders as the kernel received them), so they are the numbers
-the kernels compute. Up to `DENSE_MAX` tokens
+`_with_contextual`, and an input hook's prefix sums as the block handed them, `_prefix_bias`;
+PaTH's Householders as the kernel received them), so they are the numbers the kernels compute.
+Up to `DENSE_MAX` tokens
 every query row is computed; beyond, only chosen rows (`default_rows`), in blocks, so memory
 stays O(rows x T).
 The statistics are numpy functions of those maps.
@@ -138,10 +139,11 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
   """`kernel` whose attend also keeps the (q, k) it is given, the model's own projections, and
-  PaTH's (w, beta) (None for other schemes)."""
+  the prefix sums of an input hook (FoX's gates from the block's hidden states) or None, and
+  PaTH's (w, beta) or None."""
 
   def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options):
-    record.append((q_BxTxHxK, k_BxTxGxK, options.get("householder")))
+    record.append((q_BxTxHxK, k_BxTxGxK, options.get("prefix_BxSxH"), options.get("householder")))
     return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options)
 
   return attention.Kernel(kernel.prepare, attend)
@@ -164,13 +166,16 @@ def _check_length(model: Model, length: int) -> None:
 @dataclasses.dataclass(frozen=True)
 class QK:
   """Per layer N: q_NxBxTxHxK and k_NxBxTxGxK before the scheme's rotation (float32), and the
-  inputs' positions and segment ids; with PaTH, its w_NxBxTxGxK and beta_NxBxTxG (beta 0, no
-  transform, in a NoPE block of the per-layer schedule), else None."""
+  inputs' positions and segment ids; `prefix` N x B x T x H: an input hook's prefix sums c
+  (FoX; 0 in a block without the hook), or None for a scheme without one; with PaTH, its
+  w_NxBxTxGxK and beta_NxBxTxG (beta 0, no transform, in a NoPE block of the per-layer
+  schedule), else None."""
 
   q: np.ndarray
   k: np.ndarray
   pos: np.ndarray
   seg: np.ndarray
+  prefix: np.ndarray | None = None
   w: np.ndarray | None = None
   beta: np.ndarray | None = None
 
@@ -193,19 +198,25 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
   def make():
     def run(state, tokens, pos, seg):
       record, logits = _forward(nnx.merge(graphdef, state), tokens, pos, seg, kernel)
-      q = jnp.stack([q.astype(jnp.float32) for q, _, _ in record])
-      k = jnp.stack([k.astype(jnp.float32) for _, k, _ in record])
-      if all(hh is None for _, _, hh in record):
-        return q, k, None, None, logits
+      q = jnp.stack([q.astype(jnp.float32) for q, *_ in record])
+      k = jnp.stack([k.astype(jnp.float32) for _, k, *_ in record])
+      prefix = None
+      if any(c is not None for _, _, c, _ in record):  # a NoPE block of the schedule: c = 0
+        zero = jnp.zeros(q.shape[1:4], jnp.float32)
+        prefix = jnp.stack([zero if c is None else c for _, _, c, _ in record])
+      if all(hh is None for *_, hh in record):
+        return q, k, prefix, None, None, logits
       none = (jnp.zeros(k.shape[1:]), jnp.zeros(k.shape[1:-1]))  # beta = 0: H = I
-      w, beta = (jnp.stack(x) for x in zip(*[none if hh is None else hh for _, _, hh in record]))
-      return q, k, w, beta, logits
+      w, beta = (jnp.stack(x) for x in zip(*[none if hh is None else hh for *_, hh in record]))
+      return q, k, prefix, w, beta, logits
 
     return jax.jit(run)
 
-  q, k, w, beta, logits = model.program(("qk", kernel), make)(state, tokens_BxT, pos_BxT, seg_BxT)
+  program = model.program(("qk", kernel), make)
+  q, k, prefix, w, beta, logits = program(state, tokens_BxT, pos_BxT, seg_BxT)
+  prefix = None if prefix is None else np.asarray(prefix)
   w, beta = (None, None) if w is None else (np.asarray(w), np.asarray(beta))
-  out = QK(np.asarray(q), np.asarray(k), pos_BxT, seg_BxT, w, beta)
+  out = QK(np.asarray(q), np.asarray(k), pos_BxT, seg_BxT, prefix, w, beta)
   return (out, np.asarray(logits)) if with_logits else out
 
 
@@ -221,7 +232,18 @@ def _layer_parts(decoder, layer):
   return scheme, decoder.no_remap, decoder.pattern
 
 
-def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, householder=None):
+def _with_prefix(logits_BxGxPxQxS, prefix_BxTxH, rows_Q=None):
+  """logits plus an input hook's c_i - c_j (queries: `rows_Q`, None: all), as the kernels."""
+  if prefix_BxTxH is None:
+    return logits_BxGxPxQxS
+  c_BxHxT = jnp.swapaxes(prefix_BxTxH, 1, 2)
+  c_BxHxQ = c_BxHxT if rows_Q is None else jnp.take(c_BxHxT, rows_Q, axis=2)
+  return attention._add_bias(logits_BxGxPxQxS, attention._prefix_bias(c_BxHxQ, c_BxHxT))
+
+
+def _dense_logits(
+  decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, prefix_BxTxH=None, householder=None
+):
   """Every query row: the dense kernel's plan and logits (attend_dense's lines, no softmax)."""
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
@@ -232,11 +254,22 @@ def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, househ
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
+  logits = _with_prefix(logits, prefix_BxTxH)
   mask = plan.extras["mask_BxTxT"]
   return attention._with_contextual(scheme, rotated[-1][0], logits, mask), mask
 
 
-def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q, householder=None):
+def _row_logits(
+  decoder,
+  layer,
+  q_BxTxHxK,
+  k_BxTxGxK,
+  pos_BxT,
+  seg_BxT,
+  rows_Q,
+  prefix_BxTxH=None,
+  householder=None,
+):
   """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length, but with
   PaTH (`householder`), whose rows are those of all T x T logits (`path.dense_logits`).
 
@@ -265,6 +298,7 @@ def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q, 
       for (q, k), br in zip(rotated, plan.branches)
     ]
   )
+  logits = _with_prefix(logits, prefix_BxTxH, rows_Q)
   mask = attention._mask(
     rows_Q,
     jnp.arange(pos_BxT.shape[1]),
@@ -349,14 +383,15 @@ def attention_maps(
   graphdef, state = nnx.split(model.decoder)
 
   def make(dense):
-    def run(state, q_NxBxTxHxK, k_NxBxTxGxK, pos, seg, rows_Q, householders):
+    def run(state, q_NxBxTxHxK, k_NxBxTxGxK, prefix_NxBxTxH, pos, seg, rows_Q, householders):
       decoder = nnx.merge(graphdef, state)
       probs, logits, masks = [], [], []
-      for layer, q, k, hh in zip(layers, q_NxBxTxHxK, k_NxBxTxGxK, householders):
+      for n, (layer, q, k) in enumerate(zip(layers, q_NxBxTxHxK, k_NxBxTxGxK)):
+        c = None if prefix_NxBxTxH is None else prefix_NxBxTxH[n]
         if dense:
-          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg, hh)
+          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg, c, householders[n])
         else:
-          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q, hh)
+          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q, c, householders[n])
         b, g, r, nq, nk = lg.shape
         lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
         sink = decoder.blocks[layer].attn.sink_H
@@ -375,9 +410,10 @@ def attention_maps(
 
   program = model.program(("maps", dense, layers), lambda: make(dense))
   q, k = values.q[list(layers)], values.k[list(layers)]
+  c = None if values.prefix is None else values.prefix[list(layers)]
   householders = [values.householder(i) for i in layers]
   if dense:
-    probs, logits, allowed = program(state, q, k, pos_BxT, seg_BxT, rows_Q, householders)
+    probs, logits, allowed = program(state, q, k, c, pos_BxT, seg_BxT, rows_Q, householders)
   else:  # fixed-size blocks of rows (the last padded with its own last row): one program
     parts = []
     for start in range(0, len(rows_Q), ROW_BLOCK):
@@ -387,7 +423,7 @@ def attention_maps(
         if len(rows_Q) > ROW_BLOCK
         else block
       )
-      out = program(state, q, k, pos_BxT, seg_BxT, padded, householders)
+      out = program(state, q, k, c, pos_BxT, seg_BxT, padded, householders)
       parts.append([np.asarray(x)[..., : len(block), :] for x in out])
     probs, logits, allowed = (np.concatenate(xs, axis=-2) for xs in zip(*parts))
   doc = np.asarray(attention.document_index(jnp.asarray(seg_BxT)))

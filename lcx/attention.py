@@ -17,6 +17,8 @@ Both kernels take the same ingredients, so they agree to float precision:
     pattern seeing each token's index within its own document (not its row index, nor its
     position, which remaps and randomized training positions change),
   - an optional learned sink logit per head in every softmax denominator (`_softmax`),
+  - the prefix sums c_BxSxH of a scheme's `from_input` hook (FoX), computed per layer from its
+    hidden states (lcx.model): logit (i, j) gets c_i - c_j (`_prefix_bias`), block by block.
   - PaTH's Householder transforms between each query and its keys (`householder`: w and beta
     of every token from the layer's input; lcx/positions/path.py), in place of plain q.k.
 
@@ -71,6 +73,25 @@ def document_length(pos_BxT: jax.Array, seg_BxT: jax.Array) -> jax.Array:
   )
   last_BxT = jax.lax.cummin(jnp.where(ends, idx_BxT, t - 1), axis=1, reverse=True)
   return jnp.take_along_axis(pos_BxT, last_BxT, axis=1) + 1
+
+
+def document_cumsum(a_BxTxH: jax.Array, seg_BxT: jax.Array) -> jax.Array:
+  """Prefix sums of `a` along T that restart at each packed document (where the segment id
+  changes): a segmented associative scan, so c stays as small as one document's sums (with one
+  running sum over a packed row, c_i - c_j would be a difference of large numbers)."""
+  starts_BxT = document_index(seg_BxT) == 0
+
+  def combine(left, right):
+    (a_left, start_left), (a_right, start_right) = left, right
+    return jnp.where(start_right[..., None], a_right, a_left + a_right), start_left | start_right
+
+  return jax.lax.associative_scan(combine, (a_BxTxH, starts_BxT), axis=1)[0]
+
+
+def _prefix_bias(prefix_q_BxHxQ, prefix_k_BxHxS):
+  """c_i - c_j as BxHxQxS: the sum of a scheme's `from_input` quantities over the tokens after
+  key j up to query i (FoX: log forget gates), from head-major prefix sums."""
+  return prefix_q_BxHxQ[..., :, None] - prefix_k_BxHxS[..., None, :]
 
 
 def _mask(q_idx_Q, k_idx_S, q_seg_BxQ, k_seg_BxS, q_doc_BxQ, k_doc_BxS, pattern):
@@ -319,11 +340,20 @@ def prepare_step(
 
 
 def attend_dense(
-  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, householder=None
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxGxTxE,
+  plan: Plan,
+  *,
+  scheme,
+  sink_H=None,
+  prefix_BxSxH=None,
+  householder=None,
 ) -> jax.Array:
   """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots).
-  `sink_H`: a learned sink logit per head (`_softmax`), or None; `householder`: PaTH's
-  (w_BxTxGxE, beta_BxTxG), or None (`_logits`)."""
+  `sink_H`: a learned sink logit per head (`_softmax`), or None; `prefix_BxSxH`: the prefix
+  sums c of the scheme's `from_input` hook over the keys (the queries' are c[start:start+T]),
+  or None; `householder`: PaTH's (w_BxTxGxE, beta_BxTxG), or None (`_logits`)."""
   b, t, h, d = q_BxTxHxE.shape
   rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
   logits = _merge(
@@ -332,6 +362,10 @@ def attend_dense(
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
+  if prefix_BxSxH is not None:  # before the contextual hook, which reads biased logits
+    prefix_BxHxS = jnp.swapaxes(prefix_BxSxH, 1, 2)
+    prefix_BxHxQ = jax.lax.dynamic_slice_in_dim(prefix_BxHxS, plan.start, t, axis=2)
+    logits = _add_bias(logits, _prefix_bias(prefix_BxHxQ, prefix_BxHxS))
   mask_BxQxS = plan.extras["mask_BxTxT"]
   logits = _with_contextual(scheme, rotated[-1][0], logits, mask_BxQxS)  # the last branch's q
   # Masked by adding NEG_INF (finite logits + NEG_INF == NEG_INF): one add per layer that XLA:CPU
@@ -365,6 +399,7 @@ def attend_chunked(
   *,
   scheme,
   sink_H=None,
+  prefix_BxSxH=None,
   chunk_size=512,
   householder=None,
 ) -> jax.Array:
@@ -374,6 +409,8 @@ def attend_chunked(
   order, and a contextual hook (CoPE) then carries a sum over the nearer keys from block to block.
   Segments must be contiguous runs of a row, as packing makes them (`lcx.data.pipeline`).
   A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
+  `prefix_BxSxH` (a scheme's `from_input` prefix sums c, or None): each block of logits gets
+  the query block's c minus the key block's.
   PaTH (`householder`: w_BxTxGxE, beta_BxTxG; one remap branch) takes its diagonal block's
   logits from `path.block_terms` and carries each query, transformed by the Householders of
   the key blocks passed so far, from block to block (the carry a contextual hook would use).
@@ -411,6 +448,7 @@ def attend_chunked(
   v_BxGxTxE = jnp.pad(v_BxGxTxE, [(0, 0), (0, 0), (0, tp - t), (0, 0)], mode="edge")
   pos_BxT, doc_BxT = pad(plan.pos_BxT), pad(plan.doc_BxT)
   seg_BxT = jnp.pad(plan.seg_BxT, [(0, 0), (0, tp - t)])  # segment 0: never attended
+  prefix_BxHxT = None if prefix_BxSxH is None else jnp.swapaxes(pad(prefix_BxSxH), 1, 2)
 
   def rows(x, start, axis=1):
     """The chunk of `c` rows of x from `start` along `axis`."""
@@ -481,6 +519,9 @@ def attend_chunked(
           for qb, k, qb_pos, br in q_blocks
         ]
       )
+      if prefix_BxHxT is not None:
+        prefix_bias = _prefix_bias(rows(prefix_BxHxT, i * c, 2), rows(prefix_BxHxT, j * c, 2))
+        logits = _add_bias(logits, prefix_bias)
       if masked:
         mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, pattern)
         if scheme.contextual is not None:  # with the last branch's q, as the dense kernel
@@ -531,7 +572,7 @@ def attend_chunked(
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   prepare: Callable[..., Plan]
-  # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None)
+  # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, prefix_BxSxH=None)
   attend: Callable[..., jax.Array]
 
 
@@ -575,6 +616,7 @@ def dense(
   remap,
   pattern=None,
   sink_H=None,
+  prefix_BxSxH=None,
   householder=None,
 ):
   """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
@@ -582,7 +624,14 @@ def dense(
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
   return _swap_heads_time(
     attend_dense(
-      q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, sink_H=sink_H, householder=householder
+      q_BxTxHxE,
+      k_BxTxGxE,
+      v_BxGxTxE,
+      plan,
+      scheme=scheme,
+      sink_H=sink_H,
+      prefix_BxSxH=prefix_BxSxH,
+      householder=householder,
     )
   )
 
@@ -598,6 +647,7 @@ def chunked(
   remap,
   pattern=None,
   sink_H=None,
+  prefix_BxSxH=None,
   chunk_size=512,
   householder=None,
 ):
@@ -612,6 +662,7 @@ def chunked(
       plan,
       scheme=scheme,
       sink_H=sink_H,
+      prefix_BxSxH=prefix_BxSxH,
       chunk_size=chunk_size,
       householder=householder,
     )

@@ -239,6 +239,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       "model.attention.kind='stick_breaking': its positions come from softmax logits; "
       "allowed: a scheme without a contextual hook"
     )
+  if m.attention.kind == "stick_breaking" and positions.base.reads_input(m.position.name):
+    raise ValueError(  # the stick-breaking kernels take no prefix sums: the gates would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
+      "allowed: a scheme without an input hook (from_input)"
+    )
   if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
     raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
       f"model.position.name={m.position.name!r} is not allowed with "

@@ -102,15 +102,30 @@ class KVCache(nnx.Module):
 
   Keys are kept unrotated: a rotary scheme rotates the new query and every cached key at each
   step with the current length, so a length-dependent scaling (dynamic, longrope) sees one
-  consistent set of frequencies, never keys rotated at an older length. With PaTH (`history`
-  not None) the keys are those carried through the Householders since (lcx/positions/path.py)
-  and `u` keeps every token's projection, after `history` zero slots: a step's convolution
-  reads the ones before it.
+  consistent set of frequencies, never keys rotated at an older length.
+
+  `inputs`, for a scheme with a `from_input` hook (FoX), keeps each token's quantity a per head
+  (float32, `num_heads` > 0), so a step's keys get the same prefix sums c as in a forward pass.
+  With PaTH (`history` not None) the keys are those carried through the Householders since
+  (lcx/positions/path.py) and `u` keeps every token's projection, after `history` zero slots:
+  a step's convolution reads the ones before it.
   """
 
-  def __init__(self, batch: int, size: int, num_kv_heads: int, head_dim: int, dtype, history=None):
+  def __init__(
+    self,
+    batch: int,
+    size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype,
+    num_heads: int = 0,
+    history=None,
+  ):
     self.k = nnx.Cache(jnp.zeros((batch, size, num_kv_heads, head_dim), dtype))
     self.v = nnx.Cache(jnp.zeros((batch, num_kv_heads, size, head_dim), dtype))
+    self.inputs = (
+      nnx.Cache(jnp.zeros((batch, size, num_heads), jnp.float32)) if num_heads else nnx.data(None)
+    )
     self.history = history
     self.u = (
       None
@@ -128,6 +143,12 @@ class KVCache(nnx.Module):
     self.k[...] = update(self.k[...], k_BxNxGxE.astype(self.k[...].dtype), start, axis=1)
     self.v[...] = update(self.v[...], v_BxGxNxE.astype(self.v[...].dtype), start, axis=2)
     return self.k[...], self.v[...]
+
+  def update_inputs(self, a_BxNxH, start):
+    """Writes N tokens' `from_input` quantities at slots start..; returns every slot's."""
+    update = jax.lax.dynamic_update_slice_in_dim
+    self.inputs[...] = update(self.inputs[...], a_BxNxH.astype(jnp.float32), start, axis=1)
+    return self.inputs[...]
 
 
 class Attention(nnx.Module):
@@ -215,7 +236,9 @@ class Attention(nnx.Module):
       path_kwargs = {"householder": scheme.householder(x_BxLxD, plan.seg_BxT)}
     elif self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
-    remainder = {} if self.remainder_HxE is None else {"remainder_HxE": self.remainder_HxE[...]}
+    options = {} if self.remainder_HxE is None else {"remainder_HxE": self.remainder_HxE[...]}
+    if scheme.from_input is not None:  # FoX: a bias from this block's own hidden states
+      options["prefix_BxSxH"] = self._prefix_sums(scheme, x_BxLxD, q_pos_BxL, plan)
     out_BxHxLxE = kernel.attend(
       q_BxLxHxE,
       k_BxLxGxE,
@@ -223,12 +246,22 @@ class Attention(nnx.Module):
       plan,
       scheme=scheme,
       sink_H=None if self.sink_H is None else self.sink_H[...],
-      **remainder,
+      **options,
       **path_kwargs,
     )
     if self.wg is not None:
       out_BxHxLxE = gating.apply(self.gate, out_BxHxLxE, x_BxLxD, self.wg[...])
     return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
+
+  def _prefix_sums(self, scheme, x_BxLxD, q_pos_BxL, plan):
+    """c_BxSxH over the plan's keys: per document, the prefix sums of the scheme's `from_input`
+    quantities, the new tokens' from x and, while generating, the cached tokens' before them
+    (the queries are keys plan.start..; a step's keys, the cache's slots, are one document)."""
+    seg_BxL = jax.lax.dynamic_slice_in_dim(plan.seg_BxT, plan.start, x_BxLxD.shape[1], axis=1)
+    a_BxSxH = scheme.from_input(x_BxLxD, q_pos_BxL, seg_BxL).astype(jnp.float32)
+    if self.cache is not None:  # every slot's
+      a_BxSxH = self.cache.update_inputs(a_BxSxH, plan.start)
+    return attention.document_cumsum(a_BxSxH, plan.seg_BxT)
 
 
 # tanh-approximate GELU as x * sigmoid(x * (A + B x^2)): 0.5 (1 + tanh(z)) = sigmoid(2z).
@@ -418,9 +451,11 @@ class Decoder(nnx.Module):
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""
     history = self.position.history if self.position.householder is not None else None
-    for block in self.blocks:
+    for i, block in enumerate(self.blocks):
       _, g, k = block.attn.wk[...].shape
-      block.attn.cache = KVCache(batch, size, g, k, self.dtype, history)
+      inputs = self.layer_scheme(i).from_input is not None  # FoX: each token's log gates too
+      h = block.attn.wq[...].shape[1] if inputs else 0
+      block.attn.cache = KVCache(batch, size, g, k, self.dtype, num_heads=h, history=history)
 
   def cache_size(self) -> int | None:
     cache = self.blocks[0].attn.cache

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import analysis, checkpoint, defaults, positions, train
+from lcx import analysis, attention, checkpoint, defaults, positions, train
 from lcx.model import Decoder
 from lcx.positions import remaps
 
@@ -270,6 +270,37 @@ def test_every_scheme_and_remap_past_the_training_length(scheme, remap):
   part = analysis.attention_maps(model, _tokens(t=t), pos, seg, rows=rows)
   np.testing.assert_allclose(part.probs, maps.probs[..., rows, :], atol=1e-5)
   np.testing.assert_array_equal(part.allowed, maps.allowed[:, rows])
+
+
+@pytest.mark.parametrize("dense_max", [1024, 16])
+def test_fox_maps_hold_each_blocks_forget_gates(dense_max):
+  """Layer 1's logits are q.k / sqrt(E) plus c_i - c_j, c the prefix sums of log f from that
+  block's own input (its attention norm of the first block's output), per packed document;
+  the row path (T > dense_max) gives the same rows."""
+  model = _model("fox", layers=2)
+  decoder, t = model.decoder, 40
+  tokens = jnp.asarray(_tokens(t=t))
+  pos = np.concatenate([np.arange(30), np.arange(10)])[None].repeat(2, 0)
+  seg = np.array([1] * 30 + [2] * 10)[None].repeat(2, 0)
+  values = analysis.qk(model, tokens, pos, seg)
+  maps = analysis.attention_maps(model, tokens, pos, seg, qk_values=values, dense_max=dense_max)
+  x = decoder.embed[...][tokens]
+  plans = decoder.plans(lambda **kw: attention.prepare_dense(pos, seg, **kw))
+  x = decoder.blocks[0](
+    x, kernel=decoder.kernel("dense"), q_pos_BxL=pos, **decoder.layer_inputs(0, plans)
+  )
+  x = decoder.blocks[1].attn_norm(x)
+  log_f = decoder.position.for_layer(1).from_input(x, pos, seg)
+  c = np.asarray(attention.document_cumsum(log_f, jnp.asarray(seg)))
+  np.testing.assert_allclose(values.prefix[1], c, atol=1e-5)
+  q, k = values.q[1], values.k[1]
+  k = np.repeat(k, q.shape[2] // k.shape[2], axis=2)  # a kv head per group of query heads
+  expected = np.einsum("bqhe,bshe->bhqs", q, k) / np.sqrt(q.shape[-1])
+  expected = expected + np.moveaxis(c[:, :, None, :] - c[:, None, :, :], -1, 1)
+  allowed = maps.allowed[:, None]
+  np.testing.assert_allclose(
+    np.where(allowed, maps.logits[1], 0.0), np.where(allowed, expected, 0.0), atol=1e-4
+  )
 
 
 def test_learned_table_refuses_lengths_past_it():

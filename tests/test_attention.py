@@ -347,3 +347,67 @@ def test_sink_chunked_equals_dense(name):
     atol=3e-5,
     rtol=3e-5,
   )
+
+
+# --- An input hook's prefix sums (FoX): logit (i, j) gets c_i - c_j. ---
+
+
+def test_document_cumsum_restarts_at_each_segment():
+  """A loop over the tokens, the running sum reset where the segment id changes."""
+  rng = np.random.default_rng(3)
+  seg = np.asarray([[1, 1, 1, 2, 2, 3, 0, 0], [5, 5, 5, 5, 5, 5, 5, 5]])
+  a = rng.normal(size=(2, 8, 3)).astype(np.float32)
+  expected = np.zeros_like(a)
+  for b in range(2):
+    for t in range(8):
+      same = t > 0 and seg[b, t] == seg[b, t - 1]
+      expected[b, t] = a[b, t] + (expected[b, t - 1] if same else 0.0)
+  got = attention.document_cumsum(jnp.asarray(a), jnp.asarray(seg))
+  np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+class _TableBias(positions.Scheme):
+  """A bias read from a B x T x H table of prefix sums c at the positions (here token indices,
+  one document per row): c_i - c_j, the prefix hook's bias spelled out as an ordinary bias."""
+
+  def __init__(self, prefix_BxTxH):
+    self.prefix_BxHxT = jnp.swapaxes(prefix_BxTxH, 1, 2)
+
+  def bias(self, q_pos_BxQ, k_pos_BxS):
+    def at(pos):
+      return jnp.take_along_axis(self.prefix_BxHxT, pos[:, None].astype(jnp.int32), axis=2)
+
+    return at(q_pos_BxQ)[..., :, None] - at(k_pos_BxS)[..., None, :]
+
+
+def _prefix(b, t, h=4, seed=5):
+  """Prefix sums of random log-sigmoids (FoX's log forget gates): c decreasing, as FoX's."""
+  a = jax.nn.log_sigmoid(jnp.asarray(np.random.default_rng(seed).normal(size=(b, t, h)) + 1.0))
+  return a.astype(jnp.float32)
+
+
+def test_prefix_sums_bias_the_logits_by_their_difference():
+  q, k, v, pos, seg = _inputs(t=24)
+  prefix = attention.document_cumsum(_prefix(2, 24), seg)
+  nope = _scheme("nope")
+  got = attention.dense(q, k, v, pos, seg, scheme=nope, remap=NO_REMAP, prefix_BxSxH=prefix)
+  expected = attention.dense(q, k, v, pos, seg, scheme=_TableBias(prefix), remap=NO_REMAP)
+  np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+  plain = attention.dense(q, k, v, pos, seg, scheme=nope, remap=NO_REMAP)
+  assert not np.allclose(got, plain, atol=1e-3)  # the bias matters
+
+
+@pytest.mark.parametrize("chunk", [5, 16, 64])
+@pytest.mark.parametrize("name", ["nope", "alibi"])
+def test_prefix_sums_chunked_equal_dense_on_packed_documents(chunk, name):
+  """Block by block (c of a query block minus c of a key block) as over the whole T x T: blocks
+  not dividing T = 70, documents across block edges, padding; beside another scheme's bias."""
+  t = 70
+  q, k, v, _, _ = _inputs(b=3, t=t)
+  pos, seg = _packed([[5, 40, 20], [70], [16, 16, 30, 8]], t)
+  prefix = attention.document_cumsum(_prefix(3, t), seg)
+  kw = dict(scheme=_scheme(name), remap=NO_REMAP, prefix_BxSxH=prefix)
+  real = np.asarray(seg > 0)
+  dense = attention.dense(q, k, v, pos, seg, **kw)
+  chunked = attention.chunked(q, k, v, pos, seg, chunk_size=chunk, **kw)
+  np.testing.assert_allclose(np.asarray(chunked)[real], np.asarray(dense)[real], atol=3e-5)

@@ -12,7 +12,7 @@ from absl import flags
 from lcx import bench, config as config_lib, positions
 from lcx.bench import device_check, long_eval, options, throughput, timing, workload
 from lcx.evaluate.runner import Runner
-from tests.helpers import run_lcx
+from tests.helpers import run_lcx, schemes_with
 
 
 def test_flops_match_a_hand_count_for_the_tiny_model():
@@ -177,6 +177,18 @@ def test_every_option_row_builds_and_takes_a_train_step():
   for row, program in programs.items():
     metrics = program.step()
     assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0, row
+
+
+@pytest.mark.parametrize("scheme", schemes_with("from_input"))
+def test_an_input_hook_scheme_builds_and_steps_in_the_positions_section(scheme):
+  """FoX's gates from hidden states through the positions section's own train step (`buildable`
+  turns a failure into a skipped row, so this is where one would show)."""
+  opts = _options("--model_size=tiny", "--batch_size=2", "--seq_len=16")
+  assert scheme in opts.schemes  # timed by default
+  programs, failed = workload.buildable(opts, [scheme])
+  assert failed == {} and list(programs) == [scheme]
+  metrics = programs[scheme].step()
+  assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
 
 
 def test_unregistered_schemes_are_skipped_with_a_note(capsys):

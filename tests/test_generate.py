@@ -200,7 +200,8 @@ def test_the_matrix_covers_every_scheme_remap_scaling_and_pattern():
   assert {c[1] for c in cases} == set(remaps.REMAPS) == set(REMAPS)
   assert {c[2] for c in cases} == set(positions.scaling.ROPE_TYPES) == set(SCALINGS)
   assert {c[3] for c in cases} == set(patterns.PATTERNS) == set(PATTERNS)
-  assert len(cases) == 6 * 7 + 7 * 6 + 2 * 2 + 2 * 1 + 14 * 4  # CoPE, PaTH: remap none only
+  # CoPE and PaTH take remap none only; FoX every remap.
+  assert len(cases) == 6 * 7 + 8 * 6 + 2 * 2 + 2 * 1 + 15 * 4
   dense = {c[:3] for c in cases if c[0] in ROTARY}
   for a, b in ((0, 1), (0, 2), (1, 2)):  # every pair of scheme, remap and scaling occurs
     assert len({(c[a], c[b]) for c in dense}) == len({c[a] for c in dense}) * len(
@@ -249,6 +250,17 @@ def test_chunked_prefill_equals_dense():
   graphdef, params = nnx.split(model, nnx.Param)
   dense = generate.generate(graphdef, params, _prompt(), 6, with_logits=True)
   chunked = generate.generate(graphdef, params, _prompt(), 6, kernel="chunked", with_logits=True)
+  np.testing.assert_array_equal(dense[0], chunked[0])
+  np.testing.assert_allclose(dense[1], chunked[1], atol=1e-4, rtol=1e-4)
+
+
+def test_fox_chunked_prefill_in_blocks_equals_dense():
+  """The prefill's chunked kernel takes FoX's prefix sums block by block (4-token blocks, not
+  dividing the 10-token prompt); each cached token's log gates then serve every step."""
+  model = _model("fox", options={"attention.chunk_size": 4})
+  graphdef, params = nnx.split(model, nnx.Param)
+  dense = generate.generate(graphdef, params, _prompt(), 12, with_logits=True)
+  chunked = generate.generate(graphdef, params, _prompt(), 12, kernel="chunked", with_logits=True)
   np.testing.assert_array_equal(dense[0], chunked[0])
   np.testing.assert_allclose(dense[1], chunked[1], atol=1e-4, rtol=1e-4)
 

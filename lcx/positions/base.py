@@ -1,6 +1,6 @@
-"""The position-scheme plug-in: a registry of schemes, each an NNX module with four hooks.
+"""The position-scheme plug-in: a registry of schemes, each an NNX module with six hooks.
 
-A scheme touches the model in at most four places, each the identity unless it overrides it:
+A scheme touches the model in at most six places, each the identity unless it overrides it:
   embed(x_BxLxD, pos_BxL)                     additive absolute schemes (sinusoidal, learned)
   rotate(q_BxLxHxE, k_BxLxGxE, q_pos, k_pos, q_len_BxL=, k_len_BxL=)
                                               the rotary family (RoPE, p-RoPE, xPos, + scaling);
@@ -9,13 +9,21 @@ A scheme touches the model in at most four places, each the identity unless it o
   contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry)
                                               logits from q and the logits themselves (CoPE);
                                               None (the default) when the scheme has none
+  from_input(x_BxLxD, pos_BxL, seg_BxL) -> a_BxLxH
+                                              a per-token, per-head float32 quantity from each
+                                              block's own (normalized) input; logit (i, j) gets
+                                              c_i - c_j, c the prefix sum of a within each
+                                              document (FoX's log forget gates); None (the
+                                              default) when the scheme has none
   householder(x_BxLxD, seg_BxL) -> (w_BxLxGxE, beta_BxLxG)
                                               PaTH: transforms from each layer's input, between
                                               query and key; None (the default) otherwise
 Positions are always explicit inputs (int or float), so a bias is a function of positions, never
 a stored (T, T) matrix: the chunked attention kernel evaluates it block by block at any length.
 A contextual hook reads no positions; the chunked kernel calls it once per key block, nearest
-block first, threading `carry` (see `Scheme.contextual`).
+block first, threading `carry` (see `Scheme.contextual`). An input hook reads the hidden
+states, so its c is computed per block and handed to the kernels beside q, k and v: the chunked
+kernel adds c_q - c_k block by block, never a (T, T) matrix (see `Scheme.from_input`).
 One scheme instance serves all layers (learned schemes hold one set of parameters), unless its
 `for_layer(i)` returns another for block i (CoPE's per-layer tables).
 Shape letters (E head dim, S key length, R rotary pairs, ...): lcx/attention.py's docstring.
@@ -99,6 +107,17 @@ class Scheme(nnx.Module):
   # block from the diagonal outward (nearest keys first), so a carry can sum over the nearer keys.
   contextual = None
 
+  # from_input(x_BxLxD, pos_BxL, seg_BxL) -> a_BxLxH: a float32 quantity per token and head
+  # computed from the hidden state each block attends from (its normalized input: x differs per
+  # block, so a scheme with parameters keeps one set per block through `for_layer`), with the
+  # tokens' positions and segment ids (packed documents). Logit (i, j) then gets c_i - c_j,
+  # c_BxLxH the prefix sum of a restarting at every document (`attention.document_cumsum`):
+  # sum_{l=j+1..i} a_l, FoX's sum of log forget gates. The kernels need only c per token (the
+  # chunked one takes a block of queries' and a block of keys'), and a KV cache keeps every
+  # token's a (`model.KVCache`), so a generation step sees the same c as the full forward pass.
+  # None here, so no kernel does extra work (or compiles other programs) for any other scheme.
+  from_input = None
+
   # householder(x_BxLxD, seg_BxL) -> (w_BxLxGxE, beta_BxLxG): PaTH's per-token Householder
   # transforms H_t = I - beta_t w_t w_t^T from the block's normalized input, which the kernels
   # apply between each query and its keys (lcx/positions/path.py). None: no such transforms.
@@ -136,6 +155,11 @@ def is_contextual(name: str) -> bool:
   return spec(name).cls.contextual is not None
 
 
+def reads_input(name: str) -> bool:
+  """Whether the scheme has a `from_input` hook (a bias from each block's hidden states)."""
+  return spec(name).cls.from_input is not None
+
+
 def has_householder(name: str) -> bool:
   """Whether the scheme has a `householder` hook (PaTH: its positions come from the inputs)."""
   return spec(name).cls.householder is not None
@@ -166,6 +190,7 @@ class BiasWrapper:
   def __init__(self, inner):
     self.inner = inner
     self.contextual = inner.contextual
+    self.from_input = inner.from_input
     self.householder = inner.householder
 
   def embed(self, x_BxLxD, pos_BxL):

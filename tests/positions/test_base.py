@@ -54,6 +54,11 @@ def test_hooks_follow_the_contract(name):
   else:
     assert bias is None
   assert all(np.all(np.isfinite(a)) for a in (embedded, q_out, k_out))
+  if scheme.from_input is not None:  # a per-token, per-head float32 quantity from x
+    seg = jnp.ones((2, 6), jnp.int32)
+    a = nnx.jit(lambda s, x: s.for_layer(0).from_input(x, pos, seg))(scheme, x)
+    assert a.shape == (2, 6, 4) and a.dtype == jnp.float32 and np.all(np.isfinite(a))
+  assert (scheme.from_input is not None) == positions.base.reads_input(name)
 
 
 def test_unknown_scheme_and_fields_are_named():
