@@ -6,8 +6,9 @@ else) and a batch of tokens, and works for every scheme and remap because nothin
 re-derives attention: q and k are what the model's own blocks hand to the kernel (`qk` records
 them), and the logits come from `lcx.attention`'s own pieces (the plan of `prepare_dense`, or of
 `prepare_chunked` for chosen query rows, then `_rotated`, `_logits`, `_merge`, `_use`, `_mask`,
-`_with_contextual`, and an input hook's prefix sums as the block handed them, `_prefix_bias`),
-so they are the numbers the kernels compute. Up to `DENSE_MAX` tokens
+`_with_contextual`, and an input hook's prefix sums as the block handed them, `_prefix_bias`;
+PaTH's Householders as the kernel received them), so they are the numbers the kernels compute.
+Up to `DENSE_MAX` tokens
 every query row is computed; beyond, only chosen rows (`default_rows`), in blocks, so memory
 stays O(rows x T).
 The statistics are numpy functions of those maps.
@@ -138,10 +139,11 @@ def _inputs(tokens_BxT, pos_BxT=None, seg_BxT=None):
 
 def _recording(kernel: attention.Kernel, record: list) -> attention.Kernel:
   """`kernel` whose attend also keeps the (q, k) it is given, the model's own projections, and
-  the prefix sums of an input hook (FoX's gates from the block's hidden states) or None."""
+  the prefix sums of an input hook (FoX's gates from the block's hidden states) or None, and
+  PaTH's (w, beta) or None."""
 
   def attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options):
-    record.append((q_BxTxHxK, k_BxTxGxK, options.get("prefix_BxSxH")))
+    record.append((q_BxTxHxK, k_BxTxGxK, options.get("prefix_BxSxH"), options.get("householder")))
     return kernel.attend(q_BxTxHxK, k_BxTxGxK, v_BxGxTxK, plan, **options)
 
   return attention.Kernel(kernel.prepare, attend)
@@ -165,13 +167,21 @@ def _check_length(model: Model, length: int) -> None:
 class QK:
   """Per layer N: q_NxBxTxHxK and k_NxBxTxGxK before the scheme's rotation (float32), and the
   inputs' positions and segment ids; `prefix` N x B x T x H: an input hook's prefix sums c
-  (FoX; 0 in a block without the hook), or None for a scheme without one."""
+  (FoX; 0 in a block without the hook), or None for a scheme without one; with PaTH, its
+  w_NxBxTxGxK and beta_NxBxTxG (beta 0, no transform, in a NoPE block of the per-layer
+  schedule), else None."""
 
   q: np.ndarray
   k: np.ndarray
   pos: np.ndarray
   seg: np.ndarray
   prefix: np.ndarray | None = None
+  w: np.ndarray | None = None
+  beta: np.ndarray | None = None
+
+  def householder(self, layer: int):
+    """(w, beta) of `layer` for `attention._logits`, or None."""
+    return None if self.w is None else (self.w[layer], self.beta[layer])
 
 
 def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=False):
@@ -188,20 +198,25 @@ def qk(model: Model, tokens_BxT, pos_BxT=None, seg_BxT=None, *, with_logits=Fals
   def make():
     def run(state, tokens, pos, seg):
       record, logits = _forward(nnx.merge(graphdef, state), tokens, pos, seg, kernel)
-      q = jnp.stack([q.astype(jnp.float32) for q, _, _ in record])
-      k = jnp.stack([k.astype(jnp.float32) for _, k, _ in record])
+      q = jnp.stack([q.astype(jnp.float32) for q, *_ in record])
+      k = jnp.stack([k.astype(jnp.float32) for _, k, *_ in record])
       prefix = None
-      if any(c is not None for _, _, c in record):  # a NoPE block of the schedule: c = 0
+      if any(c is not None for _, _, c, _ in record):  # a NoPE block of the schedule: c = 0
         zero = jnp.zeros(q.shape[1:4], jnp.float32)
-        prefix = jnp.stack([zero if c is None else c for _, _, c in record])
-      return q, k, prefix, logits
+        prefix = jnp.stack([zero if c is None else c for _, _, c, _ in record])
+      if all(hh is None for *_, hh in record):
+        return q, k, prefix, None, None, logits
+      none = (jnp.zeros(k.shape[1:]), jnp.zeros(k.shape[1:-1]))  # beta = 0: H = I
+      w, beta = (jnp.stack(x) for x in zip(*[none if hh is None else hh for *_, hh in record]))
+      return q, k, prefix, w, beta, logits
 
     return jax.jit(run)
 
   program = model.program(("qk", kernel), make)
-  q, k, prefix, logits = program(state, tokens_BxT, pos_BxT, seg_BxT)
+  q, k, prefix, w, beta, logits = program(state, tokens_BxT, pos_BxT, seg_BxT)
   prefix = None if prefix is None else np.asarray(prefix)
-  out = QK(np.asarray(q), np.asarray(k), pos_BxT, seg_BxT, prefix)
+  w, beta = (None, None) if w is None else (np.asarray(w), np.asarray(beta))
+  out = QK(np.asarray(q), np.asarray(k), pos_BxT, seg_BxT, prefix, w, beta)
   return (out, np.asarray(logits)) if with_logits else out
 
 
@@ -226,14 +241,16 @@ def _with_prefix(logits_BxGxPxQxS, prefix_BxTxH, rows_Q=None):
   return attention._add_bias(logits_BxGxPxQxS, attention._prefix_bias(c_BxHxQ, c_BxHxT))
 
 
-def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, prefix_BxTxH=None):
+def _dense_logits(
+  decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, prefix_BxTxH=None, householder=None
+):
   """Every query row: the dense kernel's plan and logits (attend_dense's lines, no softmax)."""
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
   logits = attention._merge(
     [
-      (attention._logits(q, k, bias), use)
+      (attention._logits(q, k, bias, householder), use)
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
@@ -242,8 +259,19 @@ def _dense_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, prefix
   return attention._with_contextual(scheme, rotated[-1][0], logits, mask), mask
 
 
-def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q, prefix_BxTxH=None):
-  """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length.
+def _row_logits(
+  decoder,
+  layer,
+  q_BxTxHxK,
+  k_BxTxGxK,
+  pos_BxT,
+  seg_BxT,
+  rows_Q,
+  prefix_BxTxH=None,
+  householder=None,
+):
+  """Query rows `rows_Q` only, against every key: O(Q x T) memory at any length, but with
+  PaTH (`householder`), whose rows are those of all T x T logits (`path.dense_logits`).
 
   The whole sequence is rotated (per-token lengths, xPos's centre), as the chunked kernel does;
   biases, `use` masks and the mask are then taken for the chosen rows.
@@ -255,10 +283,16 @@ def _row_logits(decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, rows_Q, 
     return jnp.take(x, rows_Q, axis=1)
 
   rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
+
+  def row_logits(q, k):
+    if householder is None:
+      return attention._logits(rows(q), k, None)
+    return jnp.take(attention._logits(q, k, None, householder), rows_Q, axis=3)
+
   logits = attention._merge(
     [
       (
-        attention._logits(rows(q), k, scheme.bias(rows(br.q_pos), br.k_pos)),
+        attention._add_bias(row_logits(q, k), scheme.bias(rows(br.q_pos), br.k_pos)),
         attention._use(br, rows(plan.pos_BxT), plan.pos_BxT),
       )
       for (q, k), br in zip(rotated, plan.branches)
@@ -349,15 +383,15 @@ def attention_maps(
   graphdef, state = nnx.split(model.decoder)
 
   def make(dense):
-    def run(state, q_NxBxTxHxK, k_NxBxTxGxK, prefix_NxBxTxH, pos, seg, rows_Q):
+    def run(state, q_NxBxTxHxK, k_NxBxTxGxK, prefix_NxBxTxH, pos, seg, rows_Q, householders):
       decoder = nnx.merge(graphdef, state)
       probs, logits, masks = [], [], []
       for n, (layer, q, k) in enumerate(zip(layers, q_NxBxTxHxK, k_NxBxTxGxK)):
         c = None if prefix_NxBxTxH is None else prefix_NxBxTxH[n]
         if dense:
-          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg, c)
+          lg, mask = _dense_logits(decoder, layer, q, k, pos, seg, c, householders[n])
         else:
-          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q, c)
+          lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q, c, householders[n])
         b, g, r, nq, nk = lg.shape
         lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
         sink = decoder.blocks[layer].attn.sink_H
@@ -377,8 +411,9 @@ def attention_maps(
   program = model.program(("maps", dense, layers), lambda: make(dense))
   q, k = values.q[list(layers)], values.k[list(layers)]
   c = None if values.prefix is None else values.prefix[list(layers)]
+  householders = [values.householder(i) for i in layers]
   if dense:
-    probs, logits, allowed = program(state, q, k, c, pos_BxT, seg_BxT, rows_Q)
+    probs, logits, allowed = program(state, q, k, c, pos_BxT, seg_BxT, rows_Q, householders)
   else:  # fixed-size blocks of rows (the last padded with its own last row): one program
     parts = []
     for start in range(0, len(rows_Q), ROW_BLOCK):
@@ -388,7 +423,7 @@ def attention_maps(
         if len(rows_Q) > ROW_BLOCK
         else block
       )
-      out = program(state, q, k, c, pos_BxT, seg_BxT, padded)
+      out = program(state, q, k, c, pos_BxT, seg_BxT, padded, householders)
       parts.append([np.asarray(x)[..., : len(block), :] for x in out])
     probs, logits, allowed = (np.concatenate(xs, axis=-2) for xs in zip(*parts))
   doc = np.asarray(attention.document_index(jnp.asarray(seg_BxT)))

@@ -19,6 +19,8 @@ Both kernels take the same ingredients, so they agree to float precision:
   - an optional learned sink logit per head in every softmax denominator (`_softmax`),
   - the prefix sums c_BxSxH of a scheme's `from_input` hook (FoX), computed per layer from its
     hidden states (lcx.model): logit (i, j) gets c_i - c_j (`_prefix_bias`), block by block.
+  - PaTH's Householder transforms between each query and its keys (`householder`: w and beta
+    of every token from the layer's input; lcx/positions/path.py), in place of plain q.k.
 
 A generation step (`prepare_step`) is a dense plan too, whose queries are the new tokens and
 whose keys are a KV cache's slots: the same hooks, mask and merge, so cached logits equal the
@@ -124,14 +126,25 @@ def _heads_major(q_BxQxHxE, g):
   return jnp.transpose(q_BxQxHxE.reshape(b, nq, g, h // g, d), (0, 2, 3, 1, 4))
 
 
-def _logits(q_BxQxHxE, k_BxSxGxE, bias):
-  """Scaled logits plus an optional bias, as BxGxPxQxS float32 (token-major q and k).
+def _logits(q_BxQxHxE, k_BxSxGxE, bias, householder=None):
+  """Scaled logits plus an optional bias, as BxGxPxQxS float32 (token-major q and k); with
+  `householder` (PaTH's w_BxSxGxE, beta_BxSxG; Q = S), q_i^T H_i ... H_{j+1} k_j in place of
+  q_i . k_j (`path.dense_logits`; 0 above the diagonal, which the mask removes).
 
   q is laid out heads-major and scaled first (`_q_grouped`): from token-major q, XLA:CPU
   computed the logits as k . q (S before Q) and transposed them, a B x H x T x T copy per
   layer; scaling the B x H x T x T logits instead cost 0.4-1.2% of the step (NoPE, RoPE,
   ALiBi, FIRE; one interleaved A/B)."""
   q_BxGxPxQxE = _q_grouped(q_BxQxHxE, k_BxSxGxE.shape[2])
+  if householder is not None:
+    from lcx.positions import path  # lcx.positions imports this module
+
+    w_BxSxGxE, beta_BxSxG = householder
+    heads_major = functools.partial(jnp.moveaxis, source=1, destination=2)
+    logits = path.dense_logits(
+      q_BxGxPxQxE, heads_major(k_BxSxGxE), heads_major(w_BxSxGxE), jnp.moveaxis(beta_BxSxG, 1, 2)
+    )
+    return _add_bias(logits, bias)
   logits = jnp.einsum(
     "bgpqe,bsge->bgpqs", q_BxGxPxQxE, k_BxSxGxE, preferred_element_type=jnp.float32
   )
@@ -327,17 +340,25 @@ def prepare_step(
 
 
 def attend_dense(
-  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, prefix_BxSxH=None
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxGxTxE,
+  plan: Plan,
+  *,
+  scheme,
+  sink_H=None,
+  prefix_BxSxH=None,
+  householder=None,
 ) -> jax.Array:
   """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots).
   `sink_H`: a learned sink logit per head (`_softmax`), or None; `prefix_BxSxH`: the prefix
   sums c of the scheme's `from_input` hook over the keys (the queries' are c[start:start+T]),
-  or None."""
+  or None; `householder`: PaTH's (w_BxTxGxE, beta_BxTxG), or None (`_logits`)."""
   b, t, h, d = q_BxTxHxE.shape
   rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
   logits = _merge(
     [
-      (_logits(q, k, bias), use)
+      (_logits(q, k, bias, householder), use)
       for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
     ]
   )
@@ -380,6 +401,7 @@ def attend_chunked(
   sink_H=None,
   prefix_BxSxH=None,
   chunk_size=512,
+  householder=None,
 ) -> jax.Array:
   """-> out_BxHxTxE. Query block i visits key blocks 0..i only (causality): half of dense's work,
   and only those from the start of its first query's document (packed documents: far less). It
@@ -389,6 +411,9 @@ def attend_chunked(
   A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
   `prefix_BxSxH` (a scheme's `from_input` prefix sums c, or None): each block of logits gets
   the query block's c minus the key block's.
+  PaTH (`householder`: w_BxTxGxE, beta_BxTxG; one remap branch) takes its diagonal block's
+  logits from `path.block_terms` and carries each query, transformed by the Householders of
+  the key blocks passed so far, from block to block (the carry a contextual hook would use).
 
   T is padded to a multiple of `chunk_size` with segment 0, which no real token attends to.
   q and k are laid out head-major (BxGxPxTxE, BxGxTxE) once, before the loops (v comes so), so
@@ -431,6 +456,38 @@ def attend_chunked(
 
   pattern = plan.extras["pattern"]
   plain = pattern is None and scheme.contextual is None  # may skip the mask of a whole block
+  carries = scheme.contextual is not None or householder is not None  # from the diagonal on
+  if householder is not None:
+    from lcx.positions import path  # lcx.positions imports this module
+
+    w_BxTxGxE, beta_BxTxG = householder
+    ((q_path, k_path, _),) = rotated  # PaTH refuses every remap: one branch
+    path_blocks = (
+      q_path.reshape(b, g, per, n, c, d).astype(jnp.float32),
+      k_path.reshape(b, g, n, c, d).astype(jnp.float32),
+      jnp.moveaxis(pad(w_BxTxGxE.astype(jnp.float32)), 1, 2).reshape(b, g, n, c, d),
+      jnp.moveaxis(pad(beta_BxTxG.astype(jnp.float32)), 1, 2).reshape(b, g, n, c),
+    )
+    # Every block's keys at its end and its product (O(T E + T E^2 / C)); XLA drops the unused
+    # in-block logits here, which each query block computes for itself (O(C^2), not O(T C)).
+    _, _, k_end, p_hh = path.block_terms(*path_blocks)
+
+  def path_logits(i, j, q_carry):
+    """PaTH's logits of query block i over key block j and the carried queries: block i's own
+    logits at the diagonal (q_carry None), else the carry against j's keys at their block's
+    end, the carry then passing through block j's Householders."""
+    if q_carry is None:
+      one = [
+        jax.lax.dynamic_slice_in_dim(x, i, 1, axis) for x, axis in zip(path_blocks, (3, 2, 2, 2))
+      ]
+      local, q_start, _, _ = path.block_terms(*one)
+      return local[:, :, :, 0], q_start[:, :, :, 0]
+    k_j = jax.lax.dynamic_index_in_dim(k_end, j, 2, keepdims=False)
+    logits = jnp.einsum("bgpqe,bgse->bgpqs", q_carry, k_j, precision=jax.lax.Precision.HIGHEST)
+    p_j = jax.lax.dynamic_index_in_dim(p_hh, j, 2, keepdims=False)
+    return logits, jnp.einsum(
+      "bgpqe,bgef->bgpqf", q_carry, p_j, precision=jax.lax.Precision.HIGHEST
+    )
 
   def query_block(i):
     q_idx = i * c + jnp.arange(c)
@@ -443,15 +500,20 @@ def attend_chunked(
     def key_block(j, carry, masked=True):
       m_prev, l_prev, acc, context = carry
       k_pos, k_seg, k_doc = (rows(x, j * c) for x in (pos_BxT, seg_BxT, doc_BxT))
+
+      def products(qb, k):
+        nonlocal context
+        if householder is None:
+          return jnp.einsum(
+            "bgpqe,bgse->bgpqs", qb, rows(k, j * c, 2), preferred_element_type=jnp.float32
+          )
+        out, context = path_logits(i, j, context)
+        return out
+
       logits = _merge(
         [
           (
-            _add_bias(
-              jnp.einsum(
-                "bgpqe,bgse->bgpqs", qb, rows(k, j * c, 2), preferred_element_type=jnp.float32
-              ),
-              scheme.bias(qb_pos, rows(br.k_pos, j * c)),
-            ),
+            _add_bias(products(qb, k), scheme.bias(qb_pos, rows(br.k_pos, j * c))),
             _use(br, q_pos, k_pos),
           )
           for qb, k, qb_pos, br in q_blocks
@@ -485,7 +547,7 @@ def attend_chunked(
       m0 = jnp.broadcast_to(_sink(sink_H, (g, per))[None, :, :, None], shape)
       denom0 = jnp.ones(shape, jnp.float32)
     init, first = (m0, denom0, jnp.zeros(shape + (d,), jnp.float32), None), 0
-    if scheme.contextual is not None:  # its carry starts as None, at the diagonal block
+    if carries:  # a contextual or PaTH carry starts as None, at the diagonal block
       init, first = key_block(i, init), 1
 
     def visit(s, carry):
@@ -555,6 +617,7 @@ def dense(
   pattern=None,
   sink_H=None,
   prefix_BxSxH=None,
+  householder=None,
 ):
   """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
@@ -568,6 +631,7 @@ def dense(
       scheme=scheme,
       sink_H=sink_H,
       prefix_BxSxH=prefix_BxSxH,
+      householder=householder,
     )
   )
 
@@ -585,6 +649,7 @@ def chunked(
   sink_H=None,
   prefix_BxSxH=None,
   chunk_size=512,
+  householder=None,
 ):
   """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
   plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
@@ -599,5 +664,6 @@ def chunked(
       sink_H=sink_H,
       prefix_BxSxH=prefix_BxSxH,
       chunk_size=chunk_size,
+      householder=householder,
     )
   )

@@ -252,6 +252,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
       "allowed: a scheme without an input hook (from_input)"
     )
+  if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
+    raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking' (its kernels apply no Householder transforms); "
+      "allowed: a scheme without a householder hook"
+    )
   if m.num_heads % m.num_kv_heads:
     raise ValueError(
       f"model.num_kv_heads={m.num_kv_heads} must divide model.num_heads={m.num_heads}"

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lcx import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
-from lcx.positions import randomized, remaps
+from lcx.positions import path, randomized, remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -106,15 +106,31 @@ class KVCache(nnx.Module):
 
   `inputs`, for a scheme with a `from_input` hook (FoX), keeps each token's quantity a per head
   (float32, `num_heads` > 0), so a step's keys get the same prefix sums c as in a forward pass.
+  With PaTH (`history` not None) the keys are those carried through the Householders since
+  (lcx/positions/path.py) and `u` keeps every token's projection, after `history` zero slots:
+  a step's convolution reads the ones before it.
   """
 
   def __init__(
-    self, batch: int, size: int, num_kv_heads: int, head_dim: int, dtype, num_heads: int = 0
+    self,
+    batch: int,
+    size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype,
+    num_heads: int = 0,
+    history=None,
   ):
     self.k = nnx.Cache(jnp.zeros((batch, size, num_kv_heads, head_dim), dtype))
     self.v = nnx.Cache(jnp.zeros((batch, num_kv_heads, size, head_dim), dtype))
     self.inputs = (
       nnx.Cache(jnp.zeros((batch, size, num_heads), jnp.float32)) if num_heads else nnx.data(None)
+    )
+    self.history = history
+    self.u = (
+      None
+      if history is None
+      else nnx.Cache(jnp.zeros((batch, history + size, num_kv_heads, head_dim), jnp.float32))
     )
 
   @property
@@ -211,7 +227,14 @@ class Attention(nnx.Module):
       ),
     )
     v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
-    if self.cache is not None:  # generating: the new tokens join the cache; attend to it all
+    path_kwargs = {}  # PaTH's Householders from this block's input, for the kernel
+    if scheme.householder is not None and self.cache is not None:
+      k_BxLxGxE, v_BxGxLxE, path_kwargs = path.cached_attention_inputs(
+        scheme, self.cache, x_BxLxD, k_BxLxGxE, v_BxGxLxE, plan
+      )
+    elif scheme.householder is not None:
+      path_kwargs = {"householder": scheme.householder(x_BxLxD, plan.seg_BxT)}
+    elif self.cache is not None:  # generating: the new tokens join the cache; attend to it all
       k_BxLxGxE, v_BxGxLxE = self.cache.update(k_BxLxGxE, v_BxGxLxE, plan.start)
     options = {} if self.remainder_HxE is None else {"remainder_HxE": self.remainder_HxE[...]}
     if scheme.from_input is not None:  # FoX: a bias from this block's own hidden states
@@ -224,6 +247,7 @@ class Attention(nnx.Module):
       scheme=scheme,
       sink_H=None if self.sink_H is None else self.sink_H[...],
       **options,
+      **path_kwargs,
     )
     if self.wg is not None:
       out_BxHxLxE = gating.apply(self.gate, out_BxHxLxE, x_BxLxD, self.wg[...])
@@ -426,11 +450,12 @@ class Decoder(nnx.Module):
 
   def init_cache(self, batch: int, size: int) -> None:
     """Gives every layer an empty KV cache of `size` token slots (lcx.generate)."""
+    history = self.position.history if self.position.householder is not None else None
     for i, block in enumerate(self.blocks):
       _, g, k = block.attn.wk[...].shape
       inputs = self.layer_scheme(i).from_input is not None  # FoX: each token's log gates too
       h = block.attn.wq[...].shape[1] if inputs else 0
-      block.attn.cache = KVCache(batch, size, g, k, self.dtype, num_heads=h)
+      block.attn.cache = KVCache(batch, size, g, k, self.dtype, num_heads=h, history=history)
 
   def cache_size(self) -> int | None:
     cache = self.blocks[0].attn.cache

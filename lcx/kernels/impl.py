@@ -1,8 +1,8 @@
 """`model.attention.impl`: which attention implementation a model runs.
 
 auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.attention) on CPU; a model
-        the kernel cannot run (CoPE's contextual hook, FoX's input hook, stick-breaking
-        attention) falls back to XLA
+        the kernel cannot run (CoPE's contextual hook, FoX's input hook, PaTH's Householders,
+        stick-breaking attention) falls back to XLA
 xla     lcx.attention's dense and chunked kernels, everywhere
 pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
         slow, for tests); generation's cached steps stay on the XLA path
@@ -29,6 +29,8 @@ def unsupported(model_cfg) -> str | None:
     return f"model.attention.kind={model_cfg.attention.kind!r}"
   if positions_base.is_contextual(model_cfg.position.name):
     return f"model.position.name={model_cfg.position.name!r} (a contextual hook)"
+  if positions_base.has_householder(model_cfg.position.name):
+    return f"model.position.name={model_cfg.position.name!r} (Householder transforms, PaTH)"
   if positions_base.reads_input(model_cfg.position.name):
     return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
   if model_cfg.attention.get("temperature") == "scale_invariant":

@@ -1,9 +1,9 @@
 """Position schemes, RoPE extension methods and remaps, found by name (sparse attention
 patterns, which are masks, not positions, live in lcx.patterns)."""
 
-# absolute, biases, cope, fox, nope and rotary register their schemes on import; remaps is a public
-# sub-module.
-from lcx.positions import absolute, biases, cope, fox, nope, remaps, rotary
+# absolute, biases, cope, fox, nope, path and rotary register their schemes on import; remaps is
+# a public sub-module.
+from lcx.positions import absolute, biases, cope, fox, nope, path, remaps, rotary
 from lcx.positions.base import (
   SCHEMES,
   Dims,

@@ -1,6 +1,6 @@
-"""The position-scheme plug-in: a registry of schemes, each an NNX module with five hooks.
+"""The position-scheme plug-in: a registry of schemes, each an NNX module with six hooks.
 
-A scheme touches the model in at most five places, each the identity unless it overrides it:
+A scheme touches the model in at most six places, each the identity unless it overrides it:
   embed(x_BxLxD, pos_BxL)                     additive absolute schemes (sinusoidal, learned)
   rotate(q_BxLxHxE, k_BxLxGxE, q_pos, k_pos, q_len_BxL=, k_len_BxL=)
                                               the rotary family (RoPE, p-RoPE, xPos, + scaling);
@@ -15,6 +15,9 @@ A scheme touches the model in at most five places, each the identity unless it o
                                               c_i - c_j, c the prefix sum of a within each
                                               document (FoX's log forget gates); None (the
                                               default) when the scheme has none
+  householder(x_BxLxD, seg_BxL) -> (w_BxLxGxE, beta_BxLxG)
+                                              PaTH: transforms from each layer's input, between
+                                              query and key; None (the default) otherwise
 Positions are always explicit inputs (int or float), so a bias is a function of positions, never
 a stored (T, T) matrix: the chunked attention kernel evaluates it block by block at any length.
 A contextual hook reads no positions; the chunked kernel calls it once per key block, nearest
@@ -49,6 +52,11 @@ class Dims:
   head_dim: int
   max_len: int
   num_layers: int = 1
+  num_kv_heads: int | None = None  # None: num_heads (no GQA)
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
   @classmethod
   def of(cls, model_cfg) -> "Dims":
@@ -59,6 +67,7 @@ class Dims:
       model_cfg.head_dim,
       model_cfg.max_len,
       model_cfg.num_layers,
+      model_cfg.num_kv_heads,
     )
 
 
@@ -109,6 +118,11 @@ class Scheme(nnx.Module):
   # None here, so no kernel does extra work (or compiles other programs) for any other scheme.
   from_input = None
 
+  # householder(x_BxLxD, seg_BxL) -> (w_BxLxGxE, beta_BxLxG): PaTH's per-token Householder
+  # transforms H_t = I - beta_t w_t w_t^T from the block's normalized input, which the kernels
+  # apply between each query and its keys (lcx/positions/path.py). None: no such transforms.
+  householder = None
+
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
@@ -146,6 +160,11 @@ def reads_input(name: str) -> bool:
   return spec(name).cls.from_input is not None
 
 
+def has_householder(name: str) -> bool:
+  """Whether the scheme has a `householder` hook (PaTH: its positions come from the inputs)."""
+  return spec(name).cls.householder is not None
+
+
 def check_eval_length(cfg: ml_collections.ConfigDict, dims: Dims, seq_len: int) -> None:
   """Raises ValueError if the scheme cannot be evaluated on windows of `seq_len` tokens.
 
@@ -172,6 +191,7 @@ class BiasWrapper:
     self.inner = inner
     self.contextual = inner.contextual
     self.from_input = inner.from_input
+    self.householder = inner.householder
 
   def embed(self, x_BxLxD, pos_BxL):
     return self.inner.embed(x_BxLxD, pos_BxL)

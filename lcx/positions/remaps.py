@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from lcx import errors
-from lcx.positions.base import Dims, adds_embedding, is_contextual
+from lcx.positions.base import Dims, adds_embedding, has_householder, is_contextual
 from lcx.positions.registry import Entry, Registry, Unset
 
 PREFIX = "model.remap"
@@ -233,6 +233,12 @@ def _refusal(remap_name: str, scheme_name: str) -> str | None:
       f"model.position.name={scheme_name!r} reads none (it counts positions from the attention "
       f"logits); with it use {PREFIX}.name='none'"
     )
+  if remap_name != "none" and has_householder(scheme_name):
+    return (
+      f"{PREFIX}.name={remap_name!r} moves position ids, but "
+      f"model.position.name={scheme_name!r} reads none (its positions are Householder "
+      f"transforms of the layer inputs); with it use {PREFIX}.name='none'"
+    )
   return None
 
 
@@ -243,7 +249,8 @@ def accepts(remap_name: str, scheme_name: str) -> bool:
 
 def check_scheme(cfg: ml_collections.ConfigDict, scheme_name: str) -> None:
   """Raises ValueError for a relative-distance remap on a scheme that embeds absolute positions,
-  and for any remap but `none` on a contextual scheme (CoPE), whose positions are not ids."""
+  and for any remap but `none` on a contextual scheme (CoPE) or PaTH, whose positions are not
+  ids."""
   refusal = _refusal(cfg.name, scheme_name)
   if refusal is not None:
     raise ValueError(refusal)
