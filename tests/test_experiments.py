@@ -1,13 +1,17 @@
 """The committed experiments: every sweep loads in both sizes, and every README table is what
-`./launch.sh report experiments/NAME/results` prints over the committed results, verbatim."""
+`./launch.sh report experiments/NAME/results` prints over the committed results, verbatim, or
+what one of the report commands the README quotes prints (`--baseline`, a glob of some runs)."""
 
+import json
 import pathlib
 import re
+import shlex
 
 import pytest
 
 from lcx import report, sweep
 from tests.helpers import ROOT
+from tests.test_report import _with_documents, lengths_result
 
 EXPERIMENTS = sorted(p.parent for p in (ROOT / "experiments").glob("*/sweep.py"))
 
@@ -27,6 +31,44 @@ def _tables(markdown: str) -> list[str]:
 def test_tables_finds_each_pipe_table():
   text = "intro\n| a | b |\n|:--|--:|\n| 1 | 2 |\n\ntext\n| c |\n|:--|"
   assert _tables(text) == ["| a | b |\n|:--|--:|\n| 1 | 2 |", "| c |\n|:--|"]
+
+
+REPORT_COMMAND = re.compile(r"`\./launch\.sh report ([^`]+)`")
+
+
+def _quoted_reports(readme: str, root: pathlib.Path = ROOT) -> list[str]:
+  """What each `./launch.sh report PATH... [--baseline=X] [--effective_tolerance=N]` quoted in
+  a README prints (paths relative to the repo root; --out and --title change no table)."""
+  printed = []
+  for match in REPORT_COMMAND.finditer(readme):
+    args = shlex.split(match[1])
+    flags = dict(a[2:].partition("=")[::2] for a in args if a.startswith("--"))
+    tolerance = flags.get("effective_tolerance")
+    results = report.load([str(root / a) for a in args if not a.startswith("--")])
+    printed.append(
+      report.format_tables(
+        results, flags.get("baseline", ""), None if tolerance is None else float(tolerance)
+      )
+    )
+  return printed
+
+
+def test_quoted_reports_follow_the_paths_and_flags(tmp_path):
+  results = []
+  for i, run in enumerate(["alibi-s0", "rope-s0", "rope-s1"]):
+    result = _with_documents(lengths_result(run), shift=0.1 * i, seed=i)
+    (tmp_path / "results" / run).mkdir(parents=True)
+    (tmp_path / "results" / run / "none.json").write_text(json.dumps(result))
+    results.append(result)
+  readme = (
+    "text `./launch.sh report results/*-s0 --baseline=rope-s0/none --out=/tmp/x` text\n"
+    "`./launch.sh report results --out=/tmp/y`"
+  )
+  seed0, every = _quoted_reports(readme, tmp_path)
+  assert seed0 == report.format_tables(report.load(str(tmp_path / "results/*-s0")), "rope-s0/none")
+  assert "Each result minus rope-s0/none" in seed0 and "rope-s1" not in seed0
+  assert every == report.format_tables(report.load(str(tmp_path / "results")))
+  assert "Each result minus alibi-s0/none" in every
 
 
 def test_every_reproduction_is_there():
@@ -77,13 +119,15 @@ def test_sweep_loads_with_runs_in_dependency_order(experiment, arg):
 def test_readme_tables_are_the_report_of_the_committed_results(experiment: pathlib.Path):
   readme = (experiment / "README.md").read_text()
   # The effective context length (issue 32): every README reports it, with the tolerance its
-  # command names, and its tables are that command's.
-  (tolerance,) = re.findall(r"--effective_tolerance=([0-9.]+)", readme)
-  printed = report.format_tables(
-    report.load([str(experiment / "results")]), tolerance=float(tolerance)
-  )
+  # command names, and its tables are that command's (or another report command it quotes).
+  tolerances = re.findall(r"--effective_tolerance=([0-9.]+)", readme)
+  assert tolerances, f"{experiment.name}/README.md reports no effective context length"
+  printed = [
+    report.format_tables(report.load([str(experiment / "results")]), tolerance=float(tolerances[0]))
+  ]
+  printed += _quoted_reports(readme)
   tables = _tables(readme)
   assert tables, f"{experiment.name}/README.md has no table"
-  missing = [t.splitlines()[0] for t in tables if t not in printed]
+  missing = [t.splitlines()[0] for t in tables if not any(t in p for p in printed)]
   assert not missing, f"{experiment.name}/README.md tables not in the report: {missing}"
   assert not list((experiment / "results").rglob("checkpoints")), "results hold checkpoints"
