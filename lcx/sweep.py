@@ -342,6 +342,17 @@ def to_run(sweep: Sweep, run: str, force_eval: bool) -> list[str] | None:
   return command + ["--force"]
 
 
+def stopped_line(sweep: Sweep, run: str, signum: int) -> str:
+  """What the sweep says when a signal stops it during `run`: whether the run is marked done
+  (it may finish on its own while the signal reached the sweep alone, `kill PID`), and how to
+  go on."""
+  state = "it finished and is marked done" if done(sweep, run) else "it is not marked done"
+  return (
+    f"[sweep] {signal.Signals(signum).name} during {sweep.name}/{run}: stopped; {state}, run "
+    "the same command to resume"
+  )
+
+
 def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
   """A run's first line; once a run has finished in this call, with the runs done/total and an
   ETA from the finished runs' mean duration (runs skipped as done earlier cost nothing)."""
@@ -549,13 +560,7 @@ def main(argv):
       status = run_one(sweep, run, command, signals)
       durations.append(time.perf_counter() - started)
       if signals.received is not None:
-        name = signal.Signals(signals.received).name
-        print(
-          f"[sweep] {name} during {sweep.name}/{run}: stopped; it is not marked done, run "
-          "the same command to resume",
-          file=sys.stderr,
-          flush=True,
-        )
+        print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
         sys.exit(128 + signals.received)
       if status != 0:
         cli.fail(

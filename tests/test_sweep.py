@@ -124,6 +124,22 @@ def test_done_runs_are_skipped_until_their_command_changes(tmp_path):
   assert proc.stdout.splitlines()[0] == "[sweep toy/a 1/2]"
 
 
+def test_a_signal_says_whether_the_run_it_stopped_at_is_marked_done(tmp_path):
+  """A run that finished while SIGINT reached the sweep alone is marked done, and the sweep's
+  last line says so (it used to say "not marked done" either way)."""
+  experiment = _two_runs(tmp_path)
+  runs = tmp_path / "runs"
+  loaded = sweep.load(str(experiment), str(runs))
+  assert sweep.stopped_line(loaded, "a", signal.SIGINT) == (
+    "[sweep] SIGINT during toy/a: stopped; it is not marked done, run the same command to resume"
+  )
+  (runs / "toy" / "a").mkdir(parents=True)
+  (runs / "toy" / "a" / "sweep_done.json").write_text(json.dumps({"command": loaded.command("a")}))
+  assert "stopped; it finished and is marked done, run" in sweep.stopped_line(
+    loaded, "a", signal.SIGINT
+  )
+
+
 def test_a_run_starts_with_runs_done_and_an_eta_from_the_finished_runs():
   assert sweep.start_line("[sweep toy/a 1/3]", 0, 3, []) == "[sweep toy/a 1/3]"
   head = "[sweep toy/c 3/4]"  # b took 30 s, c 90 s: 60 s each for the two left
