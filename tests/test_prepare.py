@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from lcx import prepare
+from lcx import defaults, prepare
 from lcx.evaluate import variants
 from tests.helpers import tiny_config
 
@@ -85,7 +85,7 @@ def test_checkpoints_and_their_metadata_read_back(tiny_run):
   assert step == 2 and meta["config"]["train"]["steps"] == 2
   assert meta["tokenizer"] == {"kind": "byte", "vocab_size": 259}
   assert not prepare.resumed_from(tiny_run, 2, 1)  # trained from scratch
-  with pytest.raises(ValueError, match=r"^--eval_step=5: no checkpoint at that step .*\[1, 2\]$"):
+  with pytest.raises(ValueError, match=r"^--eval_step=5: no checkpoint at step 5 in .*\[1, 2\]$"):
     prepare.checkpoint_meta(tiny_run, 5)
 
 
@@ -116,7 +116,7 @@ def test_a_runs_config_reads_back_over_todays_defaults(tiny_run, tmp_path):
   (run / "config.json").write_text(json.dumps(saved))
   config = prepare.run_config(str(run))
   assert config.train.field_of_an_older_lcx == 1
-  assert config.eval.num_tokens == prepare.defaults.get_config("pos=rope").eval.num_tokens
+  assert config.eval.num_tokens == defaults.get_config("pos=rope").eval.num_tokens
 
 
 def test_a_directory_without_config_json_is_not_a_run(tmp_path):
