@@ -234,7 +234,7 @@ class Reader:
     """`wanted`, or the latest step if None. FileNotFoundError when there is none;
     ValueError naming `where` (the flag or field that asked) and the steps there."""
     if not self.steps:
-      raise FileNotFoundError(f"no checkpoint in {self.directory}")
+      raise FileNotFoundError(f"no checkpoint in {self.directory}; train first (--mode=train)")
     if wanted is None:
       return self.steps[-1]
     if wanted not in self.steps:

@@ -160,8 +160,6 @@ def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
   """(step, metadata saved with it: tokenizer, resolved config) of the latest or given step.
   A workdir without checkpoints/ is left as it is."""
   with checkpoint.Reader(workdir) as reader:
-    if not reader.steps:
-      raise FileNotFoundError(f"no checkpoint in {reader.directory}; train first (--mode=train)")
     step = reader.step(step, f"--eval_step={step}")
     return step, reader.meta(step)
 

@@ -28,14 +28,4 @@ def __getattr__(name: str):
   raise AttributeError(f"module 'lcx.data' has no attribute {name!r}")
 
 
-__all__ = [
-  "tasks",
-  "default_config",
-  "validate",
-  "get_tokenizer",
-  "make_train_iterator",
-  "open_source",
-  "validation_documents",
-  "validation_tokens",
-  "vocab_size",
-]
+__all__ = ["tasks", "default_config", "validate", *PIPELINE]

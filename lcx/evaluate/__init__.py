@@ -116,8 +116,6 @@ def restore(prepared, workdir: str, step: int | None = None, trained=None):
   if trained is not None and step in (None, trained.step):
     return trained.step, trained.params, trained.meta
   with checkpoint.Reader(workdir) as reader:
-    if not reader.steps:
-      raise FileNotFoundError(f"no checkpoint in {reader.directory}; train first (--mode=train)")
     step = reader.step(step, f"--eval_step={step}")
     meta = reader.meta(step)
     prepare_lib.check_tokenizer(meta, prepared.tokenizer)
