@@ -790,7 +790,7 @@ def test_cli_warns_when_the_results_come_from_different_corpora(tmp_path):
 
 def test_variants_plot_with_many_variants_keeps_one_band_and_the_legend_outside(monkeypatch):
   figures = []
-  monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
+  monkeypatch.setattr(report.plots, "_save", lambda fig, path: figures.append(fig) or path)
   names = ["none", "linear@4", "ntk@4", "yarn@4", "dynamic@4", "rerope@64"]
   report.plot_variants([lengths_result(variant=v) for v in names], "variants.png")
   (ax,) = [a for a in figures[0].axes if a.get_visible()]

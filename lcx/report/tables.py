@@ -1,0 +1,170 @@
+"""The one table renderer, the cell formats and the long-form row every table and the CSV share."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+from lcx import protocols
+
+CSV_COLUMNS = (
+  "run",
+  "variant",
+  "step",
+  "kind",
+  "scheme",
+  "train_len",
+  "protocol",
+  "documents",
+  "task",
+  "length",
+  "position_start",
+  "position_end",
+  "bucket",
+  "depth",
+  "metric",
+  "value",
+  "ci_lo",
+  "ci_hi",
+  "tokens",
+  "num_documents",
+  "examples",
+  "note",
+)
+
+
+def markdown_table(
+  header: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None
+) -> str:
+  """The one table renderer: a pipe table padded so the plain text reads as a table too.
+  `align`: a letter per column, l or r; default: the first column left, the rest right."""
+  cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
+  widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+  align = align or "l" + "r" * (len(header) - 1)
+
+  def line(row):
+    return (
+      "| "
+      + " | ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align))
+      + " |"
+    )
+
+  rule = (
+    "|"
+    + "|".join(
+      ":" + "-" * (w + 1) if a == "l" else "-" * (w + 1) + ":" for w, a in zip(widths, align)
+    )
+    + "|"
+  )
+  return "\n".join([line(cells[0]), rule, *map(line, cells[1:])])
+
+
+def ppl(x: float) -> str:
+  """Perplexity to ~3-4 significant digits: 8.35, 132.9, 12345."""
+  return f"{x:.2f}" if abs(x) < 100 else f"{x:.1f}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def f3(x: float) -> str:
+  return f"{x:.3f}"
+
+
+def f2(x: float) -> str:
+  return f"{x:.2f}"
+
+
+def cell(value, ci, fmt, ci_fmt=None) -> str:
+  """`8.35 [8.21, 8.49]`; the value alone without a CI; `-` without a value."""
+  if value is None:
+    return "-"
+  if not ci or ci[0] is None:
+    return fmt(value)
+  ci_fmt = ci_fmt or fmt
+  return f"{fmt(value)} [{ci_fmt(ci[0])}, {ci_fmt(ci[1])}]"
+
+
+def label(r: dict) -> str:
+  """A result's row name: run/variant."""
+  return f"{r['run']}/{r['variant']}" if r.get("variant") else str(r["run"])
+
+
+def times(n: int, train_len: int) -> str:
+  return f"{n} ({n / train_len:g}x)" if train_len else str(n)
+
+
+def protocol_key(r: dict) -> str:
+  return json.dumps(r.get("protocol") or {}, sort_keys=True)
+
+
+def describe_protocol(p: dict) -> str:
+  """`windows protocol on stream documents, 65536 tokens per length, 95% bootstrap CI (1000)`."""
+  if not p:
+    return "protocol not recorded"
+  text = f"{p.get('protocol', '?')} protocol on {p.get('documents', '?')} documents"
+  if p.get("protocol") in protocols.PROTOCOLS:
+    text += protocols.PROTOCOLS[p["protocol"]].describe(p)
+  if p.get("num_tokens"):
+    text += f", {p['num_tokens']} tokens per length"
+  if p.get("bootstrap"):
+    text += (
+      f", {p.get('confidence', 0.95) * 100:g}% bootstrap CI over documents "
+      f"({p['bootstrap']} resamples, seed {p.get('seed', 0)})"
+    )
+  return text
+
+
+def groups(results: Sequence[dict], key) -> list[list[dict]]:
+  """Results split by key(result), groups in order of first appearance."""
+  out: dict = {}
+  for r in results:
+    out.setdefault(key(r), []).append(r)
+  return list(out.values())
+
+
+def span(values: Iterable) -> str:
+  values = sorted(set(v for v in values if v is not None))
+  return "-" if not values else str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
+
+
+def seeded_stems(results: Sequence[dict]) -> dict[tuple[str, str], list[dict]]:
+  """(stem, variant) -> the results of runs named STEM-s<seed>, where two or more runs share it."""
+  by_stem: dict = {}
+  for r in results:
+    match = SEEDED_RUN.match(str(r["run"]))
+    if match:
+      by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
+  return {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+
+
+def seeds(results: Sequence[dict]) -> str:
+  """The seeds of runs named STEM-s<seed>, ascending: "0,1,2"."""
+  return ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in results), key=int))
+
+
+def row(base: dict, *, ci=None, **fields) -> dict:
+  row = dict.fromkeys(CSV_COLUMNS, "")
+  row.update(base)
+  row.update({k: v for k, v in fields.items() if v is not None})
+  if ci and ci[0] is not None:
+    row["ci_lo"], row["ci_hi"] = ci
+  return row
+
+
+def row_base(r: dict) -> dict:
+  """The columns every kind's CSV rows share."""
+  return {
+    "run": r["run"],
+    "variant": r["variant"],
+    "step": r["step"],
+    "kind": r["kind"],
+    "scheme": r.get("scheme", ""),
+    "train_len": r["train_len"],
+  }
+
+
+def of_kind(results: Sequence[dict], kind: str) -> list[dict]:
+  """The results of one kind: each kind's public tables and plots take any mix of results."""
+  return [r for r in results if r["kind"] == kind]
