@@ -84,32 +84,22 @@ def variant_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
 def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   """Runs named STEM-s<seed> that differ only in the seed: per length, the mean over seeds and
   [min, max] across them (the run-to-run spread, where the per-run CIs above are the sampling
-  spread over documents). One table per protocol group; stems with one seed are left out."""
+  spread over documents), from the CSV's rows. One table per protocol group; stems with one
+  seed are left out."""
   fmt = tables.ppl if metric == "perplexity" else tables.f3
   out = []
   for group in tables.groups(tables.of_kind(results, "lengths"), _length_group_key):
-    by_stem = tables.seeded_stems(group)
-    if not by_stem:
+    rows = [row for r in group for row in csv_rows(r) if row["metric"] == metric]
+    lengths, body = tables.seed_table(rows, "length", metric, fmt, order=int)
+    if not body:
       continue
-    lengths = sorted({int(n) for rs in by_stem.values() for r in rs for n in r["lengths"]})
-    rows = []
-    for (stem, variant), rs in by_stem.items():
-      row = [f"{stem}/{variant}", tables.seeds(rs)]
-      for n in map(str, lengths):
-        values = [r["lengths"][n][metric] for r in rs if n in r["lengths"]]
-        row.append(
-          tables.cell(sum(values) / len(values), [min(values), max(values)], fmt)
-          if len(values) == len(rs)
-          else "-"
-        )
-      rows.append(row)
     train_len = group[0]["train_len"]
     out.append(
       f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. "
       f"Cells: mean over seeds [min, max across seeds].\n\n"
       + tables.markdown_table(
-        ["runs/variant", "seeds"] + [tables.times(n, train_len) for n in lengths],
-        rows,
+        ["runs/variant", "seeds"] + [tables.times(int(n), train_len) for n in lengths],
+        body,
         align="ll" + "r" * len(lengths),
       )
     )

@@ -129,19 +129,63 @@ def span(values: Iterable) -> str:
 SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
 
 
-def seeded_stems(results: Sequence[dict]) -> dict[tuple[str, str], list[dict]]:
-  """(stem, variant) -> the results of runs named STEM-s<seed>, where two or more runs share it."""
-  by_stem: dict = {}
-  for r in results:
+def seed_table(
+  rows: Sequence[dict], column: str, metric: str, fmt, order=None
+) -> tuple[list, list[list[str]]]:
+  """(columns, table rows) across seeds from long-form rows (`row`): runs named STEM-s<seed>
+  with two or more per (stem, variant) give a table row: `stem/variant`, the seeds, then per
+  value of `column` (those of its runs' rows, sorted by `order`) the mean of `metric` over the
+  runs [min, max across them], `-` unless every run has a value there."""
+  by_stem: dict = {}  # (stem, variant) -> run -> {column value: metric value}
+  for r in rows:
     match = SEEDED_RUN.match(str(r["run"]))
     if match:
-      by_stem.setdefault((match["stem"], str(r["variant"])), []).append(r)
-  return {key: rs for key, rs in by_stem.items() if len({r["run"] for r in rs}) >= 2}
+      values = by_stem.setdefault((match["stem"], str(r["variant"])), {}).setdefault(r["run"], {})
+      values.setdefault(r[column], None)
+      if r["metric"] == metric and r["value"] != "":
+        values[r[column]] = r["value"]
+  by_stem = {key: runs for key, runs in by_stem.items() if len(runs) >= 2}
+  columns = sorted({c for runs in by_stem.values() for v in runs.values() for c in v}, key=order)
+  out = []
+  for (stem, variant), runs in by_stem.items():
+    seeds = ",".join(sorted((SEEDED_RUN.match(str(run))["seed"] for run in runs), key=int))
+    cells = []
+    for c in columns:
+      values = [v[c] for v in runs.values() if v.get(c) is not None]
+      cells.append(
+        cell(sum(values) / len(values), [min(values), max(values)], fmt)
+        if len(values) == len(runs)
+        else "-"
+      )
+    out.append([f"{stem}/{variant}", seeds, *cells])
+  return columns, out
 
 
-def seeds(results: Sequence[dict]) -> str:
-  """The seeds of runs named STEM-s<seed>, ascending: "0,1,2"."""
-  return ",".join(sorted((SEEDED_RUN.match(r["run"])["seed"] for r in results), key=int))
+def rank_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+  """(tasks, table rows) of the mean reciprocal rank from long-form rows {task, system, value}
+  (one per seed): per task with two or more systems, systems ranked by their mean over seeds
+  (ties share the better rank); a row per system, best first: its MRR over those tasks (a
+  task it lacks counts 0), then its mean per task. Empty unless two tasks and two systems."""
+  scores: dict = {}  # task -> system -> [value per seed]
+  for r in rows:
+    scores.setdefault(r["task"], {}).setdefault(r["system"], []).append(r["value"])
+  tasks = sorted(t for t, by in scores.items() if len(by) >= 2)
+  systems = sorted({s for t in tasks for s in scores[t]})
+  if len(tasks) < 2 or len(systems) < 2:
+    return [], []
+  mean = {(t, s): sum(v) / len(v) for t in tasks for s, v in scores[t].items()}
+  reciprocal = {}
+  for t in tasks:
+    values = sorted({mean[t, s] for s in systems if (t, s) in mean}, reverse=True)
+    for s in systems:
+      if (t, s) in mean:
+        reciprocal.setdefault(s, []).append(1 / (1 + sum(v > mean[t, s] for v in values)))
+  mrr = {s: sum(v) / len(tasks) for s, v in reciprocal.items()}
+  order = sorted(systems, key=lambda s: (-mrr.get(s, 0.0), s))
+  return tasks, [
+    [s, f"{mrr.get(s, 0.0):.3f}"] + [f3(mean[t, s]) if (t, s) in mean else "-" for t in tasks]
+    for s in order
+  ]
 
 
 def row(base: dict, *, ci=None, **fields) -> dict:

@@ -103,36 +103,24 @@ TASK_METRICS = {"accuracy": "exact match", "error_rate": "error rate on the scor
 
 def task_seed_tables(results: Sequence[dict], metric: str = "accuracy") -> str:
   """Task runs named STEM-s<seed> that differ only in the seed: per size bucket, the mean of
-  `metric` (a TASK_METRICS key) over seeds [min, max across seeds]. One table per task; stems
-  with one seed, and results that do not record `metric`, are left out."""
+  `metric` (a TASK_METRICS key) over seeds [min, max across seeds], from the long-form rows.
+  One table per task; stems with one seed, and results that do not record `metric`, are left
+  out."""
   out = []
   chosen = [
     r for r in tables.of_kind(results, "tasks") if any(metric in b for b in r["buckets"].values())
   ]
   for group in tables.groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
-    by_stem = tables.seeded_stems(group)
-    if not by_stem:
+    rows = [row for r in group for row in csv_rows(r, (metric,)) if row["depth"] == ""]
+    buckets, body = tables.seed_table(rows, "bucket", metric, tables.f3, order=_bucket_order)
+    if not body:
       continue
-    buckets = sorted(
-      {b for rs in by_stem.values() for r in rs for b in r["buckets"]}, key=_bucket_order
-    )
-    rows = []
-    for (stem, variant), rs in by_stem.items():
-      row = [f"{stem}/{variant}", tables.seeds(rs)]
-      for b in buckets:
-        values = [r["buckets"].get(b, {}).get(metric) for r in rs]
-        row.append(
-          "-"
-          if None in values
-          else tables.cell(sum(values) / len(values), [min(values), max(values)], tables.f3)
-        )
-      rows.append(row)
     low, high = group[0]["train_sizes"]
     out.append(
       f"Task {group[0]['task']}: {TASK_METRICS[metric]} by task size; trained on sizes "
       f"{low}-{high}. Cells: mean over seeds [min, max across seeds].\n\n"
       + tables.markdown_table(
-        ["runs/variant", "seeds"] + buckets, rows, align="ll" + "r" * len(buckets)
+        ["runs/variant", "seeds"] + buckets, body, align="ll" + "r" * len(buckets)
       )
     )
   return "\n\n".join(out)
@@ -152,12 +140,16 @@ def system(r: dict) -> str:
 
 
 def extrapolation_accuracy(r: dict) -> float | None:
-  """Mean exact match over the size buckets past the training sizes (None: none scored)."""
+  """Mean exact match over the size buckets past the training sizes (None: none scored), from
+  the result's accuracy rows."""
   high = r["train_sizes"][1]
   scores = [
-    b["accuracy"]
-    for name, b in r["buckets"].items()
-    if b.get("accuracy") is not None and _bucket_order(name)[0] > high
+    row["value"]
+    for row in csv_rows(r, ("accuracy",))
+    if row["metric"] == "accuracy"
+    and row["depth"] == ""
+    and row["value"] != ""
+    and _bucket_order(row["bucket"])[0] > high
   ]
   return sum(scores) / len(scores) if scores else None
 
@@ -166,38 +158,28 @@ def rank_tables(results: Sequence[dict]) -> str:
   """Mean reciprocal rank of systems across tasks (the NoPE paper's summary): per task, systems
   ranked by exact match on sizes past training (seeds averaged; ties share the better rank);
   shown only when at least two systems were evaluated on at least two tasks."""
-  scores = {}  # task -> system -> [accuracy per seed]
-  for r in tables.of_kind(results, "tasks"):
-    if extrapolation_accuracy(r) is not None:
-      scores.setdefault(r["task"], {}).setdefault(system(r), []).append(extrapolation_accuracy(r))
-  tasks = sorted(t for t, by in scores.items() if len(by) >= 2)
-  systems = sorted({s for t in tasks for s in scores[t]})
-  if len(tasks) < 2 or len(systems) < 2:
-    return ""
-  mean = {(t, s): sum(v) / len(v) for t in tasks for s, v in scores[t].items()}
-  reciprocal = {}
-  for t in tasks:
-    values = sorted({mean[t, s] for s in systems if (t, s) in mean}, reverse=True)
-    for s in systems:
-      if (t, s) in mean:
-        reciprocal.setdefault(s, []).append(1 / (1 + sum(v > mean[t, s] for v in values)))
-  mrr = {s: sum(v) / len(tasks) for s, v in reciprocal.items()}  # a missing task counts 0
-  order = sorted(systems, key=lambda s: (-mrr.get(s, 0.0), s))
   rows = [
-    [s, f"{mrr.get(s, 0.0):.3f}"]
-    + [tables.f3(mean[t, s]) if (t, s) in mean else "-" for t in tasks]
-    for s in order
+    {"task": r["task"], "system": system(r), "value": value}
+    for r in tables.of_kind(results, "tasks")
+    if (value := extrapolation_accuracy(r)) is not None
   ]
+  tasks, body = tables.rank_table(rows)
+  if not body:
+    return ""
   return (
     "Mean reciprocal rank across tasks of each system's exact match on sizes past "
     "training (mean over seeds and over those size buckets), and that exact match per "
-    "task.\n\n" + tables.markdown_table(["system", "MRR"] + tasks, rows)
+    "task.\n\n" + tables.markdown_table(["system", "MRR"] + tasks, body)
   )
 
 
-def csv_rows(r: dict) -> list[dict]:
-  """Per size bucket (then per needle depth and bucket): exact match and token accuracy, or
-  why the bucket was skipped."""
+# The CSV's task metrics; the seed tables ask for others too (error_rate).
+CSV_METRICS = ("accuracy", "token_accuracy")
+
+
+def csv_rows(r: dict, metrics: Sequence[str] = CSV_METRICS) -> list[dict]:
+  """Per size bucket (then per needle depth and bucket): each of `metrics` it records (every
+  scored bucket has an accuracy row, empty where not scored), or why it was skipped."""
   out = []
   base = {**tables.row_base(r), "task": r["task"]}
   cuts = [("", r["buckets"])] + [
@@ -210,11 +192,9 @@ def csv_rows(r: dict) -> list[dict]:
       if b.get("skipped"):
         out.append(tables.row(base, metric="skipped", note=b["skipped"], **where))
         continue
-      out.append(
-        tables.row(
-          base, metric="accuracy", value=b.get("accuracy"), ci=b.get("accuracy_ci"), **where
-        )
-      )
-      if b.get("token_accuracy") is not None:
-        out.append(tables.row(base, metric="token_accuracy", value=b["token_accuracy"], **where))
+      for metric in metrics:
+        if b.get(metric) is not None or metric == "accuracy":
+          out.append(
+            tables.row(base, metric=metric, value=b.get(metric), ci=b.get(f"{metric}_ci"), **where)
+          )
   return out
