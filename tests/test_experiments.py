@@ -11,7 +11,7 @@ import pytest
 
 from lcx import report, sweep
 from tests.helpers import ROOT
-from tests.test_report import _with_documents, lengths_result
+from tests.report.results import lengths_result, with_documents
 
 EXPERIMENTS = sorted(p.parent for p in (ROOT / "experiments").glob("*/sweep.py"))
 
@@ -56,7 +56,7 @@ def _quoted_reports(readme: str, root: pathlib.Path = ROOT) -> list[str]:
 def test_quoted_reports_follow_the_paths_and_flags(tmp_path):
   results = []
   for i, run in enumerate(["alibi-s0", "rope-s0", "rope-s1"]):
-    result = _with_documents(lengths_result(run), shift=0.1 * i, seed=i)
+    result = with_documents(lengths_result(run), shift=0.1 * i, seed=i)
     (tmp_path / "results" / run).mkdir(parents=True)
     (tmp_path / "results" / run / "none.json").write_text(json.dumps(result))
     results.append(result)
@@ -131,3 +131,23 @@ def test_readme_tables_are_the_report_of_the_committed_results(experiment: pathl
   missing = [t.splitlines()[0] for t in tables if not any(t in p for p in printed)]
   assert not missing, f"{experiment.name}/README.md tables not in the report: {missing}"
   assert not list((experiment / "results").rglob("checkpoints")), "results hold checkpoints"
+
+
+@pytest.mark.parametrize(
+  "experiment", [p for p in EXPERIMENTS if (p / "report.md").is_file()], ids=lambda p: p.name
+)
+def test_committed_report_and_csv_regenerate_byte_identical(experiment: pathlib.Path):
+  """report.md and results.csv are what the report writes over the committed results today
+  (the sweep wrote them with the experiment's name as title), so a change to lcx.report that
+  moves a byte of any experiment's report fails here."""
+  results = report.load([str(experiment / "results")])
+  plots = {
+    plot.key: str(experiment / plot.file)
+    for kind in report.KINDS.values()
+    for plot in kind.plots
+    if (experiment / plot.file).is_file()
+  }
+  assert (
+    report.format_report(results, experiment.name, plots) == (experiment / "report.md").read_text()
+  )
+  assert report.format_csv(results) == (experiment / "results.csv").read_text()

@@ -337,7 +337,7 @@ def test_runs_on_another_runs_checkpoint_use_its_workdir(tmp_path):
 def _finished(experiment, runs, names):
   """Runs marked done with their current command and one eval JSON each, as a sweep leaves
   them; nothing trains."""
-  from tests.test_report import lengths_result
+  from tests.report.results import lengths_result
 
   loaded = sweep.load(str(experiment), str(runs))
   for name in names:

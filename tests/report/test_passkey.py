@@ -1,0 +1,25 @@
+"""The "passkey" kind: length x depth accuracy."""
+
+from lcx import report
+from tests.report.results import passkey_result
+
+
+def test_passkey_table_is_length_by_depth():
+  text = report.passkey_tables([passkey_result()])
+  lines = text.splitlines()
+  assert lines[0] == (
+    "rope/none: passkey retrieval accuracy by length and needle depth; train "
+    "length 64; 8 examples per cell."
+  )
+  assert [c.strip() for c in lines[2].strip("|").split("|")] == [
+    "length",
+    "depth 0",
+    "depth 0.5",
+    "depth 1",
+  ]
+  assert [c.strip() for c in lines[5].strip("|").split("|")] == [
+    "128 (2x)",
+    "0.250",
+    "0.250",
+    "0.250",
+  ]
