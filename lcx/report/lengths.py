@@ -12,7 +12,8 @@ from lcx.report import tables
 from lcx.report.tables import describe_protocol
 
 
-def _length_group_key(r):
+def group_key(r: dict) -> tuple:
+  """Results that share a table: the same protocol and training length."""
   return (tables.protocol_key(r), r["train_len"])
 
 
@@ -64,7 +65,7 @@ def length_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
     if metric != "bits_per_byte"
     or any(e.get("bits_per_byte") is not None for e in r["lengths"].values())
   ]
-  return "\n\n".join(length_table(g, metric) for g in tables.groups(chosen, _length_group_key))
+  return "\n\n".join(length_table(g, metric) for g in tables.groups(chosen, group_key))
 
 
 def variant_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
@@ -73,7 +74,7 @@ def variant_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   for run_results in tables.groups(tables.of_kind(results, "lengths"), lambda r: r["run"]):
     if len({r["variant"] for r in run_results}) < 2:
       continue
-    for group in tables.groups(run_results, _length_group_key):
+    for group in tables.groups(run_results, group_key):
       out.append(
         f"### {group[0]['run']}\n\n"
         + length_table(group, metric, row_label=lambda r: str(r["variant"]))
@@ -88,7 +89,7 @@ def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   seed are left out."""
   fmt = tables.ppl if metric == "perplexity" else tables.f3
   out = []
-  for group in tables.groups(tables.of_kind(results, "lengths"), _length_group_key):
+  for group in tables.groups(tables.of_kind(results, "lengths"), group_key):
     rows = [row for r in group for row in csv_rows(r) if row["metric"] == metric]
     lengths, body = tables.seed_table(rows, "length", metric, fmt, order=int)
     if not body:
@@ -162,7 +163,7 @@ def length_pairs(results: Sequence[dict]) -> list[tuple[list[dict], str, list[in
   """Per protocol group with per-document losses: (its results holding the training length,
   the training length, the other lengths), for each length minus 1x."""
   out = []
-  for group in tables.groups(_with_documents(results), _length_group_key):
+  for group in tables.groups(_with_documents(results), group_key):
     train = str(group[0]["train_len"])
     chosen = [r for r in group if train in r["lengths"]]
     lengths = sorted({int(n) for r in chosen for n in r["lengths"] if n != train})
@@ -177,7 +178,7 @@ def baseline_pairs(
   """Per protocol group with per-document losses: (the baseline, the other results, the
   lengths). `baseline`: a run/variant label; default each group's first result."""
   out = []
-  for group in tables.groups(_with_documents(results), _length_group_key):
+  for group in tables.groups(_with_documents(results), group_key):
     named = [r for r in group if tables.label(r) == baseline] if baseline else group[:1]
     if named and len(group) > 1:
       lengths = sorted({int(n) for r in group for n in r["lengths"]})
@@ -294,7 +295,7 @@ def effective_length_tables(results: Sequence[dict], tolerance: float | None) ->
   if tolerance is None:
     return ""
   out = []
-  for group in tables.groups(tables.of_kind(results, "lengths"), _length_group_key):
+  for group in tables.groups(tables.of_kind(results, "lengths"), group_key):
     rows = []
     for r in group:
       got = effective_length(r, tolerance)
@@ -326,7 +327,7 @@ def longppl_tables(results: Sequence[dict]) -> str:
     for r in tables.of_kind(results, "lengths")
     if any("longppl" in e for e in r["lengths"].values())
   ]
-  for group in tables.groups(chosen, _length_group_key):
+  for group in tables.groups(chosen, group_key):
     lengths = sorted({int(n) for r in group for n in r["lengths"]})
     rows = []
     for r in group:
@@ -359,7 +360,7 @@ def baselines(results: Sequence[dict]) -> list[str]:
   return sorted({tables.label(r) for r in _with_documents(results)})
 
 
-def _longest(r: dict) -> str:
+def longest(r: dict) -> str:
   return max(r["lengths"], key=int)
 
 
@@ -369,17 +370,17 @@ def position_tables(results: Sequence[dict]) -> str:
   chosen = [
     r
     for r in tables.of_kind(results, "lengths")
-    if r["lengths"] and r["lengths"][_longest(r)].get("loss_by_position")
+    if r["lengths"] and r["lengths"][longest(r)].get("loss_by_position")
   ]
-  for group in tables.groups(chosen, _length_group_key):
+  for group in tables.groups(chosen, group_key):
     spans = sorted(
-      {(b["start"], b["end"]) for r in group for b in r["lengths"][_longest(r)]["loss_by_position"]}
+      {(b["start"], b["end"]) for r in group for b in r["lengths"][longest(r)]["loss_by_position"]}
     )
     rows = []
     for r in group:
-      by_span = {(b["start"], b["end"]): b for b in r["lengths"][_longest(r)]["loss_by_position"]}
+      by_span = {(b["start"], b["end"]): b for b in r["lengths"][longest(r)]["loss_by_position"]}
       rows.append(
-        [tables.label(r), _longest(r)]
+        [tables.label(r), longest(r)]
         + [
           tables.cell(by_span[s]["loss"], by_span[s].get("loss_ci"), tables.f3)
           if s in by_span

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lcx.report import tables
-from lcx.report.lengths import _length_group_key, _longest, short_protocol
-from lcx.report.tasks import _bucket_order
+from lcx.report.lengths import group_key, longest, short_protocol
+from lcx.report.tasks import bucket_order
 
 
 def _pyplot():
@@ -129,7 +129,7 @@ def _plot_metric_lines(ax, results, metric: str, row_label, crowded: bool = Fals
 def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str | None:
   """Perplexity against eval length (log2 x), a line and 95% CI band per result, training
   length dashed; one panel per protocol."""
-  groups = tables.groups(tables.of_kind(results, "lengths"), _length_group_key)
+  groups = tables.groups(tables.of_kind(results, "lengths"), group_key)
   if not groups:
     return None
   fig, axes = _line_panels(groups)
@@ -177,9 +177,9 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   chosen = [
     r
     for r in tables.of_kind(results, "lengths")  # a single bucket (last_k) is no curve
-    if r["lengths"] and len(r["lengths"][_longest(r)].get("loss_by_position") or []) > 1
+    if r["lengths"] and len(r["lengths"][longest(r)].get("loss_by_position") or []) > 1
   ]
-  groups = tables.groups(chosen, _length_group_key)
+  groups = tables.groups(chosen, group_key)
   if not groups:
     return None
   fig, axes = _line_panels(groups)
@@ -187,14 +187,14 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
     edges_all, values = set(), []
     band = _band_alpha(len(group))
     for i, r in enumerate(group):
-      buckets = sorted(r["lengths"][_longest(r)]["loss_by_position"], key=lambda b: b["start"])
+      buckets = sorted(r["lengths"][longest(r)]["loss_by_position"], key=lambda b: b["start"])
       edges = [max(1, buckets[0]["start"])] + [b["end"] for b in buckets]
       ys = [b["loss"] for b in buckets]
       (line,) = ax.step(
         edges,
         ys + ys[-1:],
         where="post",
-        label=f"{tables.label(r)} @{_longest(r)}",
+        label=f"{tables.label(r)} @{longest(r)}",
         **_line_style(i, len(group)),
       )
       if all(b.get("loss_ci") for b in buckets):
@@ -228,7 +228,7 @@ def plot_tasks(results: Sequence[dict], path: str) -> str | None:
     return None
   fig, axes = _subplots(len(groups))
   for ax, group in zip(axes, groups):
-    buckets = sorted({b for r in group for b in r["buckets"]}, key=_bucket_order)
+    buckets = sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
     for r in group:
       xs, ys, lo, hi = [], [], [], []
       for i, name in enumerate(buckets):
@@ -242,7 +242,7 @@ def plot_tasks(results: Sequence[dict], path: str) -> str | None:
         hi.append(ci[1] - b["accuracy"])
       ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=3, label=tables.label(r))
     trained = [
-      i for i, name in enumerate(buckets) if _bucket_order(name)[1] <= group[0]["train_sizes"][1]
+      i for i, name in enumerate(buckets) if bucket_order(name)[1] <= group[0]["train_sizes"][1]
     ]
     if trained:
       ax.axvline(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from lcx.report import tables
 
 
-def _bucket_order(name: str):
+def bucket_order(name: str):
   lo, _, hi = name.partition("-")
   return (int(lo), int(hi)) if lo.isdigit() and hi.isdigit() else (1 << 62, 0, name)
 
@@ -26,7 +26,7 @@ def task_tables(results: Sequence[dict]) -> str:
   for group in tables.groups(
     tables.of_kind(results, "tasks"), lambda r: (r["task"], tuple(r["train_sizes"]))
   ):
-    buckets = sorted({b for r in group for b in r["buckets"]}, key=_bucket_order)
+    buckets = sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
     rows = [
       [tables.label(r)]
       + [_accuracy_cell(r["buckets"][b]) if b in r["buckets"] else "-" for b in buckets]
@@ -77,7 +77,7 @@ def task_error_tables(results: Sequence[dict]) -> str:
     if any("error_rate" in b for b in r["buckets"].values())
   ]
   for group in tables.groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
-    buckets = sorted({b for r in group for b in r["buckets"]}, key=_bucket_order)
+    buckets = sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
     rows = [
       [tables.label(r)]
       + [
@@ -111,8 +111,10 @@ def task_seed_tables(results: Sequence[dict], metric: str = "accuracy") -> str:
     r for r in tables.of_kind(results, "tasks") if any(metric in b for b in r["buckets"].values())
   ]
   for group in tables.groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
-    rows = [row for r in group for row in csv_rows(r, (metric,)) if row["depth"] == ""]
-    buckets, body = tables.seed_table(rows, "bucket", metric, tables.f3, order=_bucket_order)
+    # With the accuracy rows, which every scored bucket has, every bucket is a column.
+    metrics = tuple(dict.fromkeys(("accuracy", metric)))
+    rows = [row for r in group for row in csv_rows(r, metrics) if row["depth"] == ""]
+    buckets, body = tables.seed_table(rows, "bucket", metric, tables.f3, order=bucket_order)
     if not body:
       continue
     low, high = group[0]["train_sizes"]
@@ -149,7 +151,7 @@ def extrapolation_accuracy(r: dict) -> float | None:
     if row["metric"] == "accuracy"
     and row["depth"] == ""
     and row["value"] != ""
-    and _bucket_order(row["bucket"])[0] > high
+    and bucket_order(row["bucket"])[0] > high
   ]
   return sum(scores) / len(scores) if scores else None
 
@@ -186,7 +188,7 @@ def csv_rows(r: dict, metrics: Sequence[str] = CSV_METRICS) -> list[dict]:
     (d, r["depths"][d]) for d in sorted(r.get("depths") or {}, key=float)
   ]
   for depth, buckets in cuts:
-    for name in sorted(buckets, key=_bucket_order):
+    for name in sorted(buckets, key=bucket_order):
       b = buckets[name]
       where = dict(bucket=name, depth=depth, examples=b.get("examples"))
       if b.get("skipped"):

@@ -63,7 +63,10 @@ def test_task_error_rate_seed_table_is_mean_and_range_over_seeds():
   assert text.startswith("Task copy: error rate on the scored answer tokens by task size")
   row = next(line for line in text.splitlines() if line.startswith("| flip-rope/none"))
   cells = [c.strip() for c in row.strip("|").split("|")]
-  assert cells[:3] == ["flip-rope/none", "0,1,2", "0.250 [0.100, 0.400]"]
+  # 17-32 records no error rate (33-64 is skipped): each a column all the same, of "-".
+  assert cells == ["flip-rope/none", "0,1,2", "0.250 [0.100, 0.400]", "-", "-"]
+  header = next(line for line in text.splitlines() if line.startswith("| runs/variant"))
+  assert [c.strip() for c in header.strip("|").split("|")][2:] == ["1-16", "17-32", "33-64"]
   assert "copy-rope" not in text  # recorded before error rates: left out, not shown as "-"
   assert "## Task error rate across seeds" in report.format_tables(results)
   assert "## Task error rate across seeds" not in report.format_tables(results[3:])
