@@ -20,39 +20,37 @@ def group_key(r: dict) -> tuple:
 def length_table(
   results: Sequence[dict], metric: str = "perplexity", *, row_label=tables.label
 ) -> str:
-  """One protocol group: a row per result, a column per eval length, `value [lo, hi]` cells.
-  `metric`: perplexity | loss | bits_per_byte. Skipped lengths say so; reasons below."""
+  """One protocol group: a row per result, a column per eval length, `value [lo, hi]` cells,
+  from each result's CSV rows. `metric`: perplexity | loss | bits_per_byte. Skipped lengths say
+  so; reasons below."""
   fmt = tables.ppl if metric == "perplexity" else tables.f3
   train_len = results[0]["train_len"]
-  lengths = sorted({int(n) for r in results for n in [*r["lengths"], *r.get("skipped", {})]})
-  rows = []
-  for r in results:
-    row = [row_label(r)]
-    for n in map(str, lengths):
-      entry = r["lengths"].get(n)
-      if entry is not None:
-        row.append(tables.cell(entry.get(metric), entry.get(f"{metric}_ci"), fmt))
-      else:
-        row.append("skipped" if n in r.get("skipped", {}) else "-")
-    rows.append(row)
+  rows_R = [csv_rows(r) for r in results]
+  lengths = sorted({int(x["length"]) for rows in rows_R for x in rows})
+  body = [
+    [row_label(r)] + tables.pivot_cells(rows, "length", lengths, metric, fmt)
+    for r, rows in zip(results, rows_R)
+  ]
   head = ["run/variant" if row_label is tables.label else "variant"] + [
     tables.times(n, train_len) for n in lengths
   ]
+  loss_R = [{int(x["length"]): x for x in rows if x["metric"] == "loss"} for rows in rows_R]
   counts = "; ".join(
-    f"{n}: {tables.span(r['lengths'].get(str(n), {}).get('tokens') for r in results)} tokens, "
-    f"{tables.span(r['lengths'].get(str(n), {}).get('documents') for r in results)} documents"
+    f"{n}: {tables.span(loss.get(n, {}).get('tokens') for loss in loss_R)} tokens, "
+    f"{tables.span(loss.get(n, {}).get('num_documents') for loss in loss_R)} documents"
     for n in lengths
   )
   skips = [
-    f"- {row_label(r)} at {n}: skipped: {why}"
-    for r in results
-    for n, why in sorted(r.get("skipped", {}).items(), key=lambda kv: int(kv[0]))
+    f"- {row_label(r)} at {x['length']}: skipped: {x['note']}"
+    for r, rows in zip(results, rows_R)
+    for x in rows
+    if x["metric"] == "skipped"
   ]
   lines = [
     f"{describe_protocol(results[0].get('protocol'))}; train length {train_len}.",
     f"Per length: {counts}.",
     "",
-    tables.markdown_table(head, rows),
+    tables.markdown_table(head, body),
   ]
   return "\n".join(lines + ([""] + skips if skips else []))
 

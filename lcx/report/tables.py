@@ -126,6 +126,31 @@ def span(values: Iterable) -> str:
   return "-" if not values else str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
+def pivot_cells(
+  rows: Sequence[dict], column: str, columns: Sequence, metric: str, fmt, ci_fmt=None, skipped=True
+) -> list[str]:
+  """One table row from one result's long-form rows (`row`): per value of `column` in
+  `columns`, its `metric` as `value [ci_lo, ci_hi]`; else `skipped` where a skipped row says so
+  (unless not `skipped`), else `-`."""
+  found: dict = {}
+  for r in rows:
+    if r["metric"] == metric:
+      found[str(r[column])] = r
+    elif skipped and r["metric"] == "skipped":
+      found.setdefault(str(r[column]), None)
+  out = []
+  for c in map(str, columns):
+    if c not in found:
+      out.append("-")
+    elif found[c] is None:
+      out.append("skipped")
+    else:
+      r = found[c]
+      ci = None if r["ci_lo"] == "" else [r["ci_lo"], r["ci_hi"]]
+      out.append(cell(None if r["value"] == "" else r["value"], ci, fmt, ci_fmt))
+  return out
+
+
 SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
 
 

@@ -13,34 +13,33 @@ def bucket_order(name: str):
   return (int(lo), int(hi)) if lo.isdigit() and hi.isdigit() else (1 << 62, 0, name)
 
 
-def _accuracy_cell(b: dict) -> str:
-  if b.get("skipped"):
-    return "skipped"
-  return tables.cell(b.get("accuracy"), b.get("accuracy_ci"), tables.f3, tables.f2)
+def _group_key(r: dict) -> tuple:
+  return (r["task"], tuple(r["train_sizes"]))
 
 
 def task_tables(results: Sequence[dict]) -> str:
   """(d): exact match per size bucket, a row per result, one table per task; per needle depth
-  (depth x bucket, one table per result) for passkey-style tasks."""
+  (depth x bucket, one table per result) for passkey-style tasks; from the CSV rows."""
   out = []
-  for group in tables.groups(
-    tables.of_kind(results, "tasks"), lambda r: (r["task"], tuple(r["train_sizes"]))
-  ):
-    buckets = sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
-    rows = [
-      [tables.label(r)]
-      + [_accuracy_cell(r["buckets"][b]) if b in r["buckets"] else "-" for b in buckets]
-      for r in group
-    ]
+  for group in tables.groups(tables.of_kind(results, "tasks"), _group_key):
+    rows_R = [csv_rows(r) for r in group]
+    top_R = [[x for x in rows if x["depth"] == ""] for rows in rows_R]
+    buckets = sorted({x["bucket"] for rows in top_R for x in rows}, key=bucket_order)
+
+    def cells(rows):
+      return tables.pivot_cells(rows, "bucket", buckets, "accuracy", tables.f3, tables.f2)
+
+    body = [[tables.label(r)] + cells(rows) for r, rows in zip(group, top_R)]
     low, high = group[0]["train_sizes"]
+    by_bucket_R = [{x["bucket"]: x for x in rows} for rows in top_R]
     examples = "; ".join(
-      f"{b}: {tables.span(r['buckets'].get(b, {}).get('examples') for r in group)}" for b in buckets
+      f"{b}: {tables.span(by.get(b, {}).get('examples') for by in by_bucket_R)}" for b in buckets
     )
     skips = [
-      f"- {tables.label(r)} sizes {b}: skipped: {r['buckets'][b]['skipped']}"
-      for r in group
-      for b in buckets
-      if r["buckets"].get(b, {}).get("skipped")
+      f"- {tables.label(r)} sizes {x['bucket']}: skipped: {x['note']}"
+      for r, rows in zip(group, top_R)
+      for x in rows
+      if x["metric"] == "skipped"
     ]
     out.append(
       "\n".join(
@@ -48,52 +47,46 @@ def task_tables(results: Sequence[dict]) -> str:
           f"Task {group[0]['task']}: exact match by task size, 95% CI; trained "
           f"on sizes {low}-{high}. Examples per bucket: {examples}.",
           "",
-          tables.markdown_table(["run/variant"] + buckets, rows),
+          tables.markdown_table(["run/variant"] + buckets, body),
         ]
         + ([""] + skips if skips else [])
       )
     )
-    for r in group:
+    for r, rows in zip(group, rows_R):
       if r.get("depths"):
         depths = sorted(r["depths"], key=float)
-        rows = [
-          [f"depth {d}"] + [_accuracy_cell(r["depths"][d].get(b, {})) for b in buckets]
-          for d in depths
-        ]
+        body = [[f"depth {d}"] + cells([x for x in rows if x["depth"] == d]) for d in depths]
         out.append(
           f"{tables.label(r)}: {r['task']} exact match by needle depth and size\n\n"
-          + tables.markdown_table(["depth"] + buckets, rows)
+          + tables.markdown_table(["depth"] + buckets, body)
         )
   return "\n\n".join(out)
 
 
 def task_error_tables(results: Sequence[dict]) -> str:
   """Per task: the error rate on the scored answer tokens (wrong / all, pooled over examples:
-  flip-flop's read bits, MQAR's values) per size bucket; results recorded before it have none."""
+  flip-flop's read bits, MQAR's values) per size bucket, from the long-form rows; results
+  recorded before it have none."""
   out = []
   chosen = [
     r
     for r in tables.of_kind(results, "tasks")
     if any("error_rate" in b for b in r["buckets"].values())
   ]
-  for group in tables.groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
-    buckets = sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
-    rows = [
+  for group in tables.groups(chosen, _group_key):
+    # With the accuracy rows, which every scored bucket has, every bucket is a column.
+    metrics = ("accuracy", "error_rate")
+    top_R = [[x for x in csv_rows(r, metrics) if x["depth"] == ""] for r in group]
+    buckets = sorted({x["bucket"] for rows in top_R for x in rows}, key=bucket_order)
+    body = [
       [tables.label(r)]
-      + [
-        tables.cell(
-          r["buckets"][b].get("error_rate"), r["buckets"][b].get("error_rate_ci"), tables.f3
-        )
-        if r["buckets"].get(b, {}).get("error_rate") is not None
-        else "-"
-        for b in buckets
-      ]
-      for r in group
+      + tables.pivot_cells(rows, "bucket", buckets, "error_rate", tables.f3, skipped=False)
+      for r, rows in zip(group, top_R)
     ]
     low, high = group[0]["train_sizes"]
     out.append(
       f"Task {group[0]['task']}: error rate on the scored answer tokens by task size, 95% CI; "
-      f"trained on sizes {low}-{high}.\n\n" + tables.markdown_table(["run/variant"] + buckets, rows)
+      f"trained on sizes {low}-{high}.\n\n" + tables.markdown_table(["run/variant"] + buckets, body)
     )
   return "\n\n".join(out)
 
@@ -110,7 +103,7 @@ def task_seed_tables(results: Sequence[dict], metric: str = "accuracy") -> str:
   chosen = [
     r for r in tables.of_kind(results, "tasks") if any(metric in b for b in r["buckets"].values())
   ]
-  for group in tables.groups(chosen, lambda r: (r["task"], tuple(r["train_sizes"]))):
+  for group in tables.groups(chosen, _group_key):
     # With the accuracy rows, which every scored bucket has, every bucket is a column.
     metrics = tuple(dict.fromkeys(("accuracy", metric)))
     rows = [row for r in group for row in csv_rows(r, metrics) if row["depth"] == ""]

@@ -139,3 +139,24 @@ def test_rank_table_is_the_mean_reciprocal_rank_of_the_means_over_seeds():
     ["c", "0.250", "-", "0.100"],
   ]
   assert tables.rank_table(rows[:3]) == ([], [])  # one task
+
+
+def test_pivot_cells_read_one_results_long_form_rows():
+  base = {"run": "rope", "variant": "none"}
+  rows = [
+    tables.row(base, length=64, metric="loss", value=2.0, ci=[1.9, 2.1]),
+    tables.row(base, length=64, metric="perplexity", value=7.389),  # another metric
+    tables.row(base, length=128, metric="loss", value=2.5),  # no interval
+    tables.row(base, length=256, metric="skipped", note="max_len=128 < 256"),
+    tables.row(base, length=512, metric="loss"),  # recorded without a value
+  ]
+  columns = [64, 128, 256, 512, 1024]
+  assert tables.pivot_cells(rows, "length", columns, "loss", tables.f3) == [
+    "2.000 [1.900, 2.100]",
+    "2.500",
+    "skipped",
+    "-",
+    "-",
+  ]
+  cells = tables.pivot_cells(rows, "length", columns, "loss", tables.f3, tables.f2, skipped=False)
+  assert cells == ["2.000 [1.90, 2.10]", "2.500", "-", "-", "-"]
