@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lcx.report import tables
-from lcx.report.lengths import group_key, longest, short_protocol
-from lcx.report.tasks import bucket_order
+from lcx.report import lengths, tables, tasks
 
 
 def _pyplot():
@@ -62,9 +60,9 @@ def _mark_train_lengths(ax, train_lens) -> None:
     )
 
 
-def _length_axes(ax, lengths, ylabel: str, values, legend_outside: bool = False) -> None:
+def _length_axes(ax, ticks, ylabel: str, values, legend_outside: bool = False) -> None:
   ax.set_xscale("log", base=2)
-  ax.set_xticks(lengths, [str(n) for n in lengths])
+  ax.set_xticks(ticks, [str(n) for n in ticks])
   ax.minorticks_off()
   values = [v for v in values if v and v > 0]
   if values and max(values) / min(values) > 20:  # a blown-up scheme would flatten the rest
@@ -95,7 +93,7 @@ def _line_style(i: int, count: int) -> dict:
 def _plot_metric_lines(ax, results, metric: str, row_label, crowded: bool = False) -> None:
   """One line per result over its lengths, with its CI band where recorded (crowded: only the
   first result's band, the reference the others are read against, and the legend outside)."""
-  lengths, values = set(), []
+  seen, values = set(), []
   band = _band_alpha(len(results))
   for i, r in enumerate(results):
     ns = sorted(int(n) for n in r["lengths"] if r["lengths"][n].get(metric) is not None)
@@ -114,12 +112,12 @@ def _plot_metric_lines(ax, results, metric: str, row_label, crowded: bool = Fals
         linewidth=0,
       )
       values += [c[0] for c in cis] + [c[1] for c in cis]
-    lengths.update(ns)
+    seen.update(ns)
     values += ys
   _mark_train_lengths(ax, [r["train_len"] for r in results if r.get("train_len")])
   _length_axes(
     ax,
-    sorted(lengths),
+    sorted(seen),
     metric.replace("_", " ") + " per token" if metric == "perplexity" else metric.replace("_", " "),
     values,
     legend_outside=crowded,
@@ -129,13 +127,15 @@ def _plot_metric_lines(ax, results, metric: str, row_label, crowded: bool = Fals
 def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str | None:
   """Perplexity against eval length (log2 x), a line and 95% CI band per result, training
   length dashed; one panel per protocol."""
-  groups = tables.groups(tables.of_kind(results, "lengths"), group_key)
+  groups = tables.groups(tables.of_kind(results, "lengths"), lengths.group_key)
   if not groups:
     return None
   fig, axes = _line_panels(groups)
   for ax, group in zip(axes, groups):
     _plot_metric_lines(ax, group, "perplexity", tables.label)
-    ax.set_title(title or f"perplexity by length, {short_protocol(group[0])} (95% CI)", fontsize=9)
+    ax.set_title(
+      title or f"perplexity by length, {lengths.short_protocol(group[0])} (95% CI)", fontsize=9
+    )
   return _save(fig, path)
 
 
@@ -167,7 +167,9 @@ def plot_variants(results: Sequence[dict], path: str) -> str | None:
   for ax, group in zip(axes, runs):
     _plot_metric_lines(ax, group, "perplexity", lambda r: str(r["variant"]), crowded)
     band = f"95% CI of {group[0]['variant']}" if crowded else "95% CI"
-    ax.set_title(f"{group[0]['run']}: variants, {short_protocol(group[0])} ({band})", fontsize=9)
+    ax.set_title(
+      f"{group[0]['run']}: variants, {lengths.short_protocol(group[0])} ({band})", fontsize=9
+    )
   return _save(fig, path)
 
 
@@ -177,9 +179,9 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   chosen = [
     r
     for r in tables.of_kind(results, "lengths")  # a single bucket (last_k) is no curve
-    if r["lengths"] and len(r["lengths"][longest(r)].get("loss_by_position") or []) > 1
+    if r["lengths"] and len(r["lengths"][lengths.longest(r)].get("loss_by_position") or []) > 1
   ]
-  groups = tables.groups(chosen, group_key)
+  groups = tables.groups(chosen, lengths.group_key)
   if not groups:
     return None
   fig, axes = _line_panels(groups)
@@ -187,14 +189,16 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
     edges_all, values = set(), []
     band = _band_alpha(len(group))
     for i, r in enumerate(group):
-      buckets = sorted(r["lengths"][longest(r)]["loss_by_position"], key=lambda b: b["start"])
+      buckets = sorted(
+        r["lengths"][lengths.longest(r)]["loss_by_position"], key=lambda b: b["start"]
+      )
       edges = [max(1, buckets[0]["start"])] + [b["end"] for b in buckets]
       ys = [b["loss"] for b in buckets]
       (line,) = ax.step(
         edges,
         ys + ys[-1:],
         where="post",
-        label=f"{tables.label(r)} @{longest(r)}",
+        label=f"{tables.label(r)} @{lengths.longest(r)}",
         **_line_style(i, len(group)),
       )
       if all(b.get("loss_ci") for b in buckets):
@@ -214,21 +218,21 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
     ticks = [2**k for k in range(top.bit_length()) if 2**k >= min(edges_all)] + [top]
     _length_axes(ax, sorted(set(ticks)), "loss (nats/token)", values)
     ax.set_xlabel("position (tokens of context before the target)")
-    ax.set_title(f"loss by position at the longest length, {short_protocol(group[0])}", fontsize=9)
+    ax.set_title(
+      f"loss by position at the longest length, {lengths.short_protocol(group[0])}", fontsize=9
+    )
   return _save(fig, path)
 
 
 def plot_tasks(results: Sequence[dict], path: str) -> str | None:
   """Exact match against task-size bucket, a line with 95% CI bars per result, the last
   trained bucket dashed; one panel per task."""
-  groups = tables.groups(
-    tables.of_kind(results, "tasks"), lambda r: (r["task"], tuple(r["train_sizes"]))
-  )
+  groups = tables.groups(tables.of_kind(results, "tasks"), tasks.group_key)
   if not groups:
     return None
   fig, axes = _subplots(len(groups))
   for ax, group in zip(axes, groups):
-    buckets = sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
+    buckets = sorted({b for r in group for b in r["buckets"]}, key=tasks.bucket_order)
     for r in group:
       xs, ys, lo, hi = [], [], [], []
       for i, name in enumerate(buckets):
@@ -242,7 +246,9 @@ def plot_tasks(results: Sequence[dict], path: str) -> str | None:
         hi.append(ci[1] - b["accuracy"])
       ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=3, label=tables.label(r))
     trained = [
-      i for i, name in enumerate(buckets) if bucket_order(name)[1] <= group[0]["train_sizes"][1]
+      i
+      for i, name in enumerate(buckets)
+      if tasks.bucket_order(name)[1] <= group[0]["train_sizes"][1]
     ]
     if trained:
       ax.axvline(
@@ -322,9 +328,9 @@ def plot_passkey(results: Sequence[dict], path: str) -> str | None:
   fig, axes = _subplots(len(chosen), width=5.0, height=4.0)
   for ax, r in zip(axes, chosen):
     depths = sorted({float(d) for d in r["depths"]})
-    lengths = sorted({int(n) for n in r["lengths"]})
+    sizes = sorted({int(n) for n in r["lengths"]})
     cells = {(int(c["length"]), float(c["depth"])): c["accuracy"] for c in r["cells"]}
-    grid = [[cells.get((n, d), float("nan")) for d in depths] for n in lengths]
+    grid = [[cells.get((n, d), float("nan")) for d in depths] for n in sizes]
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
     for i, row in enumerate(grid):
       for j, v in enumerate(row):
@@ -339,7 +345,7 @@ def plot_passkey(results: Sequence[dict], path: str) -> str | None:
             color="white" if v < 0.6 else "black",
           )
     ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths])
-    ax.set_yticks(range(len(lengths)), [tables.times(n, r["train_len"]) for n in lengths])
+    ax.set_yticks(range(len(sizes)), [tables.times(n, r["train_len"]) for n in sizes])
     ax.set_xlabel("needle depth")
     ax.set_ylabel("length")
     ax.set_title(f"{tables.label(r)}: passkey accuracy", fontsize=9)

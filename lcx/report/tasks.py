@@ -9,11 +9,13 @@ from lcx.report import tables
 
 
 def bucket_order(name: str):
+  """Size buckets `LO-HI` by their sizes, any other name after them."""
   lo, _, hi = name.partition("-")
   return (int(lo), int(hi)) if lo.isdigit() and hi.isdigit() else (1 << 62, 0, name)
 
 
-def _group_key(r: dict) -> tuple:
+def group_key(r: dict) -> tuple:
+  """Results that share a table: the same task and trained sizes."""
   return (r["task"], tuple(r["train_sizes"]))
 
 
@@ -21,7 +23,7 @@ def task_tables(results: Sequence[dict]) -> str:
   """(d): exact match per size bucket, a row per result, one table per task; per needle depth
   (depth x bucket, one table per result) for passkey-style tasks; from the CSV rows."""
   out = []
-  for group in tables.groups(tables.of_kind(results, "tasks"), _group_key):
+  for group in tables.groups(tables.of_kind(results, "tasks"), group_key):
     rows_R = [csv_rows(r) for r in group]
     top_R = [[x for x in rows if x["depth"] == ""] for rows in rows_R]
     buckets = sorted({x["bucket"] for rows in top_R for x in rows}, key=bucket_order)
@@ -73,7 +75,7 @@ def task_error_tables(results: Sequence[dict]) -> str:
     for r in tables.of_kind(results, "tasks")
     if any("error_rate" in b for b in r["buckets"].values())
   ]
-  for group in tables.groups(chosen, _group_key):
+  for group in tables.groups(chosen, group_key):
     # With the accuracy rows, which every scored bucket has, every bucket is a column.
     metrics = ("accuracy", "error_rate")
     top_R = [[x for x in csv_rows(r, metrics) if x["depth"] == ""] for r in group]
@@ -103,7 +105,7 @@ def task_seed_tables(results: Sequence[dict], metric: str = "accuracy") -> str:
   chosen = [
     r for r in tables.of_kind(results, "tasks") if any(metric in b for b in r["buckets"].values())
   ]
-  for group in tables.groups(chosen, _group_key):
+  for group in tables.groups(chosen, group_key):
     # With the accuracy rows, which every scored bucket has, every bucket is a column.
     metrics = tuple(dict.fromkeys(("accuracy", metric)))
     rows = [row for r in group for row in csv_rows(r, metrics) if row["depth"] == ""]
