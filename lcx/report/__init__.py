@@ -11,9 +11,9 @@ report.md and results.csv are byte-identical for the same inputs, so README tabl
 
 The package, by concern: `load` reads results; `kinds` holds one record per result kind (its
 checks, sections, CSV rows, plots), built from `lengths`, `tasks` and `passkey`; `tables` is
-the renderer, cell formats and long-form rows they share; `plots` draws; `write` puts
-report.md and results.csv together; `cli` is the command. The names below are what other
-modules, notebooks and tests use.
+the renderer, cell formats and long-form rows they share, and the pivot, seed and rank tables
+built from those rows; `plots` draws; `write` puts report.md and results.csv together; `cli`
+is the command. The names below are what other modules, notebooks and tests use.
 """
 
 from lcx.report.kinds import KINDS

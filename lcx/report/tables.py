@@ -1,4 +1,5 @@
-"""The one table renderer, the cell formats and the long-form row every table and the CSV share."""
+"""The one table renderer, the cell formats and the long-form row (`row`) that the CSV and the
+tables share, and the tables built from such rows: pivots, means across seeds, ranks."""
 
 from __future__ import annotations
 
