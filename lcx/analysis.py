@@ -4,10 +4,11 @@ sinks, head types, logit statistics and the norm of q and k per rotary frequency
 Every function takes a restored checkpoint (`load`: the run's config and parameters, nothing
 else) and a batch of tokens, and works for every scheme and remap because nothing here
 re-derives attention: q and k are what the model's own blocks hand to the kernel (`qk` records
-them), and the logits come from `lcx.attention`'s own pieces (the plan of `prepare_dense`, or of
-`prepare_chunked` for chosen query rows, then `_rotated`, `_logits`, `_merge`, `_use`, `_mask`,
-`_with_contextual`, and an input hook's prefix sums as the block handed them, `_prefix_bias`;
-PaTH's Householders as the kernel received them), so they are the numbers the kernels compute.
+them), and the logits come from `lcx.attention`'s public logits (`attention.logits` of a
+`prepare_dense` plan; for chosen query rows, its parts over a `prepare_chunked` plan: `rotate`,
+`scores`, `add_prefix`, `visible`, `with_contextual`), with an input hook's prefix sums as the
+block handed them and PaTH's Householders as the kernel received them, so they are the numbers
+the kernels compute.
 Up to `DENSE_MAX` tokens
 every query row is computed; beyond, only chosen rows (`default_rows`), in blocks, so memory
 stays O(rows x T).
@@ -180,7 +181,7 @@ class QK:
   beta: np.ndarray | None = None
 
   def householder(self, layer: int):
-    """(w, beta) of `layer` for `attention._logits`, or None."""
+    """(w, beta) of `layer` for `attention.logits`, or None."""
     return None if self.w is None else (self.w[layer], self.beta[layer])
 
 
@@ -232,31 +233,16 @@ def _layer_parts(decoder, layer):
   return scheme, decoder.no_remap, decoder.pattern
 
 
-def _with_prefix(logits_BxGxPxQxS, prefix_BxTxH, rows_Q=None):
-  """logits plus an input hook's c_i - c_j (queries: `rows_Q`, None: all), as the kernels."""
-  if prefix_BxTxH is None:
-    return logits_BxGxPxQxS
-  c_BxHxT = jnp.swapaxes(prefix_BxTxH, 1, 2)
-  c_BxHxQ = c_BxHxT if rows_Q is None else jnp.take(c_BxHxT, rows_Q, axis=2)
-  return attention._add_bias(logits_BxGxPxQxS, attention._prefix_bias(c_BxHxQ, c_BxHxT))
-
-
 def _dense_logits(
   decoder, layer, q_BxTxHxK, k_BxTxGxK, pos_BxT, seg_BxT, prefix_BxTxH=None, householder=None
 ):
-  """Every query row: the dense kernel's plan and logits (attend_dense's lines, no softmax)."""
+  """Every query row: the dense kernel's plan and masked logits (`attention.logits`)."""
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-  logits = attention._merge(
-    [
-      (attention._logits(q, k, bias, householder), use)
-      for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
-    ]
+  logits_BxHxTxT = attention.logits(
+    q_BxTxHxK, k_BxTxGxK, plan, scheme, prefix_BxSxH=prefix_BxTxH, householder=householder
   )
-  logits = _with_prefix(logits, prefix_BxTxH)
-  mask = plan.extras["mask_BxTxT"]
-  return attention._with_contextual(scheme, rotated[-1][0], logits, mask), mask
+  return logits_BxHxTxT, plan.extras["mask_BxTxT"]
 
 
 def _row_logits(
@@ -274,7 +260,8 @@ def _row_logits(
   PaTH (`householder`), whose rows are those of all T x T logits (`path.dense_logits`).
 
   The whole sequence is rotated (per-token lengths, xPos's centre), as the chunked kernel does;
-  biases, `use` masks and the mask are then taken for the chosen rows.
+  biases, `use` masks and the mask are then taken for the chosen rows, and the logits
+  assembled from `attention.logits`'s parts in its order, masked as it masks.
   """
   scheme, remap, pattern = _layer_parts(decoder, layer)
   plan = attention.prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
@@ -282,24 +269,19 @@ def _row_logits(
   def rows(x):
     return jnp.take(x, rows_Q, axis=1)
 
-  rotated = attention._rotated(q_BxTxHxK, k_BxTxGxK, plan, scheme)
-
-  def row_logits(q, k):
-    if householder is None:
-      return attention._logits(rows(q), k, None)
-    return jnp.take(attention._logits(q, k, None, householder), rows_Q, axis=3)
-
-  logits = attention._merge(
-    [
-      (
-        attention._add_bias(row_logits(q, k), scheme.bias(rows(br.q_pos), br.k_pos)),
-        attention._use(br, rows(plan.pos_BxT), plan.pos_BxT),
-      )
-      for (q, k), br in zip(rotated, plan.branches)
-    ]
-  )
-  logits = _with_prefix(logits, prefix_BxTxH, rows_Q)
-  mask = attention._mask(
+  rotated = attention.rotate(q_BxTxHxK, k_BxTxGxK, plan, scheme)
+  biases = [scheme.bias(rows(br.q_pos), br.k_pos) for br in plan.branches]
+  uses = [attention.use(br, rows(plan.pos_BxT), plan.pos_BxT) for br in plan.branches]
+  if householder is None:
+    logits = attention.scores([(rows(q), k) for q, k in rotated], biases, uses)
+  else:  # PaTH: the chosen rows of all T x T transformed products (Q = S in `scores`)
+    biases = [scheme.bias(br.q_pos, br.k_pos) for br in plan.branches]
+    uses = [attention.use(br, plan.pos_BxT, plan.pos_BxT) for br in plan.branches]
+    logits = jnp.take(attention.scores(rotated, biases, uses, householder), rows_Q, axis=3)
+  if prefix_BxTxH is not None:
+    c_BxHxT = jnp.swapaxes(prefix_BxTxH, 1, 2)
+    logits = attention.add_prefix(logits, jnp.take(c_BxHxT, rows_Q, axis=2), c_BxHxT)
+  mask = attention.visible(
     rows_Q,
     jnp.arange(pos_BxT.shape[1]),
     rows(plan.seg_BxT),
@@ -308,7 +290,10 @@ def _row_logits(
     plan.doc_BxT,
     pattern,
   )
-  return attention._with_contextual(scheme, rows(rotated[-1][0]), logits, mask), mask
+  logits = attention.with_contextual(scheme, rows(rotated[-1][0]), logits, mask)
+  b, g, p, q, t = logits.shape
+  mask_bias = jnp.where(mask, 0.0, attention.NEG_INF)[:, None]
+  return logits.reshape(b, g * p, q, t) + mask_bias, mask
 
 
 def default_rows(length: int, count: int = DEFAULT_ROWS) -> np.ndarray:
@@ -392,16 +377,16 @@ def attention_maps(
           lg, mask = _dense_logits(decoder, layer, q, k, pos, seg, c, householders[n])
         else:
           lg, mask = _row_logits(decoder, layer, q, k, pos, seg, rows_Q, c, householders[n])
-        b, g, r, nq, nk = lg.shape
-        lg = jnp.where(mask[:, None, None], lg, attention.NEG_INF)
+        b, h, nq, nk = lg.shape  # lg masked: NEG_INF where not allowed
         sink = decoder.blocks[layer].attn.sink_H
         if decoder.attention_kind == "stick_breaking":  # weights sum to <= 1, no diagonal
           q_idx = jnp.arange(nq) if dense else rows_Q
-          p = stick_breaking.weights(lg, mask, q_idx, jnp.arange(nk))
+          g = k.shape[2]
+          lg_BxGxPxQxT = lg.reshape(b, g, h // g, nq, nk)
+          p = stick_breaking.weights(lg_BxGxPxQxT, mask, q_idx, jnp.arange(nk))
         else:
-          p = attention._softmax(lg, None if sink is None else sink[...])
-        probs.append(p.reshape(b, g * r, nq, nk))
-        lg = lg.reshape(b, g * r, nq, nk)
+          p = attention.softmax(lg, None if sink is None else sink[...])
+        probs.append(p.reshape(b, h, nq, nk))
         logits.append(jnp.where(mask[:, None], lg, jnp.nan))
         masks.append(mask)
       return jnp.stack(probs), jnp.stack(logits), jnp.any(jnp.stack(masks), axis=0)

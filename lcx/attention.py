@@ -16,15 +16,22 @@ Both kernels take the same ingredients, so they agree to float precision:
   - a mask built from causality, packed-document segments and an optional sparse pattern, the
     pattern seeing each token's index within its own document (not its row index, nor its
     position, which remaps and randomized training positions change),
-  - an optional learned sink logit per head in every softmax denominator (`_softmax`),
+  - an optional learned sink logit per head in every softmax denominator (`softmax`),
   - the prefix sums c_BxSxH of a scheme's `from_input` hook (FoX), computed per layer from its
-    hidden states (lcx.model): logit (i, j) gets c_i - c_j (`_prefix_bias`), block by block.
+    hidden states (lcx.model): logit (i, j) gets c_i - c_j (`add_prefix`), block by block.
   - PaTH's Householder transforms between each query and its keys (`householder`: w and beta
     of every token from the layer's input; lcx/positions/path.py), in place of plain q.k.
 
 A generation step (`prepare_step`) is a dense plan too, whose queries are the new tokens and
 whose keys are a KV cache's slots: the same hooks, mask and merge, so cached logits equal the
 full forward pass.
+
+The logits are assembled in one place, public, for every kernel and tool to build on:
+`logits(q, k, plan, scheme)` gives a dense plan's masked B x H x Q x S logits (the dense
+softmax and stick-breaking kernels, lcx.analysis); callers that go block by block or row by
+row (the chunked kernels, the Pallas kernel's reference, lcx.analysis past DENSE_MAX) take its
+parts: `rotate`, `scores` (branches, biases, `use` merge), `add_prefix`, `with_contextual`,
+`visible` (the mask) and `softmax`.
 
 Shape letters (array-name suffixes such as q_BxTxHxE), one meaning each:
   B batch                  H query heads                 D model width (d_model)
@@ -44,7 +51,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from lcx import cpu_tuned, errors
+from lcx import cpu_tuned
 
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
 
@@ -88,13 +95,7 @@ def document_cumsum(a_BxTxH: jax.Array, seg_BxT: jax.Array) -> jax.Array:
   return jax.lax.associative_scan(combine, (a_BxTxH, starts_BxT), axis=1)[0]
 
 
-def _prefix_bias(prefix_q_BxHxQ, prefix_k_BxHxS):
-  """c_i - c_j as BxHxQxS: the sum of a scheme's `from_input` quantities over the tokens after
-  key j up to query i (FoX: log forget gates), from head-major prefix sums."""
-  return prefix_q_BxHxQ[..., :, None] - prefix_k_BxHxS[..., None, :]
-
-
-def _mask(q_idx_Q, k_idx_S, q_seg_BxQ, k_seg_BxS, q_doc_BxQ, k_doc_BxS, pattern):
+def visible(q_idx_Q, k_idx_S, q_seg_BxQ, k_seg_BxS, q_doc_BxQ, k_doc_BxS, pattern):
   """Allowed (query, key) pairs: causal, same document, and inside the sparse pattern."""
   allowed = (q_idx_Q[:, None] >= k_idx_S[None, :])[None]
   allowed = allowed & (q_seg_BxQ[:, :, None] == k_seg_BxS[:, None, :])
@@ -156,7 +157,7 @@ def _sink(sink_H, heads):
   return sink_H.astype(jnp.float32).reshape(heads)
 
 
-def _softmax(logits_BxGxPxQxS, sink_H=None):
+def softmax(logits_BxGxPxQxS, sink_H=None):
   """Softmax over the keys; with `sink_H`, one more logit per head joins every denominator but
   no key (gpt-oss, x-transformers' head_learned_sink), so a query may attend to nothing: its
   weights over the real keys then sum to < 1. The head axes may also be one, BxHxQxS."""
@@ -219,11 +220,11 @@ def _merge(logits_and_use):
   return logits
 
 
-def _use(branch, q_pos_BxQ, k_pos_BxS):
+def use(branch, q_pos_BxQ, k_pos_BxS):
   return None if branch.use is None else branch.use(q_pos_BxQ[:, :, None], k_pos_BxS[:, None, :])
 
 
-def _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme):
+def rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme):
   """q and k rotated once per remap branch, over the whole sequence (O(T) memory)."""
   return [
     scheme.rotate(
@@ -243,7 +244,7 @@ def _q_grouped(q_BxQxHxE, g):
   return _heads_major(q_BxQxHxE, g) * (q_BxQxHxE.shape[-1] ** -0.5)
 
 
-def _with_contextual(scheme, q_BxQxHxE, logits_BxGxPxQxS, mask_BxQxS):
+def with_contextual(scheme, q_BxQxHxE, logits_BxGxPxQxS, mask_BxQxS):
   """logits plus the scheme's contextual logits over every key in one call (the dense kernel,
   a generation step, lcx.analysis); unchanged, at no cost, when the scheme has no such hook."""
   if scheme.contextual is None:
@@ -251,6 +252,54 @@ def _with_contextual(scheme, q_BxQxHxE, logits_BxGxPxQxS, mask_BxQxS):
   q_BxGxPxQxE = _q_grouped(q_BxQxHxE, logits_BxGxPxQxS.shape[1])
   extra_BxGxPxQxS, _ = scheme.contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, None)
   return logits_BxGxPxQxS + extra_BxGxPxQxS
+
+
+def add_prefix(logits_BxGxPxQxS, prefix_q_BxHxQ, prefix_k_BxHxS):
+  """logits plus c_i - c_j: the sum of a scheme's `from_input` quantities over the tokens after
+  key j up to query i (FoX: log forget gates), from head-major prefix sums of the queries and
+  the keys (each kernel slices its own rows of c)."""
+  return _add_bias(logits_BxGxPxQxS, prefix_q_BxHxQ[..., :, None] - prefix_k_BxHxS[..., None, :])
+
+
+def scores(pairs, biases, uses, householder=None):
+  """Every remap branch's q.k / sqrt(E) plus its bias, merged by the branches' `use` masks:
+  BxGxPxQxS float32 from `rotate`d (q_BxQxHxE, k_BxSxGxE) pairs, their biases (None, an array
+  or a (scale, shift) pair: `_add_bias`) and `use` masks (`use`). With `householder` (PaTH:
+  w_BxSxGxE, beta_BxSxG; Q = S), q_i^T H_i ... H_{j+1} k_j in place of q_i . k_j.
+  The dense kernels, the Pallas kernel's reference and lcx.analysis build on it; the chunked
+  kernel merges its own per-block products the same way (`_merge`)."""
+  return _merge(
+    [(_logits(q, k, bias, householder), u) for (q, k), bias, u in zip(pairs, biases, uses)]
+  )
+
+
+def logits(q_BxQxHxE, k_BxSxGxE, plan, scheme, *, prefix_BxSxH=None, householder=None):
+  """The logits a dense plan's (`prepare_dense`, `prepare_step`) queries give its keys, as the
+  softmax (or stick-breaking) sees them: logits_BxHxQxS float32, from token-major q and k.
+
+  q and k rotated per remap branch (`rotate`), q.k / sqrt(E) plus each branch's bias
+  (`scores`), then an input hook's c_i - c_j (`add_prefix`; the queries' c are
+  c[start:start+Q]), then the contextual hook (`with_contextual`, over biased logits), then
+  NEG_INF where the plan's mask forbids. The temperature is in q already (lcx.temperature puts
+  it there; scale-invariant attention's (scale, shift) is its bias).
+
+  The mask is added (finite logits + NEG_INF == NEG_INF), one add per layer that XLA:CPU fuses,
+  where a select made its own pass forward and backward (default step 0.96-1.0x over three
+  interleaved A/Bs: a small gain, inside the noise in two); it is added in 4-D, B x H x Q x S:
+  with a unit P axis (no GQA) XLA:CPU gave 5-D logits a layout that cost a B x H x T x T copy
+  per layer.
+  """
+  b, t, h, _ = q_BxQxHxE.shape
+  rotated = rotate(q_BxQxHxE, k_BxSxGxE, plan, scheme)
+  logits_BxGxPxQxS = scores(rotated, plan.extras["biases"], plan.extras["uses"], householder)
+  if prefix_BxSxH is not None:  # before the contextual hook, which reads biased logits
+    prefix_BxHxS = jnp.swapaxes(prefix_BxSxH, 1, 2)
+    prefix_BxHxQ = jax.lax.dynamic_slice_in_dim(prefix_BxHxS, plan.start, t, axis=2)
+    logits_BxGxPxQxS = add_prefix(logits_BxGxPxQxS, prefix_BxHxQ, prefix_BxHxS)
+  mask_BxQxS = plan.extras["mask_BxTxT"]
+  logits_BxGxPxQxS = with_contextual(scheme, rotated[-1][0], logits_BxGxPxQxS, mask_BxQxS)
+  s = logits_BxGxPxQxS.shape[-1]
+  return logits_BxGxPxQxS.reshape(b, h, t, s) + plan.extras["mask_bias_BxTxT"][:, None]
 
 
 def _scaled(q_BxTxHxE, q_scale_BxT):
@@ -292,14 +341,14 @@ def _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme) -> dict[st
     "mask_BxTxT": mask_BxQxK,
     "mask_bias_BxTxT": jnp.where(mask_BxQxK, 0.0, NEG_INF),
     "biases": [scheme.bias(br.q_pos, br.k_pos) for br in branches],
-    "uses": [_use(br, q_pos_BxQ, k_pos_BxK) for br in branches],
+    "uses": [use(br, q_pos_BxQ, k_pos_BxK) for br in branches],
   }
 
 
 def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
   branches, doc_BxT = remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
   idx = jnp.arange(pos_BxT.shape[1])
-  mask_BxTxT = _mask(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, pattern)
+  mask_BxTxT = visible(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, pattern)
   return Plan(
     branches,
     pos_BxT,
@@ -325,7 +374,7 @@ def prepare_step(
   q_pos_BxQ = jnp.broadcast_to(q_idx_Q, (batch, num_new))
   k_pos_BxK = jnp.broadcast_to(k_idx_K, (batch, size))
   q_seg_BxQ, k_seg_BxK = jnp.ones_like(q_pos_BxQ), jnp.ones_like(k_pos_BxK)
-  mask_BxQxK = _mask(q_idx_Q, k_idx_K, q_seg_BxQ, k_seg_BxK, q_pos_BxQ, k_pos_BxK, pattern)
+  mask_BxQxK = visible(q_idx_Q, k_idx_K, q_seg_BxQ, k_seg_BxK, q_pos_BxQ, k_pos_BxK, pattern)
   branches = remap.branches(q_pos_BxQ, k_pos_BxK)
   len_Bx1 = jnp.full((batch, 1), start + num_new)
   return Plan(
@@ -351,31 +400,16 @@ def attend_dense(
   householder=None,
 ) -> jax.Array:
   """-> out_BxHxTxE (T: the queries; a generation step's keys are the cache's slots).
-  `sink_H`: a learned sink logit per head (`_softmax`), or None; `prefix_BxSxH`: the prefix
+  `sink_H`: a learned sink logit per head (`softmax`), or None; `prefix_BxSxH`: the prefix
   sums c of the scheme's `from_input` hook over the keys (the queries' are c[start:start+T]),
-  or None; `householder`: PaTH's (w_BxTxGxE, beta_BxTxG), or None (`_logits`)."""
+  or None; `householder`: PaTH's (w_BxTxGxE, beta_BxTxG), or None (`scores`)."""
   b, t, h, d = q_BxTxHxE.shape
-  rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
-  logits = _merge(
-    [
-      (_logits(q, k, bias, householder), use)
-      for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
-    ]
+  logits_BxHxTxS = logits(
+    q_BxTxHxE, k_BxTxGxE, plan, scheme, prefix_BxSxH=prefix_BxSxH, householder=householder
   )
-  if prefix_BxSxH is not None:  # before the contextual hook, which reads biased logits
-    prefix_BxHxS = jnp.swapaxes(prefix_BxSxH, 1, 2)
-    prefix_BxHxQ = jax.lax.dynamic_slice_in_dim(prefix_BxHxS, plan.start, t, axis=2)
-    logits = _add_bias(logits, _prefix_bias(prefix_BxHxQ, prefix_BxHxS))
-  mask_BxQxS = plan.extras["mask_BxTxT"]
-  logits = _with_contextual(scheme, rotated[-1][0], logits, mask_BxQxS)  # the last branch's q
-  # Masked by adding NEG_INF (finite logits + NEG_INF == NEG_INF): one add per layer that XLA:CPU
-  # fuses, where a select made its own pass forward and backward (default step 0.96-1.0x over
-  # three interleaved A/Bs: a small gain, inside the noise in two).
-  # From here on 4-D, B x H x T x S, and N = P * T rows per kv head for the values: with a unit
-  # P axis (no GQA) XLA:CPU gave the logits a layout that cost a B x H x T x T copy per layer.
-  g, s = logits.shape[1], logits.shape[-1]
-  logits_BxHxTxS = logits.reshape(b, h, t, s) + plan.extras["mask_bias_BxTxT"][:, None]
-  probs_BxHxTxS = _softmax(logits_BxHxTxS, sink_H).astype(v_BxGxTxE.dtype)
+  # From here on N = P * T rows per kv head for the values.
+  g, s = k_BxTxGxE.shape[2], logits_BxHxTxS.shape[-1]
+  probs_BxHxTxS = softmax(logits_BxHxTxS, sink_H).astype(v_BxGxTxE.dtype)
   out_BxGxNxE = jnp.einsum("bgns,bgse->bgne", probs_BxHxTxS.reshape(b, g, -1, s), v_BxGxTxE)
   return out_BxGxNxE.reshape(b, h, t, d)
 
@@ -443,7 +477,7 @@ def attend_chunked(
       kv_major(k),
       dataclasses.replace(br, q_pos=pad(br.q_pos), k_pos=pad(br.k_pos)),
     )
-    for (q, k), br in zip(_rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme), plan.branches)
+    for (q, k), br in zip(rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme), plan.branches)
   ]
   v_BxGxTxE = jnp.pad(v_BxGxTxE, [(0, 0), (0, 0), (0, tp - t), (0, 0)], mode="edge")
   pos_BxT, doc_BxT = pad(plan.pos_BxT), pad(plan.doc_BxT)
@@ -514,16 +548,15 @@ def attend_chunked(
         [
           (
             _add_bias(products(qb, k), scheme.bias(qb_pos, rows(br.k_pos, j * c))),
-            _use(br, q_pos, k_pos),
+            use(br, q_pos, k_pos),
           )
           for qb, k, qb_pos, br in q_blocks
         ]
       )
       if prefix_BxHxT is not None:
-        prefix_bias = _prefix_bias(rows(prefix_BxHxT, i * c, 2), rows(prefix_BxHxT, j * c, 2))
-        logits = _add_bias(logits, prefix_bias)
+        logits = add_prefix(logits, rows(prefix_BxHxT, i * c, 2), rows(prefix_BxHxT, j * c, 2))
       if masked:
-        mask = _mask(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, pattern)
+        mask = visible(q_idx, j * c + jnp.arange(c), q_seg, k_seg, q_doc, k_doc, pattern)
         if scheme.contextual is not None:  # with the last branch's q, as the dense kernel
           extra, context = scheme.contextual(q_blocks[-1][0], logits, mask, context)
           logits = logits + extra
@@ -574,30 +607,6 @@ class Kernel:
   prepare: Callable[..., Plan]
   # attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, prefix_BxSxH=None)
   attend: Callable[..., jax.Array]
-
-
-KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
-
-
-def _kernels(chunk_size: int, kind: str = "softmax") -> dict[str, Kernel]:
-  dense, chunked = attend_dense, attend_chunked
-  if kind == "stick_breaking":  # same plans; lcx/stick_breaking.py imports this module's helpers
-    from lcx import stick_breaking
-
-    dense, chunked = stick_breaking.attend_dense, stick_breaking.attend_chunked
-  return {
-    "dense": Kernel(prepare_dense, dense),
-    "chunked": Kernel(prepare_chunked, functools.partial(chunked, chunk_size=chunk_size)),
-  }
-
-
-def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> Kernel:
-  if kind not in KINDS:
-    raise errors.not_allowed("model.attention.kind", kind, KINDS)
-  kernels = _kernels(chunk_size, kind)
-  if name not in kernels:
-    raise errors.not_allowed("kernel", name, sorted(kernels))
-  return kernels[name]
 
 
 def _swap_heads_time(x):

@@ -15,7 +15,6 @@ import jax
 import ml_collections
 
 from lcx import (
-  attention,
   data,
   errors,
   gating,
@@ -142,7 +141,7 @@ OPTIONS = [
   ),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
   ("model.attention.gate", lambda v: v in gating.KINDS, f"one of {gating.KINDS}"),
-  ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
+  ("model.attention.kind", lambda v: v in kernels.KINDS, f"one of {kernels.KINDS}"),
   ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
   ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),

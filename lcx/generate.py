@@ -197,7 +197,7 @@ def _main(argv):
     config_lib.check_fields(FLAGS.config)
   except ValueError as error:
     fail(str(error))
-  from lcx import evaluate, prepare  # orbax, grain, TFDS: seconds
+  from lcx import prepare  # orbax, grain, TFDS: seconds
 
   try:
     prepared = prepare.prepare(FLAGS.config)
@@ -212,7 +212,7 @@ def _main(argv):
     positions.check_eval_length(
       m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len), size
     )
-    step, params, _ = evaluate.restore(prepared, FLAGS.workdir, FLAGS.eval_step)
+    step, params, _ = prepare.restore(prepared, FLAGS.workdir, FLAGS.eval_step)
   except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     fail(str(error))
   kernel = "chunked" if size >= cfg.eval.chunked_from else "dense"

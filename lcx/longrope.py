@@ -3,7 +3,7 @@ found by evolutionary search on a trained run, without fine-tuning.
 
 `python -m lcx.longrope --workdir=DIR --config.eval.longrope.target_len=N` (`./launch.sh
 longrope`) starts from the run's own config (DIR/config.json, as `lcx.main --mode=eval`), so
-only eval-time fields may change (`lcx.evaluate.restore` refuses a trained one).
+only eval-time fields may change (`lcx.prepare.restore` refuses a trained one).
 
 A candidate is a `longrope` scaling for the scale s = N / L: a factor lambda_i per rotary pair
 (inv_freq_i = theta_i / lambda_i), non-decreasing in i (pair 0 has the highest frequency) and in
@@ -51,7 +51,6 @@ from lcx import (
   config as config_lib,
   data,
   errors,
-  evaluate,
   metrics,
   prepare as prepare_lib,
   progress,
@@ -346,7 +345,7 @@ def search(config, workdir: str) -> dict:
   cfg = prepared.config
   lr, train_len = cfg.eval.longrope, cfg.model.max_len
   scale = lr.target_len / train_len
-  step, params, _ = evaluate.restore(prepared, workdir)
+  step, params, _ = prepare_lib.restore(prepared, workdir)
   position = cfg.model.position
   rotary_dim = scaling.check_rotary_dim(cfg.model.head_dim, position.rotary_dim)
   seeds = seed_factors(rotary_dim, float(position.base), scale, train_len)

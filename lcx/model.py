@@ -395,7 +395,7 @@ class Decoder(nnx.Module):
     impl pallas, the Pallas kernel for both (a KV cache keeps the XLA path)."""
     if self.attention_impl == "pallas" and self.cache_size() is None:
       return kernels.flash_kernel(self.block_size)
-    return attention.get_kernel(name, self.chunk_size, self.attention_kind)
+    return kernels.get_kernel(name, self.chunk_size, self.attention_kind)
 
   def has_positions(self, layer: int) -> bool:
     """Whether block `layer` (from 0) gets the position signal: all but every nope_every-th."""

@@ -328,6 +328,24 @@ def _check_resume(config, abstract_params, workdir: str) -> None:
   _check_shapes(abstract_params, workdir, step, f"{where}: ", "the checkpoint")
 
 
+def restore(prepared, workdir: str, step: int | None = None, trained=None):
+  """(step, parameters, metadata) of the latest or given checkpoint, after checking that
+  `prepared`'s config keeps every trained field and the tokenizer of that checkpoint (ValueError
+  naming the field; FileNotFoundError without a checkpoint). No optimizer state is read.
+  `trained` (`train.Outcome.trained`, the run just trained with this very config): its
+  parameters are used as they are, unless another step is asked for. Here, not in
+  lcx.evaluate, so that lcx.generate restores as evaluation does without importing
+  lcx.evaluate, which imports lcx.generate (its passkey probe generates)."""
+  if trained is not None and step in (None, trained.step):
+    return trained.step, trained.params, trained.meta
+  with checkpoint.Reader(workdir) as reader:
+    step = reader.step(step, f"--eval_step={step}")
+    meta = reader.meta(step)
+    check_tokenizer(meta, prepared.tokenizer)
+    variants.check_trained(prepared.config.to_dict(), meta["config"])
+    return step, reader.restore_params(step, prepared.abstract_params), meta
+
+
 def restore_params(prepared: Prepared, workdir: str, step: int):
   """The parameters of `step` on the mesh; no optimizer state is read."""
   with checkpoint.Reader(workdir) as reader:

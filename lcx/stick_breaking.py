@@ -7,7 +7,8 @@ with no normalization: the weights sum to <= 1 (the rest goes to no key). No sof
 budget among all keys, so a longer context does not dilute the near keys' weights: the process
 itself prefers recent keys, which is why the paper needs no position encoding. lcx composes it
 with the same ingredients as softmax: z_ij = q_i . k_j / sqrt(E) with the scheme's `rotate` and
-`bias` hooks, the remap's branches, the temperature (it scales q) and the plans' masks.
+`bias` hooks, the remap's branches, the temperature (it scales q) and the plans' masks, all from
+lcx.attention's public logits (`attention.logits`, block by block `attention.scores`).
 
 The diagonal is excluded: query i sees keys j < i only, as the reference's default
 (`attend_current=False` in shawntan/stickbreaking-attention's `sb_attn_varlen`; its decoding
@@ -30,7 +31,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lcx.attention import Plan, _logits, _mask, _merge, _rotated, _use
+from lcx import attention
 
 
 def _no_sink(sink_H) -> None:
@@ -76,20 +77,16 @@ def weights(logits_BxGxPxQxS, mask_BxQxS, q_idx_Q, k_idx_S) -> jax.Array:
 
 
 def attend_dense(
-  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: Plan, *, scheme, sink_H=None, remainder_HxE=None
+  q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan: attention.Plan, *, scheme, sink_H=None, remainder_HxE=None
 ) -> jax.Array:
   """-> out_BxHxTxE, as `attention.attend_dense` (a generation step's keys: the cache's slots);
   `remainder_HxE`: the remainder's learned vector per head (`_with_remainder`), or None."""
   _no_sink(sink_H)
   b, t, h, d = q_BxTxHxE.shape
-  rotated = _rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme)
-  logits = _merge(
-    [
-      (_logits(q, k, bias), use)
-      for (q, k), bias, use in zip(rotated, plan.extras["biases"], plan.extras["uses"])
-    ]
-  )
-  k_idx_S = jnp.arange(logits.shape[-1])
+  g, s = k_BxTxGxE.shape[2], k_BxTxGxE.shape[1]
+  # Masked logits (NEG_INF where not allowed): `_weights` keeps only the allowed ones.
+  logits = attention.logits(q_BxTxHxE, k_BxTxGxE, plan, scheme).reshape(b, g, h // g, t, s)
+  k_idx_S = jnp.arange(s)
   allowed = plan.extras["mask_BxTxT"] & _earlier(plan.start + jnp.arange(t), k_idx_S)
   a, broken = _weights(logits, allowed, jnp.zeros(logits.shape[:-1], jnp.float32))
   out_BxGxPxTxE = jnp.einsum("bgpqs,bgse->bgpqe", a.astype(v_BxGxTxE.dtype), v_BxGxTxE)
@@ -100,7 +97,7 @@ def attend_chunked(
   q_BxTxHxE,
   k_BxTxGxE,
   v_BxGxTxE,
-  plan: Plan,
+  plan: attention.Plan,
   *,
   scheme,
   sink_H=None,
@@ -132,7 +129,7 @@ def attend_chunked(
   # Rotate before padding (lengths come from plan.len_BxT); padded rows are never attended.
   rotated = [
     (pad(q), pad(k), pad(br.q_pos), pad(br.k_pos), br)
-    for (q, k), br in zip(_rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme), plan.branches)
+    for (q, k), br in zip(attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme), plan.branches)
   ]
   v_BxGxTxE = pad(v_BxGxTxE, axis=2)
   pos_BxT, doc_BxT = pad(plan.pos_BxT), pad(plan.doc_BxT)
@@ -147,16 +144,13 @@ def attend_chunked(
       nearer_BxGxPxC, acc_BxGxPxCxE = carry
       k_idx = j * c + jnp.arange(c)
       k_pos, k_seg, k_doc = (rows(x, j * c) for x in (pos_BxT, seg_BxT, doc_BxT))
-      logits = _merge(
-        [
-          (
-            _logits(rows(q, i * c), rows(k, j * c), scheme.bias(rows(qp, i * c), rows(kp, j * c))),
-            _use(br, q_pos, k_pos),
-          )
-          for q, k, qp, kp, br in rotated
-        ]
+      logits = attention.scores(
+        [(rows(q, i * c), rows(k, j * c)) for q, k, *_ in rotated],
+        [scheme.bias(rows(qp, i * c), rows(kp, j * c)) for _, _, qp, kp, _ in rotated],
+        [attention.use(br, q_pos, k_pos) for *_, br in rotated],
       )
-      allowed = _mask(q_idx, k_idx, q_seg, k_seg, q_doc, k_doc, pattern) & _earlier(q_idx, k_idx)
+      mask = attention.visible(q_idx, k_idx, q_seg, k_seg, q_doc, k_doc, pattern)
+      allowed = mask & _earlier(q_idx, k_idx)
       a, broken = _weights(logits, allowed, nearer_BxGxPxC)
       av = jnp.einsum(
         "bgpqs,bgse->bgpqe",

@@ -148,7 +148,7 @@ def scale_invariant(distance, tau: float):
 
 class ScaleInvariant(positions_base.BiasWrapper):
   """A position scheme whose logits become a_t z + m_t + its own bias: every hook is the
-  scheme's, but `bias` returns the (scale, shift) pair `attention._add_bias` applies. Built
+  scheme's, but `bias` returns the (scale, shift) pair `attention.scores` applies. Built
   per forward pass around the model's schemes (lcx.model.Decoder.layer_scheme); holds no
   parameters of its own."""
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, patterns, positions
+from lcx import attention, kernels, patterns, positions
 from lcx.positions import remaps
 from tests.helpers import schemes_with
 
@@ -139,7 +139,7 @@ def test_causal_future_does_not_leak():
 
 def test_unknown_kernel_names_the_field():
   with pytest.raises(ValueError, match=r"^kernel='flash' is not allowed; allowed: chunked, dense$"):
-    attention.get_kernel("flash", 64)
+    kernels.get_kernel("flash", 64)
 
 
 def test_document_index_restarts_at_each_segment():
@@ -191,6 +191,29 @@ def test_plan_holds_each_bias_once_for_all_layers():
   for _ in range(3):
     attention.attend_dense(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme)
   assert len(calls) == 1
+
+
+def test_logits_are_the_scaled_dot_product_plus_the_bias_where_allowed():
+  """attention.logits, the one assembly the kernels and lcx.analysis share, against numpy:
+  q.k / sqrt(E) with query head h reading kv head h // P, plus ALiBi's -slope_h (i - j), where
+  the key is at or before the query in its document; NEG_INF elsewhere (two packed documents)."""
+  q, k, _, pos, _ = _inputs(t=12)
+  seg = jnp.asarray([[1] * 5 + [2] * 7, [1] * 12])
+  pos = jnp.asarray([list(range(5)) + list(range(7)), list(range(12))])
+  scheme = _scheme("alibi")
+  plan = attention.prepare_dense(pos, seg, scheme=scheme, remap=NO_REMAP)
+  got_BxHxTxT = np.asarray(attention.logits(q, k, plan, scheme))
+  k_BxTxHxE = np.repeat(np.asarray(k), 2, axis=2)  # P = 2 query heads per kv head
+  dot_BxHxTxT = np.einsum("bqhe,bshe->bhqs", np.asarray(q), k_BxTxHxE) / np.sqrt(8)
+  distance_BxTxT = np.asarray(pos)[:, :, None] - np.asarray(pos)[:, None, :]
+  slopes_H = np.asarray(scheme.slopes_H)
+  want = dot_BxHxTxT - slopes_H[None, :, None, None] * distance_BxTxT[:, None]
+  idx = np.arange(12)
+  seg_np = np.asarray(seg)
+  allowed_BxTxT = (idx[:, None] >= idx[None, :]) & (seg_np[:, :, None] == seg_np[:, None, :])
+  allowed = np.broadcast_to(allowed_BxTxT[:, None], want.shape)
+  np.testing.assert_allclose(got_BxHxTxT[allowed], want[allowed], rtol=1e-5, atol=1e-5)
+  assert np.all(got_BxHxTxT[~allowed] == attention.NEG_INF)
 
 
 def test_document_length_is_each_packed_documents_own_length():
@@ -318,7 +341,7 @@ def test_softmax_gradients_equal_autodiff_of_a_plain_softmax(sink):
     return jax.nn.softmax(jnp.concatenate([logits, sink_col], -1), axis=-1)[..., :-1]
 
   def ours(logits, sink_H):
-    return attention._softmax(logits, sink_H if sink else None)
+    return attention.softmax(logits, sink_H if sink else None)
 
   def grads(fn):
     return jax.grad(lambda lg, sk: jnp.sum(fn(lg, sk) * c.reshape(lg.shape)), argnums=(0, 1))

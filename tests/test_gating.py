@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, config as lcx_config, gating
+from lcx import config as lcx_config, gating, kernels
 from lcx.model import Decoder
 from tests.helpers import tiny_config
 
@@ -46,7 +46,7 @@ def _lcx(model, p, x_BxLxD, kernel_name):
   attn = model.blocks[0].attn
   graphdef, state = nnx.split(attn)
   nnx.replace_by_pure_dict(state, p)
-  kernel = attention.get_kernel(kernel_name, model.chunk_size)
+  kernel = kernels.get_kernel(kernel_name, model.chunk_size)
   t = x_BxLxD.shape[1]
   pos, seg = jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
   plans = model.plans(functools.partial(kernel.prepare, pos, seg))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, config as lcx_config, temperature
+from lcx import config as lcx_config, kernels, temperature
 from lcx.model import Decoder
 from tests.helpers import set_fields, tiny_config
 
@@ -44,7 +44,7 @@ def _args(t, start=START):
 
 
 def _block_out(model, layer, x_BxLxD, pos_BxL):
-  kernel = attention.get_kernel("dense", model.chunk_size)
+  kernel = kernels.get_kernel("dense", model.chunk_size)
   seg_BxL = jnp.ones(pos_BxL.shape, jnp.int32)
   plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
   return model.blocks[layer](

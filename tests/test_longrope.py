@@ -195,7 +195,7 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
   assert fitted["split"] == "search" and len(fitted["ids"]) == 4
   spec = f"longrope@{out_dir}/factors.json"
   prepared = prepare.prepare(_search_config(workdir))
-  _, params, _ = evaluate.restore(prepared, workdir)
+  _, params, _ = prepare.restore(prepared, workdir)
   changes = longrope.variants.overrides(spec, prepared.config.eval.named_variants)
   variant = longrope.variants.apply(prepared.config, changes)
   runner = longrope.Runner(prepare.for_variant(prepared, variant), params)
@@ -247,7 +247,7 @@ def test_one_compiled_program_scores_every_candidate(rope_run):
   two candidates in one batch score as each alone."""
   config = _search_config(rope_run)
   prepared = prepare.prepare(config)
-  _, params, _ = evaluate.restore(prepared, rope_run)
+  _, params, _ = prepare.restore(prepared, rope_run)
   sequences = longrope._long_documents(prepared.config, 128, prepared.tokenizer)
   windows = longrope.samples.cut(sequences, 128, "windows")
   variant = longrope.variants.apply(

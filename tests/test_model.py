@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, positions
+from lcx import kernels, positions
 from lcx.model import Decoder, gelu, rms_norm
 from lcx.positions import remaps
 from tests.helpers import schemes_with, tiny_config
@@ -126,7 +126,7 @@ def test_rms_norm_and_its_gradients_equal_autodiff_of_the_formula(shape):
 
 def _block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL, kernel="dense"):
   """Block `layer`'s output for input x, with the scheme and plan the decoder gives it."""
-  kernel = attention.get_kernel(kernel, model.chunk_size)
+  kernel = kernels.get_kernel(kernel, model.chunk_size)
   plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
   return model.blocks[layer](
     x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **model.layer_inputs(layer, plans)

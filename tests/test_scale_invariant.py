@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import attention, main, positions, temperature
+from lcx import attention, kernels, main, positions, temperature
 from lcx.model import Decoder
 from lcx.positions import remaps
 from tests.helpers import tiny_config
@@ -122,7 +122,7 @@ def test_stick_breaking_chunked_equals_dense_with_gradients():
   scheme = temperature.ScaleInvariant(_scheme("alibi"), TAU)
 
   def run(kernel, chunk_size):
-    kern = attention.get_kernel(kernel, chunk_size, "stick_breaking")
+    kern = kernels.get_kernel(kernel, chunk_size, "stick_breaking")
 
     def loss(q, k, v):
       plan = kern.prepare(pos, seg, scheme=scheme, remap=NO_REMAP)

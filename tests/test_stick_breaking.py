@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import analysis, attention, config as config_lib, defaults, patterns, positions, train
+from lcx import (
+  analysis,
+  attention,
+  config as config_lib,
+  defaults,
+  kernels,
+  patterns,
+  positions,
+  train,
+)
 from lcx.model import Decoder
 from lcx.positions import remaps
 from tests.helpers import read_metrics, set_fields, tiny_config
@@ -34,8 +43,8 @@ def _inputs(b=2, t=24, h=4, g=2, e=8, seed=0):
 
 
 def _attend(kernel, q, k, v, pos, seg, *, scheme, remap, pattern=None, chunk_size=8, **options):
-  """Stick-breaking through `attention.get_kernel`, all token-major."""
-  kern = attention.get_kernel(kernel, chunk_size, "stick_breaking")
+  """Stick-breaking through `kernels.get_kernel`, all token-major."""
+  kern = kernels.get_kernel(kernel, chunk_size, "stick_breaking")
   plan = kern.prepare(pos, seg, scheme=scheme, remap=remap, pattern=pattern)
   out = kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme, **options)
   return jnp.swapaxes(out, 1, 2)  # BxTxHxE
@@ -194,7 +203,7 @@ def test_it_is_not_softmax_and_a_sink_is_refused():
   kw = dict(scheme=_scheme("rope"), remap=_remap("none"))
   softmax = attention.dense(q, k, v, pos, seg, **kw)
   assert np.abs(_attend("dense", q, k, v, pos, seg, **kw) - softmax).max() > 1e-2
-  kern = attention.get_kernel("dense", 8, "stick_breaking")
+  kern = kernels.get_kernel("dense", 8, "stick_breaking")
   plan = kern.prepare(pos, seg, pattern=None, **kw)
   with pytest.raises(ValueError, match="stick-breaking attention has no sink"):
     kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=kw["scheme"], sink_H=jnp.zeros(4))
@@ -202,7 +211,7 @@ def test_it_is_not_softmax_and_a_sink_is_refused():
 
 def test_unknown_kind_at_the_kernel_names_the_field():
   with pytest.raises(ValueError, match=r"model.attention.kind='sb' is not allowed; allowed: "):
-    attention.get_kernel("dense", 8, "sb")
+    kernels.get_kernel("dense", 8, "sb")
 
 
 def test_a_learned_sink_with_stick_breaking_is_one_error_naming_both_fields():

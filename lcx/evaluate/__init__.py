@@ -107,22 +107,6 @@ def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> s
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def restore(prepared, workdir: str, step: int | None = None, trained=None):
-  """(step, parameters, metadata) of the latest or given checkpoint, after checking that
-  `prepared`'s config keeps every trained field and the tokenizer of that checkpoint (ValueError
-  naming the field; FileNotFoundError without a checkpoint). No optimizer state is read.
-  `trained` (`train.Outcome.trained`, the run just trained with this very config): its
-  parameters are used as they are, unless another step is asked for."""
-  if trained is not None and step in (None, trained.step):
-    return trained.step, trained.params, trained.meta
-  with checkpoint.Reader(workdir) as reader:
-    step = reader.step(step, f"--eval_step={step}")
-    meta = reader.meta(step)
-    prepare_lib.check_tokenizer(meta, prepared.tokenizer)
-    variants.check_trained(prepared.config.to_dict(), meta["config"])
-    return step, reader.restore_params(step, prepared.abstract_params), meta
-
-
 def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   """(result name, variant, overrides, config) for each of eval.variants x (for text runs)
   eval.protocol x eval.documents, all checked before any runs (memory too: `memory.check`).
@@ -276,7 +260,7 @@ def evaluate(
   prepared = prepared or prepare_lib.prepare(config)
   cfg = prepared.config
   todo = todo or plan(prepared)
-  step, params, meta = restore(prepared, workdir, step, trained)
+  step, params, meta = prepare_lib.restore(prepared, workdir, step, trained)
   checkpoint_id = checkpoint.fingerprint(workdir, step, meta)
   kind = "tasks" if cfg.data.name == "task" else "lengths"
   train_len = cfg.model.max_len

@@ -133,7 +133,7 @@ def _scores(st, r: _Refs, leaves, h, i, j):
     logits.append(s_QxS)
   sels = [None] * st.branches
   s_QxS = logits[-1]
-  if st.branches > 1:  # the first branch whose `use` holds wins (attention._merge)
+  if st.branches > 1:  # the first branch whose `use` holds wins (attention.scores)
     pos_q, pos_k = r.pos[qs], r.pos[ks]
     taken = jnp.zeros(s_QxS.shape, bool)
     for b, use in enumerate(st.uses[:-1]):
@@ -145,7 +145,7 @@ def _scores(st, r: _Refs, leaves, h, i, j):
   q_idx = i * st.block_q + jnp.arange(st.block_q)
   k_idx = j * st.block_k + jnp.arange(st.block_k)
   seg_q, seg_k, doc_q, doc_k = r.seg[qs], r.seg[ks], r.doc[qs], r.doc[ks]
-  mask_QxS = attention._mask(
+  mask_QxS = attention.visible(
     q_idx, k_idx, seg_q[None], seg_k[None], doc_q[None], doc_k[None], st.pattern
   )[0]
   return jnp.where(mask_QxS, s_QxS, NEG_INF), sels, q_blocks, k_blocks
@@ -416,7 +416,7 @@ def block_mask(seg_BxT, doc_BxT, pattern, block_q: int, block_k: int) -> jax.Arr
     rows = functools.partial(
       jax.lax.dynamic_slice_in_dim, start_index=i * block_q, slice_size=block_q, axis=1
     )
-    allowed_BxQxT = attention._mask(
+    allowed_BxQxT = attention.visible(
       i * block_q + jnp.arange(block_q),
       k_idx_T,
       rows(seg_BxT),

@@ -6,21 +6,56 @@ auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.attention) on CPU
 xla     lcx.attention's dense and chunked kernels, everywhere
 pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
         slow, for tests); generation's cached steps stay on the XLA path
+
+The XLA kernels of each `model.attention.kind` (`get_kernel`): softmax (lcx.attention) and
+stick-breaking (lcx.stick_breaking, built on lcx.attention's logits), which share the plans.
+Chosen here, above both modules, so neither imports the other's user.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Callable, NamedTuple
 
 import jax
 
-from lcx import attention, errors
+from lcx import attention, errors, stick_breaking
 from lcx.kernels import flash
 from lcx.positions import base as positions_base
 
 FIELD = "model.attention.impl"
 IMPLS = ("auto", "xla", "pallas")
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")  # jax.default_backend() names
+
+
+class Attends(NamedTuple):
+  """A `model.attention.kind`'s attend functions, one per plan (`attention.Kernel.attend`)."""
+
+  dense: Callable[..., jax.Array]
+  chunked: Callable[..., jax.Array]  # takes chunk_size=
+
+
+ATTENDS = {
+  "softmax": Attends(attention.attend_dense, attention.attend_chunked),
+  "stick_breaking": Attends(stick_breaking.attend_dense, stick_breaking.attend_chunked),
+}
+KINDS = tuple(ATTENDS)  # model.attention.kind's values
+
+
+def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
+  """The XLA kernel `name` (dense | chunked) running attention `kind`."""
+  if kind not in ATTENDS:
+    raise errors.not_allowed("model.attention.kind", kind, KINDS)
+  attends = ATTENDS[kind]
+  kernels = {
+    "dense": attention.Kernel(attention.prepare_dense, attends.dense),
+    "chunked": attention.Kernel(
+      attention.prepare_chunked, functools.partial(attends.chunked, chunk_size=chunk_size)
+    ),
+  }
+  if name not in kernels:
+    raise errors.not_allowed("kernel", name, sorted(kernels))
+  return kernels[name]
 
 
 def unsupported(model_cfg) -> str | None:
@@ -71,7 +106,7 @@ def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, 
   if scheme.contextual is not None:
     raise ValueError(f"{FIELD}='pallas' cannot run a scheme with a contextual hook (CoPE)")
   return flash.flash_attention(
-    attention._rotated(q_BxTxHxE, k_BxTxGxE, plan, scheme),
+    attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme),
     v_BxGxTxE,
     plan.branches,
     plan.pos_BxT,

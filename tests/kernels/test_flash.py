@@ -70,7 +70,7 @@ def _compare(scheme_name, *, remap="none", pattern=None, sink=True, fields=None)
     return out_BxHxTxE, jnp.sum(out_BxHxTxE * x["w"])
 
   results = []
-  for kernel in (attention.get_kernel("dense", 512), impl.flash_kernel(BLOCK)):
+  for kernel in (impl.get_kernel("dense", 512), impl.flash_kernel(BLOCK)):
 
     def loss(*args, kernel=kernel):
       out_BxHxTxE, value = run(kernel, *args)
@@ -144,7 +144,7 @@ def test_block_mask_is_the_any_of_the_dense_mask_and_skips_blocks():
   window = functools.partial(patterns.sliding_window, window=5)
   got = flash.block_mask(seg_BxT, doc_BxT, window, 8, 4)
   idx = jnp.arange(32)
-  dense = attention._mask(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, window)
+  dense = attention.visible(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, window)
   want = np.asarray(dense).reshape(2, 4, 8, 8, 4).any((2, 4))
   np.testing.assert_array_equal(np.asarray(got, bool), want)
   # causal, windowed: row 3 (queries 24-31) of the one-document row sees key blocks 5-7 only
