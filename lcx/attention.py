@@ -44,7 +44,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from lcx import cpu_tuned, errors
+from lcx import config, cpu_tuned, errors
 
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
 
@@ -576,7 +576,7 @@ class Kernel:
   attend: Callable[..., jax.Array]
 
 
-KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
+KINDS = config.KINDS  # model.attention.kind: which attend the kernels run (declared there)
 
 
 def _kernels(chunk_size: int, kind: str = "softmax") -> dict[str, Kernel]:

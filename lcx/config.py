@@ -3,6 +3,11 @@
 ml_collections already rejects unknown fields and wrong types on the command line (lcx.cli
 words its errors with `field_path_error`); this module checks ranges, cross-field rules and the
 mesh against the devices, and delegates each sub-dict to the package that owns it.
+
+Importing it loads no jax: the allowed values of the model options live here (the modules that
+implement them import them), and the schemes' fields in lcx/positions/fields.py, so that
+`check_fields` refuses a bad value before the entry points import jax. Its checks that need the
+model's code (a scheme's hooks and dimensions, the kernels) import it when they run.
 """
 
 from __future__ import annotations
@@ -11,31 +16,33 @@ import json
 import math
 import os
 
-import jax
 import ml_collections
 
-from lcx import (
-  attention,
-  data,
-  errors,
-  gating,
-  kernels,
-  metrics,
-  model as model_lib,
-  patterns,
-  positions,
-  protocols,
-  sharding,
-  temperature,
-)
-from lcx.model import DTYPES, is_variable
-from lcx.positions import remaps
+from lcx import data, errors, metrics, patterns, protocols
+from lcx.positions import fields as position_fields
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
 RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/positions/randomized.py)
 SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
+DTYPES = ("float32", "bfloat16")  # model.dtype (lcx/model.py's DTYPES)
+TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")  # lcx/temperature.py
+SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
+GATES = ("none", "elementwise", "headwise")  # model.attention.gate (lcx/gating.py's GATES)
+KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
+IMPLS = ("auto", "xla", "pallas")  # model.attention.impl (lcx/kernels/impl.py)
+
+
+def is_block_size(value) -> bool:
+  """A power of two >= 1 (the GPU lowering's block shapes): model.attention.block_size."""
+  return (
+    isinstance(value, int)
+    and not isinstance(value, bool)
+    and value >= 1
+    and not value & (value - 1)
+  )
+
 
 # (field, predicate, what is allowed)
 RANGES = [
@@ -128,23 +135,15 @@ OPTIONS = [
   ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
   ("model.position_window", _count, "an int >= 0 (0: no window)"),
   ("model.qk_norm", lambda v: isinstance(v, bool), "True or False"),
-  (
-    "model.attention.temperature",
-    lambda v: v in temperature.TEMPERATURES,
-    f"one of {temperature.TEMPERATURES}",
-  ),
+  ("model.attention.temperature", lambda v: v in TEMPERATURES, f"one of {TEMPERATURES}"),
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
   ("model.attention.si_tau", lambda v: v > 0, "a number > 0 (scale-invariant attention's tau)"),
-  (
-    "model.attention.ssmax_n",
-    lambda v: v in temperature.SSMAX_N,
-    f"one of {temperature.SSMAX_N}",
-  ),
+  ("model.attention.ssmax_n", lambda v: v in SSMAX_N, f"one of {SSMAX_N}"),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
-  ("model.attention.gate", lambda v: v in gating.KINDS, f"one of {gating.KINDS}"),
-  ("model.attention.kind", lambda v: v in attention.KINDS, f"one of {attention.KINDS}"),
-  ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
-  ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
+  ("model.attention.gate", lambda v: v in GATES, f"one of {GATES}"),
+  ("model.attention.kind", lambda v: v in KINDS, f"one of {KINDS}"),
+  ("model.attention.impl", lambda v: v in IMPLS, IMPLS),
+  ("model.attention.block_size", is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
   (
     "train.trackers",
@@ -213,13 +212,23 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError on the first bad field; call before building anything, and after
   jax.distributed.initialize (the mesh is checked against the global device count).
   `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  import jax
+
   check_fields(config)
   check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def check_fields(config: ml_collections.ConfigDict) -> None:
   """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
-  no model trace)."""
+  no model trace). Those that need no model code come first, so a bad value is refused before
+  jax is imported."""
+  check_declared(config)
+  _check_model(config)
+
+
+def check_declared(config: ml_collections.ConfigDict) -> None:
+  """The checks that read only the declarations (RANGES, OPTIONS, each scheme's and remap's
+  records, the data and pattern sections): no jax is imported."""
   found = _non_finite(config.to_dict())
   if found:
     raise errors.not_allowed(*found, "a finite number")
@@ -234,29 +243,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   metrics.check_trackers(config.train.trackers)  # each one's package installed
   m = config.model
   _check_position_fields(m)
+  position_fields.check(m.position, position_fields.SCHEMES, position_fields.SCHEME_PREFIX)
   if m.attention.kind == "stick_breaking" and m.attention.sink != "none":
     raise ValueError(
       f"model.attention.sink={m.attention.sink!r} is not allowed with "
       "model.attention.kind='stick_breaking', whose weights already sum to <= 1 (the rest "
       "goes to no key, as a sink's would); allowed: 'none'"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.is_contextual(m.position.name):
-    raise ValueError(  # the stick-breaking kernels call no contextual hook: CoPE would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking': its positions come from softmax logits; "
-      "allowed: a scheme without a contextual hook"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.reads_input(m.position.name):
-    raise ValueError(  # the stick-breaking kernels take no prefix sums: the gates would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
-      "allowed: a scheme without an input hook (from_input)"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
-    raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking' (its kernels apply no Householder transforms); "
-      "allowed: a scheme without a householder hook"
     )
   if m.num_heads % m.num_kv_heads:
     raise ValueError(
@@ -276,14 +268,45 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       "data.name='task' run is scored by exact match after training "
       "(--mode=train_and_eval): set train.eval_every=0"
     )
-  data.validate(config.data)
-  dims = positions.Dims.of(m)
-  positions.validate(m.position, dims)
+  data.validate(config.data, process_count=1)  # the processes' share: _check_model's
   if m.attention.temperature == "llama4" and not (m.nope_every or m.position.name == "nope"):
     raise ValueError(
       "model.attention.temperature='llama4' tempers the NoPE blocks only, and there are none; "
       "allowed with model.nope_every >= 1 or model.position.name='nope'"
     )
+  position_fields.check(m.remap, position_fields.REMAPS, position_fields.REMAP_PREFIX)
+  patterns.validate(m.attention.pattern)
+
+
+def _check_model(config) -> None:
+  """The checks that need the model's code: a scheme's hooks against the attention kind and
+  the per-layer schedule, its checks against the dimensions and lengths, the remap's, the
+  kernels' (imported here, after `check_declared` passed)."""
+  from lcx import kernels, positions
+  from lcx.positions import remaps
+
+  data.validate(config.data)  # the global batch split across jax.process_count() processes
+  m = config.model
+  if m.attention.kind == "stick_breaking" and positions.base.is_contextual(m.position.name):
+    raise ValueError(  # the stick-breaking kernels call no contextual hook: CoPE would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking': its positions come from softmax logits; "
+      "allowed: a scheme without a contextual hook"
+    )
+  if m.attention.kind == "stick_breaking" and positions.base.reads_input(m.position.name):
+    raise ValueError(  # the stick-breaking kernels take no prefix sums: the gates would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
+      "allowed: a scheme without an input hook (from_input)"
+    )
+  if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
+    raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking' (its kernels apply no Householder transforms); "
+      "allowed: a scheme without a householder hook"
+    )
+  dims = positions.Dims.of(m)
+  positions.validate(m.position, dims)
   if m.nope_every and positions.base.adds_embedding(m.position.name):
     raise ValueError(
       f"model.nope_every={m.nope_every} is not allowed with model.position.name="
@@ -297,7 +320,6 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
     max(train_length(config), config.train.random_positions, config.train.pose_target),
   )
   remaps.validate(m.remap)
-  patterns.validate(m.attention.pattern)
   kernels.check_impl(m)
 
 
@@ -305,7 +327,8 @@ def _check_position_fields(model_cfg) -> None:
   """Two mistakes the scheme's own checks would report by a field the user never set."""
   p = model_cfg.position
   held = sorted(set(p.keys()) - {"name"})
-  if p.name in positions.SCHEMES and held != sorted(positions.spec(p.name).defaults):
+  schemes = position_fields.SCHEMES
+  if p.name in schemes and held != sorted(schemes[p.name].defaults):
     raise ValueError(
       f"model.position.name={p.name!r}, but model.position holds another scheme's "
       f"fields {held}: a scheme's fields come with its "
@@ -347,6 +370,11 @@ def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
   allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
   vocabulary is reported first.
   """
+  import jax
+
+  from lcx import model as model_lib
+  from lcx.model import is_variable
+
   if params is None:
     _, params = model_lib.abstract(config.model)
   dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
@@ -366,6 +394,8 @@ def check_mesh(config, num_devices: int, params=None) -> None:
   """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
   (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
   share of the batch is data.validate's check."""
+  from lcx import sharding
+
   sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
   rules = sharding.rules_from_config(config.sharding)
   sharding.check_divisible(sharded_dims(config, params), sizes, rules)

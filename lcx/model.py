@@ -27,7 +27,7 @@ from flax import nnx
 from lcx import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
 from lcx.positions import path, randomized, remaps
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.config.DTYPES
 
 
 def is_variable(x) -> bool:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from lcx import errors
+from lcx import cli, errors
 from lcx.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -62,9 +62,7 @@ CLUSTER_SIGNS = {
   "tpu_env": Sign(_tpu_env, must_join=True),
   "cloud_tpu_vm": Sign(_cloud_tpu_vm, must_join=False),
 }
-# --distributed: call jax.distributed.initialize() without arguments when a cluster is detected
-# (auto), always (on) or never (off).
-DISTRIBUTED_MODES = ("auto", "on", "off")
+DISTRIBUTED_MODES = cli.DISTRIBUTED_MODES
 
 
 def _jax_detects_cloud_tpu_vm() -> bool:

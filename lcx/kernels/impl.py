@@ -14,13 +14,16 @@ import functools
 
 import jax
 
-from lcx import attention, errors
+from lcx import attention, config, errors
 from lcx.kernels import flash
 from lcx.positions import base as positions_base
 
 FIELD = "model.attention.impl"
-IMPLS = ("auto", "xla", "pallas")
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")  # jax.default_backend() names
+
+
+# model.attention.impl's values and block_size's test, declared where lcx.config checks them.
+IMPLS, is_block_size = config.IMPLS, config.is_block_size
 
 
 def unsupported(model_cfg) -> str | None:
@@ -36,16 +39,6 @@ def unsupported(model_cfg) -> str | None:
   if model_cfg.attention.get("temperature") == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   return None
-
-
-def is_block_size(value) -> bool:
-  """A power of two >= 1 (the GPU lowering's block shapes); config.OPTIONS checks the field."""
-  return (
-    isinstance(value, int)
-    and not isinstance(value, bool)
-    and value >= 1
-    and not value & (value - 1)
-  )
 
 
 def check_impl(model_cfg) -> None:
