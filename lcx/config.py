@@ -1,13 +1,16 @@
 """Config checks that run before any compilation, each naming the field and what is allowed.
 
 ml_collections already rejects unknown fields and wrong types on the command line (lcx.cli
-words its errors with `field_path_error`); this module checks ranges, cross-field rules and the
-mesh against the devices, and delegates each sub-dict to the package that owns it.
+words its errors with `field_path_error`); this module checks ranges and cross-field rules from
+the declarations, and delegates each sub-dict to the package that owns it. The checks that need
+other code live with it: the model's (a scheme's hooks and dimensions, remaps, kernels) in
+`lcx.model.check_config`, the mesh's in `lcx.sharding.check_mesh`, the evaluation's in
+`lcx.evaluate.checks`, the LongRoPE search's in `lcx.longrope.validate`.
 
 Importing it loads no jax: the allowed values of the model options live here (the modules that
 implement them import them), and the schemes' fields in lcx/positions/fields.py, so that
-`check_fields` refuses a bad value before the entry points import jax. Its checks that need the
-model's code (a scheme's hooks and dimensions, the kernels) import it when they run.
+`check_declared` refuses a bad value before the entry points import jax. `check_fields` and
+`validate` then import the model's and the mesh's checks when they run.
 """
 
 from __future__ import annotations
@@ -81,12 +84,12 @@ RANGES = [
   ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
   (
     "eval.protocol",
-    lambda v: _items(v) and set(_items(v)) <= set(protocols.PROTOCOLS),
+    lambda v: items(v) and set(items(v)) <= set(protocols.PROTOCOLS),
     f"{', '.join(protocols.PROTOCOLS)}, or several comma-separated",
   ),
   (
     "eval.documents",
-    lambda v: _items(v) and set(_items(v)) <= set(DOCUMENTS),
+    lambda v: items(v) and set(items(v)) <= set(DOCUMENTS),
     f"{', '.join(DOCUMENTS)}, or both comma-separated",
   ),
   ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
@@ -174,7 +177,8 @@ def _numbers(values, ok) -> bool:
   return all(isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v) for v in values)
 
 
-def _items(text: str) -> list[str]:
+def items(text: str) -> list[str]:
+  """'windows, sliding' -> ['windows', 'sliding']: a comma list field's names."""
   return [x.strip() for x in str(text).split(",") if x.strip()]
 
 
@@ -183,23 +187,10 @@ def eval_combos(eval_cfg) -> list[tuple[str, str]]:
   protocol only with the documents it runs on (last_k, the end of long documents: 'long')."""
   return [
     (p, d)
-    for d in _items(eval_cfg.documents)
-    for p in _items(eval_cfg.protocol)
+    for d in items(eval_cfg.documents)
+    for p in items(eval_cfg.protocol)
     if d in protocols.PROTOCOLS[p].documents
   ]
-
-
-# The config field that sets each logical axis's size (lcx.model names the axes). A parameter
-# axis missing here is reported by its parameter path.
-AXIS_FIELDS = {
-  "vocab": "model.vocab_size",
-  "embed": "model.d_model",
-  "heads": "model.num_heads",
-  "kv_heads": "model.num_kv_heads",
-  "head_dim": "model.head_dim",
-  "mlp": "model.mlp_dim",
-  "batch": "data.batch_size",
-}
 
 
 def _get(config, dotted):
@@ -214,8 +205,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
   import jax
 
+  from lcx import sharding  # the mesh check is the mesh's owner's
+
   check_fields(config)
-  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
+  sharding.check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def check_fields(config: ml_collections.ConfigDict) -> None:
@@ -223,7 +216,10 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   no model trace). Those that need no model code come first, so a bad value is refused before
   jax is imported."""
   check_declared(config)
-  _check_model(config)
+  data.validate(config.data)  # the global batch split across jax.process_count() processes
+  from lcx import model  # jax: imported once the declared fields passed
+
+  model.check_config(config)
 
 
 def check_declared(config: ml_collections.ConfigDict) -> None:
@@ -278,51 +274,6 @@ def check_declared(config: ml_collections.ConfigDict) -> None:
   patterns.validate(m.attention.pattern)
 
 
-def _check_model(config) -> None:
-  """The checks that need the model's code: a scheme's hooks against the attention kind and
-  the per-layer schedule, its checks against the dimensions and lengths, the remap's, the
-  kernels' (imported here, after `check_declared` passed)."""
-  from lcx import kernels, positions
-  from lcx.positions import remaps
-
-  data.validate(config.data)  # the global batch split across jax.process_count() processes
-  m = config.model
-  if m.attention.kind == "stick_breaking" and positions.base.is_contextual(m.position.name):
-    raise ValueError(  # the stick-breaking kernels call no contextual hook: CoPE would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking': its positions come from softmax logits; "
-      "allowed: a scheme without a contextual hook"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.reads_input(m.position.name):
-    raise ValueError(  # the stick-breaking kernels take no prefix sums: the gates would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
-      "allowed: a scheme without an input hook (from_input)"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
-    raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking' (its kernels apply no Householder transforms); "
-      "allowed: a scheme without a householder hook"
-    )
-  dims = positions.Dims.of(m)
-  positions.validate(m.position, dims)
-  if m.nope_every and positions.base.adds_embedding(m.position.name):
-    raise ValueError(
-      f"model.nope_every={m.nope_every} is not allowed with model.position.name="
-      f"{m.position.name!r}, which embeds positions once at the input (no "
-      "block's hooks carry them); allowed: 0"
-    )
-  # A learned table must cover the training windows, and the sampled positions if randomized.
-  positions.check_eval_length(
-    m.position,
-    dims,
-    max(train_length(config), config.train.random_positions, config.train.pose_target),
-  )
-  remaps.validate(m.remap)
-  kernels.check_impl(m)
-
-
 def _check_position_fields(model_cfg) -> None:
   """Two mistakes the scheme's own checks would report by a field the user never set."""
   p = model_cfg.position
@@ -360,121 +311,6 @@ def _check_sampled_positions(config) -> None:
       "eval.random_positions",
       config.eval.random_positions,
       "-1 (as trained: train.random_positions), 0 (off) or >= the longest eval length",
-    )
-
-
-def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
-  """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
-
-  Parameter shapes come from the abstract Decoder (`params`, else traced here; nothing is
-  allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
-  vocabulary is reported first.
-  """
-  import jax
-
-  from lcx import model as model_lib
-  from lcx.model import is_variable
-
-  if params is None:
-    _, params = model_lib.abstract(config.model)
-  dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
-  for path, var in jax.tree.leaves_with_path(params, is_leaf=is_variable):
-    for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
-      if logical is not None:
-        where = f"parameter {jax.tree_util.keystr(path)} axis {logical}"
-        dims.setdefault((logical, size), AXIS_FIELDS.get(logical, where))
-  rank = {logical: i for i, logical in enumerate(AXIS_FIELDS)}
-  return sorted(
-    ((field, logical, size) for (logical, size), field in dims.items()),
-    key=lambda d: rank.get(d[1], len(rank)),
-  )
-
-
-def check_mesh(config, num_devices: int, params=None) -> None:
-  """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
-  (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
-  share of the batch is data.validate's check."""
-  from lcx import sharding
-
-  sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
-  rules = sharding.rules_from_config(config.sharding)
-  sharding.check_divisible(sharded_dims(config, params), sizes, rules)
-
-
-def validate_eval(config: ml_collections.ConfigDict) -> None:
-  """`validate`, then `check_eval`."""
-  validate(config)
-  check_eval(config)
-
-
-def check_eval(config: ml_collections.ConfigDict) -> None:
-  """The evaluation's own checks (after the fields'): known variants, passkey settings for the
-  kind of run, protocols against the eval lengths. Eval lengths a scheme cannot score are not
-  errors: the results list them as skipped (a synthetic task's evaluation checks each padded
-  width itself)."""
-  from lcx.evaluate import variants  # lcx.evaluate imports this module
-
-  for spec in variants.names(config.eval.variants):
-    variants.overrides(spec, config.eval.named_variants)
-  if config.data.name == "task":
-    lengths = tuple(config.eval.passkey.lengths)
-    if lengths:
-      raise ValueError(
-        f"eval.passkey.lengths={lengths}: the passkey probe is for text runs; "
-        f"data.task={config.data.task!r} is scored by its own exact match "
-        "(data.task_eval_depths for needle depths)"
-      )
-    return
-  ev, lengths = config.eval, eval_lengths(config)
-  if 0 < ev.random_positions < max(lengths):
-    raise ValueError(
-      f"eval.random_positions={ev.random_positions!r} is not allowed; allowed: 0 "
-      f"(off) or >= the longest eval length {max(lengths)} (each window needs "
-      "that many distinct positions)"
-      + (
-        "; the default eval.random_positions=-1 takes train.random_positions: set it to 0 "
-        "to score at plain positions"
-        if ev.random_positions == config.train.random_positions
-        else ""
-      )
-    )
-  for name in _items(ev.protocol):
-    protocols.PROTOCOLS[name].check(ev, lengths)
-
-
-def validate_longrope(config: ml_collections.ConfigDict) -> None:
-  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
-  the training length L, at least as many individuals as parents, a max_factor >= the scale
-  (the mesh is prepare's check)."""
-  check_fields(config)
-  lr, length = config.eval.longrope, config.model.max_len
-  if "scaling" not in config.model.position:
-    raise ValueError(
-      f"model.position.name={config.model.position.name!r} has no RoPE "
-      "frequencies to rescale; the LongRoPE search needs a rotary scheme "
-      "(rope, p_rope, xpos)"
-    )
-  if config.data.name == "task":
-    raise ValueError(
-      "data.name='task': the LongRoPE search's fitness is perplexity on long "
-      "validation documents; search a text run"
-    )
-  if lr.target_len <= length:
-    raise ValueError(
-      f"eval.longrope.target_len={lr.target_len} must be above the training "
-      f"length L={length} (the search extends the model to it; 0 is off): set "
-      f"--config.eval.longrope.target_len, e.g. {4 * length}"
-    )
-  if lr.parents > lr.population:
-    raise ValueError(
-      f"eval.longrope.parents={lr.parents} must be <= eval.longrope.population={lr.population}"
-    )
-  scale = lr.target_len / length
-  if lr.max_factor and lr.max_factor < scale:
-    raise ValueError(
-      f"eval.longrope.max_factor={lr.max_factor} must be 0 (1.25 x the scale) or "
-      f">= the scale target_len / L = {scale:g}, so that PI (every lambda = the "
-      "scale) is in the search space"
     )
 
 

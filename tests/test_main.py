@@ -60,6 +60,7 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   checkpointing and the data pipeline load; the check reads nothing and traces nothing: ~2 ms)."""
   from lcx import checkpoint, config as config_lib, main, model
   from lcx.data import pipeline
+  from lcx.evaluate import checks as eval_checks
 
   calls = collections.Counter()
   Checkpointer_init = checkpoint.Checkpointer.__init__
@@ -71,8 +72,9 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
 
     return wrapper
 
-  for name in ("check_fields", "validate", "validate_eval"):
+  for name in ("check_fields", "validate"):
     monkeypatch.setattr(config_lib, name, counted(name, getattr(config_lib, name)))
+  monkeypatch.setattr(eval_checks, "validate", counted("validate_eval", eval_checks.validate))
   monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
   for kind, load in list(pipeline.TOKENIZERS.items()):  # every load, whoever asks for it
     monkeypatch.setitem(pipeline.TOKENIZERS, kind, counted(f"tokenizer {kind}", load))
