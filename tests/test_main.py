@@ -138,5 +138,7 @@ def test_a_bad_field_is_refused_before_jax_is_imported(tmp_path, override, messa
   errors = [line for line in lines if not line.startswith("import time:")]
   assert proc.returncode == 2 and errors == [errors[0]], proc.stderr[-3000:]
   assert errors[0].startswith("error: " + message), errors[0]
-  assert seconds < 3, seconds  # about 0.7 s on the loaded 2-core machine (was 2.9-4.0 s)
+  # 0.6-0.8 s at load 6 on the shared 2-core machine (2.9-4.0 s with jax), 2.4-3.8 s at load 12
+  # (12-24 s with jax): the bound leaves room for load; the import list above is the strict part.
+  assert seconds < 6, seconds
   assert not workdir.exists()
