@@ -21,6 +21,9 @@ from lcx import errors
 # `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/run_config.py's get_config), named by
 # path so that this module need not import it (and jax).
 RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_config.py")
+# --distributed (lcx.sharding): call jax.distributed.initialize() without arguments when a cluster
+# is detected (auto), always (on) or never (off). Here, so the flag is defined before jax loads.
+DISTRIBUTED_MODES = ("auto", "on", "off")
 OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 # Where a relative `configs/...` or `experiments/...` not found in the caller's directory is
 # looked for: the installed package (a wheel ships configs/ as lcx/configs/), then the checkout.

@@ -1,8 +1,16 @@
 """Config checks that run before any compilation, each naming the field and what is allowed.
 
 ml_collections already rejects unknown fields and wrong types on the command line (lcx.cli
-words its errors with `field_path_error`); this module checks ranges, cross-field rules and the
-mesh against the devices, and delegates each sub-dict to the package that owns it.
+words its errors with `field_path_error`); this module checks ranges and cross-field rules from
+the declarations, and delegates each sub-dict to the package that owns it. The checks that need
+other code live with it: the model's (a scheme's hooks and dimensions, remaps, kernels) in
+`lcx.model.check_config`, the mesh's in `lcx.sharding.check_mesh`, the evaluation's in
+`lcx.evaluate.checks`, the LongRoPE search's in `lcx.longrope.validate`.
+
+Importing it loads no jax: the allowed values of the model options live here (the modules that
+implement them import them), and the schemes' fields in lcx/positions/fields.py, so that
+`check_declared` refuses a bad value before the entry points import jax. `check_fields` and
+`validate` then import the model's and the mesh's checks when they run.
 """
 
 from __future__ import annotations
@@ -11,31 +19,25 @@ import json
 import math
 import os
 
-import jax
 import ml_collections
 
-from lcx import (
-  data,
-  errors,
-  gating,
-  kernels,
-  metrics,
-  model as model_lib,
-  patterns,
-  positions,
-  protocols,
-  sharding,
-  temperature,
+from lcx import data, errors, metrics, patterns, protocols
+from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
+  DTYPES,
+  GATES,
+  IMPLS,
+  KINDS,
+  SINKS,
+  SSMAX_N,
+  TEMPERATURES,
+  is_block_size,
 )
-from lcx.model import DTYPES, is_variable
-from lcx.positions import remaps
+from lcx.positions import fields as position_fields
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
 RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/positions/randomized.py)
-SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
-
 # (field, predicate, what is allowed)
 RANGES = [
   ("seed", lambda v: v >= 0, ">= 0"),
@@ -73,12 +75,12 @@ RANGES = [
   ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
   (
     "eval.protocol",
-    lambda v: _items(v) and set(_items(v)) <= set(protocols.PROTOCOLS),
+    lambda v: items(v) and set(items(v)) <= set(protocols.PROTOCOLS),
     f"{', '.join(protocols.PROTOCOLS)}, or several comma-separated",
   ),
   (
     "eval.documents",
-    lambda v: _items(v) and set(_items(v)) <= set(DOCUMENTS),
+    lambda v: items(v) and set(items(v)) <= set(DOCUMENTS),
     f"{', '.join(DOCUMENTS)}, or both comma-separated",
   ),
   ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
@@ -127,23 +129,15 @@ OPTIONS = [
   ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
   ("model.position_window", _count, "an int >= 0 (0: no window)"),
   ("model.qk_norm", lambda v: isinstance(v, bool), "True or False"),
-  (
-    "model.attention.temperature",
-    lambda v: v in temperature.TEMPERATURES,
-    f"one of {temperature.TEMPERATURES}",
-  ),
+  ("model.attention.temperature", lambda v: v in TEMPERATURES, f"one of {TEMPERATURES}"),
   ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
   ("model.attention.si_tau", lambda v: v > 0, "a number > 0 (scale-invariant attention's tau)"),
-  (
-    "model.attention.ssmax_n",
-    lambda v: v in temperature.SSMAX_N,
-    f"one of {temperature.SSMAX_N}",
-  ),
+  ("model.attention.ssmax_n", lambda v: v in SSMAX_N, f"one of {SSMAX_N}"),
   ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
-  ("model.attention.gate", lambda v: v in gating.KINDS, f"one of {gating.KINDS}"),
-  ("model.attention.kind", lambda v: v in kernels.KINDS, f"one of {kernels.KINDS}"),
-  ("model.attention.impl", lambda v: v in kernels.IMPLS, kernels.IMPLS),
-  ("model.attention.block_size", kernels.is_block_size, "a power of two >= 1"),
+  ("model.attention.gate", lambda v: v in GATES, f"one of {GATES}"),
+  ("model.attention.kind", lambda v: v in KINDS, f"one of {KINDS}"),
+  ("model.attention.impl", lambda v: v in IMPLS, IMPLS),
+  ("model.attention.block_size", is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
   (
     "train.trackers",
@@ -174,7 +168,8 @@ def _numbers(values, ok) -> bool:
   return all(isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v) for v in values)
 
 
-def _items(text: str) -> list[str]:
+def items(text: str) -> list[str]:
+  """'windows, sliding' -> ['windows', 'sliding']: a comma list field's names."""
   return [x.strip() for x in str(text).split(",") if x.strip()]
 
 
@@ -183,23 +178,10 @@ def eval_combos(eval_cfg) -> list[tuple[str, str]]:
   protocol only with the documents it runs on (last_k, the end of long documents: 'long')."""
   return [
     (p, d)
-    for d in _items(eval_cfg.documents)
-    for p in _items(eval_cfg.protocol)
+    for d in items(eval_cfg.documents)
+    for p in items(eval_cfg.protocol)
     if d in protocols.PROTOCOLS[p].documents
   ]
-
-
-# The config field that sets each logical axis's size (lcx.model names the axes). A parameter
-# axis missing here is reported by its parameter path.
-AXIS_FIELDS = {
-  "vocab": "model.vocab_size",
-  "embed": "model.d_model",
-  "heads": "model.num_heads",
-  "kv_heads": "model.num_kv_heads",
-  "head_dim": "model.head_dim",
-  "mlp": "model.mlp_dim",
-  "batch": "data.batch_size",
-}
 
 
 def _get(config, dotted):
@@ -212,13 +194,28 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError on the first bad field; call before building anything, and after
   jax.distributed.initialize (the mesh is checked against the global device count).
   `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  import jax
+
+  from lcx import sharding  # the mesh check is the mesh's owner's
+
   check_fields(config)
-  check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
+  sharding.check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def check_fields(config: ml_collections.ConfigDict) -> None:
   """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
-  no model trace)."""
+  no model trace). Those that need no model code come first, so a bad value is refused before
+  jax is imported."""
+  check_declared(config)
+  data.validate(config.data)  # the global batch split across jax.process_count() processes
+  from lcx import model  # jax: imported once the declared fields passed
+
+  model.check_config(config, train_length(config))
+
+
+def check_declared(config: ml_collections.ConfigDict) -> None:
+  """The checks that read only the declarations (RANGES, OPTIONS, each scheme's and remap's
+  records, the data and pattern sections): no jax is imported."""
   found = _non_finite(config.to_dict())
   if found:
     raise errors.not_allowed(*found, "a finite number")
@@ -233,29 +230,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   metrics.check_trackers(config.train.trackers)  # each one's package installed
   m = config.model
   _check_position_fields(m)
+  position_fields.check(m.position, position_fields.SCHEMES, position_fields.SCHEME_PREFIX)
   if m.attention.kind == "stick_breaking" and m.attention.sink != "none":
     raise ValueError(
       f"model.attention.sink={m.attention.sink!r} is not allowed with "
       "model.attention.kind='stick_breaking', whose weights already sum to <= 1 (the rest "
       "goes to no key, as a sink's would); allowed: 'none'"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.is_contextual(m.position.name):
-    raise ValueError(  # the stick-breaking kernels call no contextual hook: CoPE would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking': its positions come from softmax logits; "
-      "allowed: a scheme without a contextual hook"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.reads_input(m.position.name):
-    raise ValueError(  # the stick-breaking kernels take no prefix sums: the gates would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
-      "allowed: a scheme without an input hook (from_input)"
-    )
-  if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
-    raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
-      f"model.position.name={m.position.name!r} is not allowed with "
-      "model.attention.kind='stick_breaking' (its kernels apply no Householder transforms); "
-      "allowed: a scheme without a householder hook"
     )
   if m.num_heads % m.num_kv_heads:
     raise ValueError(
@@ -275,36 +255,22 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
       "data.name='task' run is scored by exact match after training "
       "(--mode=train_and_eval): set train.eval_every=0"
     )
-  data.validate(config.data)
-  dims = positions.Dims.of(m)
-  positions.validate(m.position, dims)
+  data.validate(config.data, process_count=1)  # the processes' share: _check_model's
   if m.attention.temperature == "llama4" and not (m.nope_every or m.position.name == "nope"):
     raise ValueError(
       "model.attention.temperature='llama4' tempers the NoPE blocks only, and there are none; "
       "allowed with model.nope_every >= 1 or model.position.name='nope'"
     )
-  if m.nope_every and positions.base.adds_embedding(m.position.name):
-    raise ValueError(
-      f"model.nope_every={m.nope_every} is not allowed with model.position.name="
-      f"{m.position.name!r}, which embeds positions once at the input (no "
-      "block's hooks carry them); allowed: 0"
-    )
-  # A learned table must cover the training windows, and the sampled positions if randomized.
-  positions.check_eval_length(
-    m.position,
-    dims,
-    max(train_length(config), config.train.random_positions, config.train.pose_target),
-  )
-  remaps.validate(m.remap)
+  position_fields.check(m.remap, position_fields.REMAPS, position_fields.REMAP_PREFIX)
   patterns.validate(m.attention.pattern)
-  kernels.check_impl(m)
 
 
 def _check_position_fields(model_cfg) -> None:
   """Two mistakes the scheme's own checks would report by a field the user never set."""
   p = model_cfg.position
   held = sorted(set(p.keys()) - {"name"})
-  if p.name in positions.SCHEMES and held != sorted(positions.spec(p.name).defaults):
+  schemes = position_fields.SCHEMES
+  if p.name in schemes and held != sorted(schemes[p.name].defaults):
     raise ValueError(
       f"model.position.name={p.name!r}, but model.position holds another scheme's "
       f"fields {held}: a scheme's fields come with its "
@@ -336,114 +302,6 @@ def _check_sampled_positions(config) -> None:
       "eval.random_positions",
       config.eval.random_positions,
       "-1 (as trained: train.random_positions), 0 (off) or >= the longest eval length",
-    )
-
-
-def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
-  """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
-
-  Parameter shapes come from the abstract Decoder (`params`, else traced here; nothing is
-  allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
-  vocabulary is reported first.
-  """
-  if params is None:
-    _, params = model_lib.abstract(config.model)
-  dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
-  for path, var in jax.tree.leaves_with_path(params, is_leaf=is_variable):
-    for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
-      if logical is not None:
-        where = f"parameter {jax.tree_util.keystr(path)} axis {logical}"
-        dims.setdefault((logical, size), AXIS_FIELDS.get(logical, where))
-  rank = {logical: i for i, logical in enumerate(AXIS_FIELDS)}
-  return sorted(
-    ((field, logical, size) for (logical, size), field in dims.items()),
-    key=lambda d: rank.get(d[1], len(rank)),
-  )
-
-
-def check_mesh(config, num_devices: int, params=None) -> None:
-  """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
-  (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
-  share of the batch is data.validate's check."""
-  sizes = dict(zip(sharding.MESH_AXES, sharding.mesh_shape(config.mesh, num_devices)))
-  rules = sharding.rules_from_config(config.sharding)
-  sharding.check_divisible(sharded_dims(config, params), sizes, rules)
-
-
-def validate_eval(config: ml_collections.ConfigDict) -> None:
-  """`validate`, then `check_eval`."""
-  validate(config)
-  check_eval(config)
-
-
-def check_eval(config: ml_collections.ConfigDict) -> None:
-  """The evaluation's own checks (after the fields'): known variants, passkey settings for the
-  kind of run, protocols against the eval lengths. Eval lengths a scheme cannot score are not
-  errors: the results list them as skipped (a synthetic task's evaluation checks each padded
-  width itself)."""
-  from lcx.evaluate import variants  # lcx.evaluate imports this module
-
-  for spec in variants.names(config.eval.variants):
-    variants.overrides(spec, config.eval.named_variants)
-  if config.data.name == "task":
-    lengths = tuple(config.eval.passkey.lengths)
-    if lengths:
-      raise ValueError(
-        f"eval.passkey.lengths={lengths}: the passkey probe is for text runs; "
-        f"data.task={config.data.task!r} is scored by its own exact match "
-        "(data.task_eval_depths for needle depths)"
-      )
-    return
-  ev, lengths = config.eval, eval_lengths(config)
-  if 0 < ev.random_positions < max(lengths):
-    raise ValueError(
-      f"eval.random_positions={ev.random_positions!r} is not allowed; allowed: 0 "
-      f"(off) or >= the longest eval length {max(lengths)} (each window needs "
-      "that many distinct positions)"
-      + (
-        "; the default eval.random_positions=-1 takes train.random_positions: set it to 0 "
-        "to score at plain positions"
-        if ev.random_positions == config.train.random_positions
-        else ""
-      )
-    )
-  for name in _items(ev.protocol):
-    protocols.PROTOCOLS[name].check(ev, lengths)
-
-
-def validate_longrope(config: ml_collections.ConfigDict) -> None:
-  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
-  the training length L, at least as many individuals as parents, a max_factor >= the scale
-  (the mesh is prepare's check)."""
-  check_fields(config)
-  lr, length = config.eval.longrope, config.model.max_len
-  if "scaling" not in config.model.position:
-    raise ValueError(
-      f"model.position.name={config.model.position.name!r} has no RoPE "
-      "frequencies to rescale; the LongRoPE search needs a rotary scheme "
-      "(rope, p_rope, xpos)"
-    )
-  if config.data.name == "task":
-    raise ValueError(
-      "data.name='task': the LongRoPE search's fitness is perplexity on long "
-      "validation documents; search a text run"
-    )
-  if lr.target_len <= length:
-    raise ValueError(
-      f"eval.longrope.target_len={lr.target_len} must be above the training "
-      f"length L={length} (the search extends the model to it; 0 is off): set "
-      f"--config.eval.longrope.target_len, e.g. {4 * length}"
-    )
-  if lr.parents > lr.population:
-    raise ValueError(
-      f"eval.longrope.parents={lr.parents} must be <= eval.longrope.population={lr.population}"
-    )
-  scale = lr.target_len / length
-  if lr.max_factor and lr.max_factor < scale:
-    raise ValueError(
-      f"eval.longrope.max_factor={lr.max_factor} must be 0 (1.25 x the scale) or "
-      f">= the scale target_len / L = {scale:g}, so that PI (every lambda = the "
-      "scale) is in the search space"
     )
 
 

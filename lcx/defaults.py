@@ -7,13 +7,13 @@ every field and default.
 
 import ml_collections
 
-from lcx import data, errors, patterns, positions
-from lcx.positions import remaps
+from lcx import data, errors, patterns
+from lcx.positions import fields  # the schemes' and remaps' fields, declared without jax
 
 # Sections picked whole by name, replaced by that name's fields and defaults: on the command line
 # (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.evaluate.variants).
 SECTIONS = {
-  "model.remap": remaps.default_config,
+  "model.remap": fields.remap_config,
   "model.attention.pattern": patterns.default_config,
 }
 
@@ -62,9 +62,9 @@ def get_config(arg=None):
   config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
   # The position scheme picked by pos=, with its fields.
-  config.model.position = positions.default_config(arg.pos)
+  config.model.position = fields.default_config(arg.pos)
   # A training-free position remap; --config.model.remap.name=X brings X's fields.
-  config.model.remap = remaps.default_config("none")
+  config.model.remap = fields.remap_config("none")
   # Per-layer schedule (lcx/model.py): every nope_every-th block without positions (0: none),
   # and the other blocks attending only to the last position_window keys (0: all).
   config.model.nope_every = 0

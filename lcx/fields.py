@@ -1,7 +1,8 @@
 """`./launch.sh config [--config=...]` (`python -m lcx.fields`): every config field with its
 default, what the checks allow and a one-line description, read from the declarations
 themselves so the list cannot drift from them: the defaults and their comments (lcx/defaults.py,
-lcx/data/config.py), and the allowed values from lcx/config.py's RANGES and OPTIONS.
+lcx/data/config.py), the allowed values from lcx/config.py's RANGES and OPTIONS, and the scheme's
+and remap's fields from their records (lcx/positions/fields.py). No jax is imported.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ml_collections
 
 from lcx import cli, config as config_lib, defaults
 from lcx.data import config as data_config
+from lcx.positions import fields as position_fields
 
 # The modules whose assignments declare the fields, with the section each one fills.
 DECLARATIONS = ((defaults, ""), (data_config, "data."))
@@ -70,6 +72,21 @@ def allowed() -> dict[str, str]:
   return out
 
 
+def declared(config) -> dict[str, position_fields.Field]:
+  """{dotted field: its record} of the config's scheme and remap."""
+  out = {}
+  for prefix, records in (
+    (position_fields.SCHEME_PREFIX, position_fields.SCHEMES),
+    (position_fields.REMAP_PREFIX, position_fields.REMAPS),
+  ):
+    section = config
+    for key in prefix.split("."):
+      section = section[key]
+    for field in getattr(records.get(section.name), "fields", ()):
+      out[f"{prefix}.{field.name}"] = field
+  return out
+
+
 def describe(field: str, notes: dict[str, str]) -> str:
   """The field's own description; a field no line assigns (a scheme's, a sharding rule) takes
   that of the nearest section assigned whole."""
@@ -84,6 +101,12 @@ def describe(field: str, notes: dict[str, str]) -> str:
 def table(config) -> str:
   """One line per field: `field = default  (allowed: ...)  # description`."""
   notes, ranges = descriptions(), allowed()
+  for name, field in declared(config).items():
+    notes[name] = field.doc
+    if field.allowed:
+      ranges[name] = field.allowed
+  ranges[f"{position_fields.SCHEME_PREFIX}.name"] = ", ".join(sorted(position_fields.SCHEMES))
+  ranges[f"{position_fields.REMAP_PREFIX}.name"] = ", ".join(sorted(position_fields.REMAPS))
   rows = []
   for field, value in cli.leaves(config):
     shown = value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value

@@ -16,6 +16,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from lcx import options
+
 
 @dataclasses.dataclass(frozen=True)
 class Gate:
@@ -30,7 +32,7 @@ GATES = {
   "elementwise": Gate(("head_dim",), "bld,dhk->bhlk"),
   "headwise": Gate((), "bld,dh->bhl"),
 }
-KINDS = ("none", *GATES)
+KINDS = options.GATES  # ("none", *GATES), declared where the field is checked before jax
 
 
 def shape(kind: str, d_model: int, num_heads: int, head_dim: int) -> tuple[int, ...]:

@@ -334,13 +334,49 @@ def _long_documents(cfg, target_len: int, tokenizer) -> list[samples.Sequence]:
   return samples.select(docs, "long", target_len, lr.documents * target_len, lr.seed, SPLIT)
 
 
+def validate(config) -> None:
+  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
+  the training length L, at least as many individuals as parents, a max_factor >= the scale
+  (the mesh is prepare's check)."""
+  config_lib.check_fields(config)
+  lr, length = config.eval.longrope, config.model.max_len
+  if "scaling" not in config.model.position:
+    raise ValueError(
+      f"model.position.name={config.model.position.name!r} has no RoPE "
+      "frequencies to rescale; the LongRoPE search needs a rotary scheme "
+      "(rope, p_rope, xpos)"
+    )
+  if config.data.name == "task":
+    raise ValueError(
+      "data.name='task': the LongRoPE search's fitness is perplexity on long "
+      "validation documents; search a text run"
+    )
+  if lr.target_len <= length:
+    raise ValueError(
+      f"eval.longrope.target_len={lr.target_len} must be above the training "
+      f"length L={length} (the search extends the model to it; 0 is off): set "
+      f"--config.eval.longrope.target_len, e.g. {4 * length}"
+    )
+  if lr.parents > lr.population:
+    raise ValueError(
+      f"eval.longrope.parents={lr.parents} must be <= eval.longrope.population={lr.population}"
+    )
+  scale = lr.target_len / length
+  if lr.max_factor and lr.max_factor < scale:
+    raise ValueError(
+      f"eval.longrope.max_factor={lr.max_factor} must be 0 (1.25 x the scale) or "
+      f">= the scale target_len / L = {scale:g}, so that PI (every lambda = the "
+      "scale) is in the search space"
+    )
+
+
 def search(config, workdir: str) -> dict:
   """Runs (or continues) the search; returns the state, as written to DIR/longrope/state.json.
 
   ValueError (a bad field, a trained field changed, a state with other settings) and
   FileNotFoundError (no checkpoint) come before anything is written.
   """
-  config_lib.validate_longrope(config)
+  validate(config)
   prepared = prepare_lib.prepare(config)
   cfg = prepared.config
   lr, train_len = cfg.eval.longrope, cfg.model.max_len

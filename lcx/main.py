@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, errors, metrics, sharding
+from lcx import cli, config as config_lib, errors, metrics  # none of them imports jax
 from lcx.cli import fail
 from lcx.metrics import say
 
@@ -34,7 +34,7 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
   "distributed",
   "auto",
-  list(sharding.DISTRIBUTED_MODES),
+  list(cli.DISTRIBUTED_MODES),
   "jax.distributed.initialize(): auto (when SLURM or TPU pod variables or JAX's "
   "Cloud TPU VM detection show a cluster), on (always), off (never).",
 )
@@ -61,6 +61,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
+  try:  # a bad value is refused before jax is imported (lcx.config imports none)
+    config_lib.check_declared(FLAGS.config)
+  except ValueError as error:
+    fail(str(error))
+  from lcx import sharding  # jax
+
   try:
     sharding.initialize_distributed(
       FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id

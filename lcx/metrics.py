@@ -17,7 +17,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import jax
 from absl import flags, logging
 from tqdm import tqdm
 
@@ -150,10 +149,17 @@ def quiet_libraries() -> None:
     logging.set_verbosity(logging.WARNING)
 
 
+def _process_index() -> int:
+  """jax.process_index(), imported on first use: lcx.config reads TRACKERS before jax loads."""
+  import jax
+
+  return jax.process_index()
+
+
 def say(message: str, *, every_process: bool = False) -> None:
   """A user-facing status line on stderr (process 0 only unless asked), kept apart from the
   libraries' INFO logs, which the entry points silence by default."""
-  if every_process or jax.process_index() == 0:
+  if every_process or _process_index() == 0:
     print(f"[lcx] {message}", file=sys.stderr, flush=True)
 
 
@@ -188,7 +194,7 @@ class MetricWriter:
     trackers: str = "tensorboard",
     config: dict | None = None,
   ):
-    self.main = jax.process_index() == 0
+    self.main = _process_index() == 0
     self.tokens_per_step, self.total = tokens_per_step, total
     self._last_time, self._steps_since, self._sums = time.perf_counter(), 0, {}
     self._timed = -1  # steps in the timing window; the first step (compilation) is not timed

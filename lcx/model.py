@@ -24,10 +24,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
+from lcx import (
+  attention,
+  cpu_tuned,
+  gating,
+  kernels,
+  patterns,
+  positions,
+  temperature,
+)
 from lcx.positions import path, randomized, remaps
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.config.DTYPES
 
 
 def is_variable(x) -> bool:
@@ -500,3 +508,46 @@ def abstract(model_cfg):
   """(graphdef, parameters) of a Decoder traced abstractly: shapes, dtypes and logical axes,
   nothing allocated. The one trace prepare, the mesh check and evaluation variants share."""
   return nnx.split(nnx.eval_shape(lambda: Decoder(model_cfg, rngs=nnx.Rngs(0))), nnx.Param)
+
+
+def check_config(config, train_len: int) -> None:
+  """The config checks that need the model's code, after lcx.config's declared ones (its
+  `check_fields` runs both): a scheme's hooks against the attention kind and the per-layer
+  schedule, its checks against the dimensions and the training length, the remap's, the
+  kernels'. `train_len`: lcx.config.train_length (the positions a learned table must cover).
+  ValueError naming the field."""
+  m = config.model
+  if m.attention.kind == "stick_breaking" and positions.base.is_contextual(m.position.name):
+    raise ValueError(  # the stick-breaking kernels call no contextual hook: CoPE would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking': its positions come from softmax logits; "
+      "allowed: a scheme without a contextual hook"
+    )
+  if m.attention.kind == "stick_breaking" and positions.base.reads_input(m.position.name):
+    raise ValueError(  # the stick-breaking kernels take no prefix sums: the gates would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking', whose kernels add no bias from hidden states; "
+      "allowed: a scheme without an input hook (from_input)"
+    )
+  if m.attention.kind == "stick_breaking" and positions.base.has_householder(m.position.name):
+    raise ValueError(  # the stick-breaking kernels apply no Householders: PaTH would be lost
+      f"model.position.name={m.position.name!r} is not allowed with "
+      "model.attention.kind='stick_breaking' (its kernels apply no Householder transforms); "
+      "allowed: a scheme without a householder hook"
+    )
+  dims = positions.Dims.of(m)
+  positions.validate(m.position, dims)
+  if m.nope_every and positions.base.adds_embedding(m.position.name):
+    raise ValueError(
+      f"model.nope_every={m.nope_every} is not allowed with model.position.name="
+      f"{m.position.name!r}, which embeds positions once at the input (no "
+      "block's hooks carry them); allowed: 0"
+    )
+  # A learned table must cover the training windows, and the sampled positions if randomized.
+  positions.check_eval_length(
+    m.position,
+    dims,
+    max(train_len, config.train.random_positions, config.train.pose_target),
+  )
+  remaps.validate(m.remap)
+  kernels.check_impl(m)

@@ -95,7 +95,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   config_lib.check_fields(config)
   config = config_lib.resolve(config, data.vocab_size(config.data))  # the tokenizer's, unloaded
   graphdef, params = model_lib.abstract(config.model)
-  config_lib.check_mesh(config, jax.device_count(), params)
+  sharding.check_mesh(config, jax.device_count(), params)
   data.open_source(config.data)  # a missing corpus fails here, before anything is written
   tokenizer = data.get_tokenizer(config.data)
   source = source_cfg = None

@@ -10,7 +10,8 @@ import os
 
 import ml_collections
 
-from lcx import defaults
+from lcx import defaults, patterns
+from lcx.positions import fields
 
 
 def _update(target: ml_collections.ConfigDict, saved: dict, where: str = "") -> None:
@@ -48,10 +49,7 @@ def run_config(workdir: str) -> ml_collections.ConfigDict:
   with open(path) as f:
     saved = json.load(f)
   config = defaults.get_config(f"pos={saved['model']['position']['name']}")
-  from lcx import patterns  # registries, for the sub-dicts' defaults
-  from lcx.positions import remaps
-
-  config.model.remap = remaps.default_config(saved["model"]["remap"]["name"])
+  config.model.remap = fields.remap_config(saved["model"]["remap"]["name"])
   config.model.attention.pattern = patterns.default_config(
     saved["model"]["attention"]["pattern"]["name"]
   )

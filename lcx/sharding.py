@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from lcx import errors
+from lcx import cli, errors
 from lcx.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -62,9 +62,7 @@ CLUSTER_SIGNS = {
   "tpu_env": Sign(_tpu_env, must_join=True),
   "cloud_tpu_vm": Sign(_cloud_tpu_vm, must_join=False),
 }
-# --distributed: call jax.distributed.initialize() without arguments when a cluster is detected
-# (auto), always (on) or never (off).
-DISTRIBUTED_MODES = ("auto", "on", "off")
+DISTRIBUTED_MODES = cli.DISTRIBUTED_MODES
 
 
 def _jax_detects_cloud_tpu_vm() -> bool:
@@ -215,3 +213,48 @@ def global_batch(local_batch: dict, mesh, rules) -> dict:
   """Assembles each process's rows into global arrays sharded over the batch axes."""
   sharding = batch_sharding(mesh, rules)
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+
+
+# The config field that sets each logical axis's size (lcx.model names the axes). A parameter
+# axis missing here is reported by its parameter path.
+AXIS_FIELDS = {
+  "vocab": "model.vocab_size",
+  "embed": "model.d_model",
+  "heads": "model.num_heads",
+  "kv_heads": "model.num_kv_heads",
+  "head_dim": "model.head_dim",
+  "mlp": "model.mlp_dim",
+  "batch": "data.batch_size",
+}
+
+
+def sharded_dims(config, params=None) -> list[tuple[str, str, int]]:
+  """(field, logical axis, size) of the global batch and of every sharded parameter dimension.
+
+  Parameter shapes come from the abstract Decoder (`params`, else traced here; nothing is
+  allocated), so a parameter added to the model is checked too. Ordered as AXIS_FIELDS, so the
+  vocabulary is reported first.
+  """
+  from lcx import model as model_lib  # the model imports no sharding; traced only if needed
+
+  if params is None:
+    _, params = model_lib.abstract(config.model)
+  dims = {("batch", config.data.batch_size): AXIS_FIELDS["batch"]}
+  for path, var in jax.tree.leaves_with_path(params, is_leaf=model_lib.is_variable):
+    for logical, size in zip(var.get_metadata().get("logical_axes") or (), var.get_value().shape):
+      if logical is not None:
+        where = f"parameter {jax.tree_util.keystr(path)} axis {logical}"
+        dims.setdefault((logical, size), AXIS_FIELDS.get(logical, where))
+  rank = {logical: i for i, logical in enumerate(AXIS_FIELDS)}
+  return sorted(
+    ((field, logical, size) for (logical, size), field in dims.items()),
+    key=lambda d: rank.get(d[1], len(rank)),
+  )
+
+
+def check_mesh(config, num_devices: int, params=None) -> None:
+  """Raises ValueError unless the mesh fits `num_devices` and divides every sharded dimension
+  (vocabulary resolved; `params`: the abstract model's, if traced already); the processes'
+  share of the batch is data.validate's check."""
+  sizes = dict(zip(MESH_AXES, mesh_shape(config.mesh, num_devices)))
+  check_divisible(sharded_dims(config, params), sizes, rules_from_config(config.sharding))

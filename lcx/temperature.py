@@ -46,11 +46,13 @@ import math
 import jax
 import jax.numpy as jnp
 
+from lcx import options
 from lcx.positions import base as positions_base
 from lcx.positions.remaps import log_n_scale
 
-TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")
-SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
+# The fields' values, declared where lcx.config checks them before jax loads.
+TEMPERATURES, SSMAX_N = options.TEMPERATURES, options.SSMAX_N
+
 LLAMA4_FLOOR_SCALE, LLAMA4_ATTN_SCALE = 8192, 0.1  # Llama 4's shipped config values
 
 

@@ -7,7 +7,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, defaults, patterns
+from lcx import cli, config as config_lib, defaults, patterns, sharding
+from lcx.evaluate import checks as eval_checks
 from lcx.positions import remaps
 from lcx.positions.registry import Unset
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config
@@ -122,10 +123,10 @@ def test_mesh_must_divide_every_sharded_dimension(mesh, changes, message):
     section, key = dotted.split(".")
     config[section][key] = value
   if message is None:
-    config_lib.check_mesh(config, num_devices=4)
+    sharding.check_mesh(config, num_devices=4)
   else:
     with pytest.raises(ValueError, match="^" + message):
-      config_lib.check_mesh(config, num_devices=4)
+      sharding.check_mesh(config, num_devices=4)
 
 
 def test_mesh_must_fit_the_devices():
@@ -371,7 +372,7 @@ def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
   config = tiny_config("learned")
   for name in ("task", "stdlib"):
     config.data.name = name
-    config_lib.validate_eval(config)  # 8x seq_len exceeds the learned table
+    eval_checks.validate(config)  # 8x seq_len exceeds the learned table
 
 
 @pytest.mark.parametrize(
@@ -415,9 +416,9 @@ def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths
     match=r"eval.random_positions=128 is not allowed; allowed: 0 "
     r"\(off\) or >= the longest eval length 256",
   ):
-    config_lib.validate_eval(config)
+    eval_checks.validate(config)
   config.eval.random_positions = 256
-  config_lib.validate_eval(config)
+  eval_checks.validate(config)
 
 
 @pytest.mark.parametrize(

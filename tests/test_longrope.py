@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from lcx import config as config_lib, evaluate, longrope, prepare, train
+from lcx import evaluate, longrope, prepare, train
 from lcx.positions import scaling
 from tests.helpers import run_lcx, tiny_config
 
@@ -114,14 +114,14 @@ def test_bad_search_settings_name_the_field(field, value, message):
   config.eval.longrope.target_len = 128
   config.eval.longrope[field] = value
   with pytest.raises(ValueError, match=message):
-    config_lib.validate_longrope(config)
+    longrope.validate(config)
 
 
 def test_the_search_needs_a_rotary_scheme():
   config = tiny_config("alibi")
   config.eval.longrope.target_len = 128
   with pytest.raises(ValueError, match="model.position.name='alibi' has no RoPE frequencies"):
-    config_lib.validate_longrope(config)
+    longrope.validate(config)
 
 
 # --- On a tiny trained run ---

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lcx import config as config_lib, protocols, report
-from lcx.evaluate import lengths, samples
+from lcx.evaluate import checks as eval_checks, lengths, samples
 from tests.helpers import tiny_config
 
 BOS, EOS = 256, 257
@@ -77,10 +77,10 @@ def test_protocol_checks_name_the_field():
   config = tiny_config()
   config.eval.update(protocol="last_k", documents="stream")
   with pytest.raises(ValueError, match="eval.protocol='last_k' .* needs eval.documents='long'"):
-    config_lib.check_eval(config)
+    eval_checks.check(config)
   config.eval.update(protocol="sliding", documents="stream", stride=10**6)
   with pytest.raises(ValueError, match=r"^eval.stride=1000000 must be <= the shortest"):
-    config_lib.check_eval(config)
+    eval_checks.check(config)
 
 
 @dataclasses.dataclass

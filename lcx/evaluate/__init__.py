@@ -42,6 +42,7 @@ from lcx import (
 )
 from lcx.data import pipeline
 from lcx.evaluate import (
+  checks,
   lengths as lengths_lib,
   memory,
   passkey,
@@ -117,7 +118,7 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   cfg, out = prepared.config, []
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(cfg.eval)
   if cfg.data.name != "task":  # the combinations as asked: one eval_combos drops is named here
-    config_lib.check_eval(cfg)
+    checks.check(cfg)
   for spec in variants.names(cfg.eval.variants):
     changes = variants.overrides(spec, cfg.eval.named_variants)
     variant_cfg = variants.apply(cfg, changes)
@@ -126,7 +127,7 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
     for protocol, documents in combos:
       combo_cfg = ml_collections.ConfigDict(variant_cfg.to_dict())
       combo_cfg.eval.update(protocol=protocol, documents=documents)
-      config_lib.check_eval(combo_cfg)
+      checks.check(combo_cfg)
       name = variants.file_name(spec)[: -len(".json")]
       if (protocol, documents) != ("windows", "stream"):
         name += f".{protocol}-{documents}"

@@ -19,12 +19,11 @@ from typing import Callable, NamedTuple
 
 import jax
 
-from lcx import attention, errors, stick_breaking
+from lcx import attention, errors, options, stick_breaking
 from lcx.kernels import flash
 from lcx.positions import base as positions_base
 
 FIELD = "model.attention.impl"
-IMPLS = ("auto", "xla", "pallas")
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")  # jax.default_backend() names
 
 
@@ -39,7 +38,7 @@ ATTENDS = {
   "softmax": Attends(attention.attend_dense, attention.attend_chunked),
   "stick_breaking": Attends(stick_breaking.attend_dense, stick_breaking.attend_chunked),
 }
-KINDS = tuple(ATTENDS)  # model.attention.kind's values
+KINDS = options.KINDS  # model.attention.kind's values (lcx/options.py, checked before jax)
 
 
 def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
@@ -58,6 +57,10 @@ def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.K
   return kernels[name]
 
 
+# model.attention.impl's values and block_size's test (lcx/options.py, checked before jax).
+IMPLS, is_block_size = options.IMPLS, options.is_block_size
+
+
 def unsupported(model_cfg) -> str | None:
   """Why the Pallas kernel cannot run this model (a field and its value), or None."""
   if model_cfg.attention.kind != "softmax":
@@ -71,16 +74,6 @@ def unsupported(model_cfg) -> str | None:
   if model_cfg.attention.get("temperature") == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   return None
-
-
-def is_block_size(value) -> bool:
-  """A power of two >= 1 (the GPU lowering's block shapes); config.OPTIONS checks the field."""
-  return (
-    isinstance(value, int)
-    and not isinstance(value, bool)
-    and value >= 1
-    and not value & (value - 1)
-  )
 
 
 def check_impl(model_cfg) -> None:

@@ -15,7 +15,6 @@ from flax import nnx
 
 from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
-from lcx.positions.registry import Unset
 from lcx.positions.scaling import theta
 
 
@@ -34,7 +33,7 @@ def _check_sinusoidal(cfg, dims):
     )
 
 
-@register("sinusoidal", {"base": 10000.0}, check=_check_sinusoidal)
+@register("sinusoidal", check=_check_sinusoidal)
 class Sinusoidal(Scheme):
   def __init__(self, *, dims, rngs, base):
     del rngs
@@ -75,29 +74,13 @@ def _num_positions(cfg, dims):
   return dims.max_len if cfg.num_positions is None else cfg.num_positions
 
 
-def _check_learned(cfg, dims):
-  if cfg.max_len_policy not in MAX_LEN_POLICIES:
-    raise errors.not_allowed(
-      f"{PREFIX}.max_len_policy", cfg.max_len_policy, sorted(MAX_LEN_POLICIES)
-    )
-  if _num_positions(cfg, dims) < 1:
-    raise errors.not_allowed(
-      f"{PREFIX}.num_positions", cfg.num_positions, ">= 1 (None: model.max_len)"
-    )
-
-
 def _check_learned_length(cfg, dims, seq_len):
   n = _num_positions(cfg, dims)
   if cfg.max_len_policy == "error" and seq_len > n:
     raise ValueError(_too_long(n, seq_len))
 
 
-@register(
-  "learned",
-  {"num_positions": Unset(int), "max_len_policy": "error"},
-  check=_check_learned,
-  check_length=_check_learned_length,
-)
+@register("learned", check_length=_check_learned_length)  # fields: lcx/positions/fields.py
 class Learned(Scheme):
   """A learned (num_positions, d_model) table, normal(0, 0.02) at init as in GPT-2.
 

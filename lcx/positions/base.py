@@ -38,6 +38,7 @@ import jax
 import ml_collections
 from flax import nnx
 
+from lcx.positions import fields
 from lcx.positions.registry import Registry
 
 PREFIX = "model.position"
@@ -138,8 +139,15 @@ class Spec:
   check_length: Callable[[ml_collections.ConfigDict, Dims, int], None] | None = None
 
 
-SCHEMES = Registry(PREFIX, "scheme", Spec)
-register = SCHEMES.register  # class decorator: register(name, defaults, check=, check_length=)
+def _load_schemes() -> None:
+  """Every scheme module registered (lcx.positions imports them on first use)."""
+  import lcx.positions
+
+  lcx.positions._load()
+
+
+SCHEMES = Registry(PREFIX, "scheme", Spec, declared=fields.SCHEMES, load=_load_schemes)
+register = SCHEMES.register  # class decorator: register(name, check=, check_length=)
 spec = SCHEMES.entry
 default_config = SCHEMES.default_config
 validate = SCHEMES.validate  # validate(cfg, dims): raises ValueError naming the field

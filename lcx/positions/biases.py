@@ -17,8 +17,8 @@ import numpy as np
 from flax import nnx
 
 from lcx import errors
+from lcx.positions import fields
 from lcx.positions.base import PREFIX, Scheme, register
-from lcx.positions.registry import Unset
 
 
 def _distance_BxQxS(q_pos_BxQ, k_pos_BxS):
@@ -49,7 +49,7 @@ def _check_heads(cfg, dims):
     )
 
 
-@register("alibi", {}, check=_check_heads)
+@register("alibi", check=_check_heads)  # every scheme's fields: lcx/positions/fields.py
 class ALiBi(Scheme):
   """bias = -m_h * (i - j): a fixed linear penalty on distance, one slope per head."""
 
@@ -102,7 +102,7 @@ def _check_t5(cfg, dims):
     )
 
 
-@register("t5", {"num_buckets": 32, "max_distance": 128, "bidirectional": False}, check=_check_t5)
+@register("t5", check=_check_t5)
 class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
@@ -128,32 +128,10 @@ class T5(Scheme):
     return jnp.moveaxis(bias_BxQxSxH, -1, 1)
 
 
-FIRE_INITS = ("linear", "normal")
-
-
-def _check_fire(cfg, dims):
-  _check_heads(cfg, dims)
-  if cfg.init not in FIRE_INITS:
-    raise errors.not_allowed(f"{PREFIX}.init", cfg.init, f"one of {FIRE_INITS}")
-  for field in ("hidden", "c_init"):
-    if not cfg[field] > 0:
-      raise errors.not_allowed(f"{PREFIX}.{field}", cfg[field], "> 0")
-  if cfg.threshold_init is not None and not cfg.threshold_init > 0:
-    raise errors.not_allowed(
-      f"{PREFIX}.threshold_init",
-      cfg.threshold_init,
-      "> 0 (None: the training length model.max_len)",
-    )
-
-
 FIRE_EPS = 1e-6  # added to psi(normalizer), as the paper's code does
 
 
-@register(
-  "fire",
-  {"hidden": 32, "c_init": 0.1, "threshold_init": Unset(float), "init": "linear"},
-  check=_check_fire,
-)
+@register("fire", check=_check_heads)
 class FIRE(Scheme):
   """bias(i, j) = MLP(psi(i - j) / (psi(max(i, L_thr)) + eps)), psi(x) = ln(|c x| + 1).
 
@@ -256,34 +234,6 @@ class FIRE(Scheme):
     )
 
 
-def _not_allowed(field, value, allowed):
-  return errors.not_allowed(f"{PREFIX}.{field}", value, allowed)
-
-
-KERPLE_INITS = ("uniform", "constant")
-KERPLE_EPS = 1e-2  # the reference's lower bound on r1 and r2
-KERPLE_POWER_MAX = 2.0  # r2 <= 2: |i - j|^r2 is conditionally positive definite only there
-
-
-def _check_kerple(cfg, dims, r2_max=None):
-  _check_heads(cfg, dims)
-  if cfg.init not in KERPLE_INITS:
-    raise _not_allowed("init", cfg.init, f"one of {KERPLE_INITS}")
-  if not cfg.eps > 0:
-    raise _not_allowed("eps", cfg.eps, "> 0 (the lower bound of r1 and r2)")
-  for field in ("r1_init", "r2_init"):
-    if not cfg[field] > 0:
-      raise _not_allowed(field, cfg[field], "> 0")
-  if r2_max is not None and not cfg.r2_init <= r2_max:
-    raise _not_allowed("r2_init", cfg.r2_init, f"in (0, {r2_max:g}] (the power's exponent)")
-  if r2_max is not None and not cfg.eps <= r2_max:
-    raise _not_allowed("eps", cfg.eps, f"in (0, {r2_max:g}] (r2 lies in [eps, {r2_max:g}])")
-
-
-def _check_kerple_power(cfg, dims):
-  _check_kerple(cfg, dims, r2_max=KERPLE_POWER_MAX)
-
-
 def clamp_keep_gradient(x, low, high=None):
   """x clipped to [low, high] in value with the identity gradient.
 
@@ -344,25 +294,20 @@ class KerpleBias:
     return self.kernel(distance_Bx1xQxS, r1_H[None, :, None, None], r2_H[None, :, None, None])
 
 
-KERPLE_DEFAULTS = {"init": "uniform", "eps": KERPLE_EPS}
-
-
-@register("kerple_log", {"r1_init": 2.0, "r2_init": 1.0, **KERPLE_DEFAULTS}, check=_check_kerple)
+@register("kerple_log", check=_check_heads)
 class KerpleLog(KerpleBias, Scheme):
   """-r1 ln(1 + r2 |i - j|): the paper's best variant (its code: r1 ~ U(0, 2), r2 ~ U(0, 1))."""
 
   kernel = staticmethod(kerple_log)
 
 
-@register(
-  "kerple_power", {"r1_init": 1.0, "r2_init": 2.0, **KERPLE_DEFAULTS}, check=_check_kerple_power
-)
+@register("kerple_power", check=_check_heads)
 class KerplePower(KerpleBias, Scheme):
   """-r1 |i - j|^r2, r2 in (0, 2] (its code: r1 ~ U(0, 1), r2 ~ U(0, 2)); r2 = 1 is a learned
   ALiBi."""
 
   kernel = staticmethod(kerple_power)
-  r2_max = KERPLE_POWER_MAX
+  r2_max = fields.KERPLE_POWER_MAX
 
 
 def sandwich_frequencies(dim: int, base: float = 10000.0) -> np.ndarray:
@@ -385,17 +330,7 @@ def sandwich_head_scales(num_heads: int, compression: float = 8.0) -> np.ndarray
   return num_heads / (compression * np.arange(1, num_heads + 1))
 
 
-def _check_sandwich(cfg, dims):
-  _check_heads(cfg, dims)
-  if not (isinstance(cfg.dim, int) and cfg.dim >= 2 and cfg.dim % 2 == 0):
-    raise _not_allowed("dim", cfg.dim, "an even integer >= 2")
-  if not cfg.base > 1:
-    raise _not_allowed("base", cfg.base, "> 1")
-  if not cfg.compression > 0:
-    raise _not_allowed("compression", cfg.compression, "> 0")
-
-
-@register("sandwich", {"dim": 128, "base": 10000.0, "compression": 8.0}, check=_check_sandwich)
+@register("sandwich", check=_check_heads)
 class Sandwich(Scheme):
   """bias_h(m, n) = (p_m . p_n - dim/2) / (compression * h / H), no parameters.
 

@@ -25,9 +25,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import cpu_tuned, errors
-from lcx.positions.base import PREFIX, Scheme, register
-from lcx.positions.registry import Unset
+from lcx import cpu_tuned
+from lcx.positions.base import Scheme, register
 
 
 def gates(logits_BxGxPxQxS, mask_BxQxS):
@@ -203,15 +202,7 @@ _interpolate = cpu_tuned.choose(
 )
 
 
-def _check(cfg, dims):
-  del dims
-  if cfg.npos_max is not None and not cfg.npos_max >= 2:
-    raise errors.not_allowed(
-      f"{PREFIX}.npos_max", cfg.npos_max, ">= 2 (None: the training length model.max_len + 1)"
-    )
-
-
-@register("cope", {"npos_max": Unset(int), "shared": False}, check=_check)
+@register("cope")  # fields and their checks: lcx/positions/fields.py
 class CoPE(Scheme):
   """Position logits from gate counts; `embedding_NxE`: e[0..npos_max-1], zero at init.
 

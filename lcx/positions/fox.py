@@ -23,20 +23,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import errors
-from lcx.positions.base import PREFIX, Scheme, register
-from lcx.positions.registry import Unset
+from lcx.positions.base import Scheme, register
 
 
-def _check(cfg, dims):
-  del dims
-  if cfg.weight_std is not None and not cfg.weight_std > 0:
-    raise errors.not_allowed(
-      f"{PREFIX}.weight_std", cfg.weight_std, "> 0 (None: 1/sqrt(model.d_model))"
-    )
-
-
-@register("fox", {"bias_init": 0.0, "weight_std": Unset(float)}, check=_check)
+@register("fox")  # fields and their checks: lcx/positions/fields.py
 class FoX(Scheme):
   """The forget gate's weights w_DxH and bias b_H. This instance is block 0's; `others` holds
   blocks 1.. 's (each block gates its own hidden states, as the reference)."""

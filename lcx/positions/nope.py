@@ -3,7 +3,7 @@
 from lcx.positions.base import Scheme, register
 
 
-@register("nope", {})
+@register("nope")
 class NoPE(Scheme):
   def __init__(self, *, dims, rngs):
     del dims, rngs

@@ -38,8 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lcx import errors
-from lcx.positions.base import PREFIX, Scheme, register
+from lcx.positions.base import Scheme, register
 
 BLOCK = 64  # the dense kernel's block (the reference kernels' chunk)
 EPS = 1e-6  # in the L2 normalization of w, as the reference's l2_norm
@@ -238,22 +237,7 @@ def short_conv(u_BxLxGxE, kernel_KxGxE, seg_BxL) -> jax.Array:
 # --- The scheme: per-layer parameters and the `householder` hook ---
 
 
-def _check(cfg, dims):
-  del dims
-  for field, low in (("rank", 0), ("conv_size", 0)):
-    value = cfg[field]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-      raise errors.not_allowed(
-        f"{PREFIX}.{field}",
-        value,
-        {
-          "rank": "an integer >= 0 (0: a full d_model x kv heads x head_dim projection)",
-          "conv_size": "an integer >= 0 (0: no short convolution)",
-        }[field],
-      )
-
-
-@register("path", {"rank": 32, "conv_size": 3}, check=_check)
+@register("path")  # fields and their checks: lcx/positions/fields.py
 class PaTH(Scheme):
   """The Householder parameters of block 0; `others` holds blocks 1.. 's (one set per layer,
   as the reference: each attention layer has its own projections)."""

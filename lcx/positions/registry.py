@@ -63,14 +63,21 @@ class Entry:
 
 class Registry(dict):
   """name -> `entry_type(value, defaults, **extra)` (an `Entry` or subclass) for the config
-  section at `prefix`; `kind` names an entry in errors."""
+    section at `prefix`; `kind` names an entry in errors. `declared`: {name: record with
+  `defaults` and `check(cfg, prefix)`} (lcx/positions/fields.py), where the fields of each name
+  are declared apart from the code, without jax. `load()`: imports the modules that register
+  (the schemes live in several), before a name is looked up."""
 
-  def __init__(self, prefix: str, kind: str, entry_type: type = Entry):
+  def __init__(self, prefix: str, kind: str, entry_type: type = Entry, declared=None, load=None):
     super().__init__()
     self.prefix, self.kind, self.entry_type = prefix, kind, entry_type
+    self.declared, self.load = declared or {}, load
 
-  def register(self, name: str, defaults: dict[str, Any], **extra):
-    """Decorator adding its argument under `name`; `extra` are the entry's other fields."""
+  def register(self, name: str, defaults: dict[str, Any] | None = None, **extra):
+    """Decorator adding its argument under `name`; `extra` are the entry's other fields.
+    `defaults` None: the declared record's."""
+    if defaults is None:
+      defaults = self.declared[name].defaults
 
     def wrap(value):
       if name in self:
@@ -81,6 +88,8 @@ class Registry(dict):
     return wrap
 
   def entry(self, name: str):
+    if self.load is not None:
+      self.load()
     if name not in self:
       raise errors.not_allowed(f"{self.prefix}.name", name, sorted(self))
     return self[name]
@@ -93,6 +102,8 @@ class Registry(dict):
     """Raises ValueError naming the field: unknown ones, then the entry's `check(cfg, *context)`."""
     entry = self.entry(cfg.name)
     check_fields(cfg, entry.defaults, self.prefix)
+    if cfg.name in self.declared:
+      self.declared[cfg.name].check(cfg, self.prefix)
     if entry.check is not None:
       entry.check(cfg, *context)
 

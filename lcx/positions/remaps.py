@@ -39,8 +39,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from lcx import errors
+from lcx.positions import fields
 from lcx.positions.base import Dims, adds_embedding, has_householder, is_contextual
-from lcx.positions.registry import Entry, Registry, Unset
+from lcx.positions.registry import Entry, Registry
 
 PREFIX = "model.remap"
 
@@ -72,8 +73,8 @@ class _Entry(Entry):
   relative_only: bool = False  # several branches: a rule on relative distances, no absolute view
 
 
-REMAPS = Registry(PREFIX, "remap", _Entry)
-_register = REMAPS.register  # _register(name, defaults, check=, relative_only=)
+REMAPS = Registry(PREFIX, "remap", _Entry, declared=fields.REMAPS)  # fields: fields.py
+_register = REMAPS.register  # _register(name, check=, relative_only=)
 
 
 def _nearer_than(q_pos_BxQx1, k_pos_Bx1xS, *, window):
@@ -85,7 +86,7 @@ def _check_window(cfg):
     raise errors.not_allowed(f"{PREFIX}.window", cfg.window, ">= 1")
 
 
-@_register("none", {})
+@_register("none")
 def none(q_pos_BxQ, k_pos_BxS, *, dims):
   del dims
   return [Branch(q_pos_BxQ, k_pos_BxS)]
@@ -97,7 +98,7 @@ def _check_self_extend(cfg):
     raise errors.not_allowed(f"{PREFIX}.group", cfg.group, ">= 1")
 
 
-@_register("self_extend", {"window": 128, "group": 4}, check=_check_self_extend, relative_only=True)
+@_register("self_extend", check=_check_self_extend, relative_only=True)
 def self_extend(q_pos_BxQ, k_pos_BxS, *, dims, window, group):
   """Neighbours keep exact positions; farther keys are grouped, shifted so the two views meet
   at distance `window`."""
@@ -114,9 +115,7 @@ def log_n_scale(q_pos_BxQ, train_len):
   return jnp.maximum(jnp.log(q + 1) / math.log(train_len), 1.0)
 
 
-@_register(
-  "rerope", {"window": 128, "log_n_scaling": True}, check=_check_window, relative_only=True
-)
+@_register("rerope", check=_check_window, relative_only=True)
 def rerope(q_pos_BxQ, k_pos_BxS, *, dims, window, log_n_scaling):
   """Beyond the window every key sits at relative distance `window`: the query at `window`
   and the key at 0. Relative schemes (RoPE, ALiBi, T5) see exactly i - j = window; schemes
@@ -137,7 +136,7 @@ def _check_streaming(cfg):
     raise errors.not_allowed(f"{PREFIX}.sink", cfg.sink, ">= 1")
 
 
-@_register("streaming", {"sink": 4, "window": 128}, check=_check_streaming, relative_only=True)
+@_register("streaming", check=_check_streaming, relative_only=True)
 def streaming(q_pos_BxQ, k_pos_BxS, *, dims, sink, window):
   """A cache of `sink` first tokens and the last `window` ones numbers them by slot: the window
   keeps its distances, and a sink key j is min(i, sink + window - 1) - j from the query."""
@@ -164,12 +163,7 @@ def _same_chunk_offset(q_pos_BxQx1, k_pos_Bx1xS, *, chunk, offset):
   return q_pos_BxQx1 // chunk - k_pos_Bx1xS // chunk == offset
 
 
-@_register(
-  "dual_chunk",
-  {"chunk_size": Unset(int), "local_window": Unset(int)},
-  check=_check_dual_chunk,
-  relative_only=True,
-)
+@_register("dual_chunk", check=_check_dual_chunk, relative_only=True)
 def dual_chunk(q_pos_BxQ, k_pos_BxS, *, dims, chunk_size, local_window):
   """Three views, as ChunkLlama's code: every relative distance stays below chunk_size, which
   (3L/4 by default) training saw. Within a chunk distances are exact; keys of the previous
@@ -198,7 +192,7 @@ def _check_compress(cfg):
     raise errors.not_allowed(f"{PREFIX}.start", cfg.start, ">= 0 (None: the training length)")
 
 
-@_register("compress", {"alpha": 0.5, "start": Unset(int)}, check=_check_compress)
+@_register("compress", check=_check_compress)
 def compress(q_pos_BxQ, k_pos_BxS, *, dims, alpha, start):
   """Piecewise linear: identity up to `start`, slope alpha beyond (not YaRN)."""
   start = dims.max_len if start is None else start

@@ -21,17 +21,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from lcx import errors
 from lcx.positions.base import PREFIX, Scheme, register
-from lcx.positions.registry import Unset, plain
-from lcx.positions.scaling import SCALING_DEFAULTS, check_rotary_dim, resolve, rope_angles
-
-ROTARY_DEFAULTS = {
-  "base": 10000.0,
-  "pairing": "rotate_half",
-  "rotary_dim": Unset(int),
-  "scaling": SCALING_DEFAULTS,
-}
+from lcx.positions.registry import plain
+from lcx.positions.scaling import check_rotary_dim, resolve, rope_angles
 
 
 def _split_half(x):
@@ -75,14 +67,8 @@ def rotate_pairs(x_BxLxHxE, angle_BxLxR, pairing="rotate_half", scale=1.0):
 
 
 def _check_rotary(cfg, dims):
-  if not cfg.base > 1:
-    raise errors.not_allowed(
-      f"{PREFIX}.base",
-      cfg.base,
-      "> 1 (theta_i = base^(-2i/d) must fall with i; Llama 2: 10000, Llama 3: 500000)",
-    )
-  if cfg.pairing not in PAIRINGS:
-    raise errors.not_allowed(f"{PREFIX}.pairing", cfg.pairing, sorted(PAIRINGS))
+  """What needs the dimensions: the rotary dim and the scaling dict (base and pairing are
+  checked by their records, lcx/positions/fields.py)."""
   d = check_rotary_dim(dims.head_dim, cfg.rotary_dim, f"{PREFIX}.rotary_dim")
   resolve(
     plain(cfg.scaling),
@@ -94,7 +80,7 @@ def _check_rotary(cfg, dims):
   )
 
 
-@register("rope", ROTARY_DEFAULTS, check=_check_rotary)
+@register("rope", check=_check_rotary)  # fields: lcx/positions/fields.py
 class RoPE(Scheme):
   """RoPE; subclasses change the angles (p-RoPE) or add per-position scales (xPos)."""
 
@@ -128,18 +114,12 @@ class RoPE(Scheme):
     )
 
 
-def _check_p_rope(cfg, dims):
-  _check_rotary(cfg, dims)
-  if not 0 <= cfg.p <= 1:
-    raise errors.not_allowed(f"{PREFIX}.p", cfg.p, "in [0, 1] (0: NoPE, 1: RoPE)")
-
-
 def kept_pairs(p: float, num_pairs: int) -> int:
   """floor(p * num_pairs), robust to float error just below an integer."""
   return math.floor(p * num_pairs + 1e-9)
 
 
-@register("p_rope", {**ROTARY_DEFAULTS, "p": 0.75}, check=_check_p_rope)
+@register("p_rope", check=_check_rotary)
 class PRoPE(RoPE):
   """p-RoPE: keep the floor(p * R) highest frequencies (the first pairs); the rest get angle 0.
 
@@ -156,12 +136,6 @@ class PRoPE(RoPE):
     angle_BxLxR, factor = super().angles(pos_BxL, length)
     kept_R = np.arange(self.rotary_dim // 2) < self.num_kept
     return angle_BxLxR * kept_R[None, None, :], factor
-
-
-def _check_xpos(cfg, dims):
-  _check_rotary(cfg, dims)
-  if not cfg.scale_base > 0:
-    raise errors.not_allowed(f"{PREFIX}.scale_base", cfg.scale_base, "> 0")
 
 
 XPOS_ZETA_MIN = 0.4 / 1.4  # zeta_0: the strongest decay, so the largest factor
@@ -194,12 +168,7 @@ def _check_xpos_length(cfg, dims, seq_len):
     )
 
 
-@register(
-  "xpos",
-  {**ROTARY_DEFAULTS, "scale_base": 512.0},
-  check=_check_xpos,
-  check_length=_check_xpos_length,
-)
+@register("xpos", check=_check_rotary, check_length=_check_xpos_length)
 class XPos(RoPE):
   """xPos: RoPE with per-pair decay zeta_i = (2i + 0.4d) / (1.4d); causal only.
 

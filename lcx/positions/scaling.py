@@ -30,31 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lcx import errors
+from lcx.positions import fields
 from lcx.positions.registry import Unset
 
-# Every field a rotary scheme's `scaling` sub-dict holds. None (Unset) means "no value": each
-# rope type says which fields it reads; a field it does not read must keep its default.
-SCALING_DEFAULTS = {
-  "rope_type": "default",
-  "factor": Unset(float),  # s >= 1; required by every type but "default"
-  "original_max_position_embeddings": Unset(int),  # L; None: the training length
-  "beta_fast": 32.0,  # yarn
-  "beta_slow": 1.0,  # yarn
-  "mscale": Unset(float),  # yarn
-  "mscale_all_dim": Unset(float),  # yarn
-  "attention_factor": Unset(float),  # yarn, longrope; None: the paper's formula
-  "truncate": True,  # yarn
-  "low_freq_factor": 1.0,  # llama3
-  "high_freq_factor": 4.0,  # llama3
-  "short_factor": Unset(tuple),  # longrope: d/2 rescale factors used up to L
-  "long_factor": Unset(tuple),  # longrope: d/2 rescale factors used beyond L
-  "n_hat": 0,  # longrope: positions < n_hat keep the unscaled frequencies
-  "max_position_embeddings": Unset(int),  # longrope: factor = this / L when factor is unset
-  "rope_theta": Unset(float),  # every type: must equal the scheme's base (a trained field)
-  "partial_rotary_factor": Unset(float),  # every type: int(head_dim * this) must be rotary_dim
-  "mrope_section": Unset(tuple),  # HF multimodal RoPE: not supported, ignored with a warning
-  "resonance": False,  # every type: Resonance RoPE, wavelengths rounded to integers (lcx only)
-}
+# Every field a rotary scheme's `scaling` sub-dict holds, declared with the schemes' fields.
+SCALING_DEFAULTS = fields.SCALING_DEFAULTS
 
 # The keys of a Hugging Face rope dict (transformers' `RopeParameters`, plus the legacy "type").
 # One that a rope type does not read is ignored with a warning, as HF does; lcx's own fields

@@ -9,7 +9,7 @@ import pytest
 
 import lcx.data
 from lcx.data import config, tasks, tokenizers
-from lcx.evaluate import tasks as task_eval
+from lcx.evaluate import checks as eval_checks, tasks as task_eval
 
 TOKENIZER = tokenizers.ByteTokenizer()
 P_IGNORE = {"flip_flop": 0.8, "flip_flop_sparse": 0.98, "flip_flop_dense": 0.1}  # the paper's
@@ -149,7 +149,7 @@ def test_the_flip_flop_config_is_paths_table_1_setting_with_the_three_mixes():
 
   config = flip_flop.get_config("pos=rope")
   config_lib.validate(config)
-  config_lib.validate_eval(config)
+  eval_checks.validate(config)
   m = config.model
   assert (m.num_layers, m.num_heads, m.d_model) == (1, 2, 64)
   assert config.data.seq_len == 513 and config.data.task == "flip_flop"

@@ -10,7 +10,7 @@ import pytest
 
 from lcx import config as config_lib, evaluate, train
 from lcx.data.tokenizers import ByteTokenizer
-from lcx.evaluate import passkey
+from lcx.evaluate import checks as eval_checks, passkey
 from tests.helpers import run_lcx, tiny_config
 
 BYTES = ByteTokenizer()
@@ -58,7 +58,7 @@ def test_config_checks_name_the_field():
   config.data.update(name="task", task="copy", task_max_len=4)
   config.eval.passkey.lengths = (128,)
   with pytest.raises(ValueError, match="eval.passkey.lengths=.*for text runs"):
-    config_lib.validate_eval(config)
+    eval_checks.validate(config)
   config = tiny_config()
   config.eval.passkey.lengths = (200, 64)
   with pytest.raises(

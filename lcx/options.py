@@ -1,0 +1,21 @@
+"""The model options' allowed values, declared without jax: lcx.config checks a run's fields
+against them before jax is imported, and the modules that implement each option (attention,
+temperature, gating, kernels, model) read them from here, below both, so no import cycle forms."""
+
+SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
+DTYPES = ("float32", "bfloat16")  # model.dtype (lcx/model.py's DTYPES)
+TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")  # lcx/temperature.py
+SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
+GATES = ("none", "elementwise", "headwise")  # model.attention.gate (lcx/gating.py's GATES)
+KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
+IMPLS = ("auto", "xla", "pallas")  # model.attention.impl (lcx/kernels/impl.py)
+
+
+def is_block_size(value) -> bool:
+  """A power of two >= 1 (the GPU lowering's block shapes): model.attention.block_size."""
+  return (
+    isinstance(value, int)
+    and not isinstance(value, bool)
+    and value >= 1
+    and not value & (value - 1)
+  )
