@@ -80,6 +80,8 @@ def test_every_reproduction_is_there():
     "prope",
     "drope",
     "flip_flop",
+    "scale_invariant",
+    "schemes",
   }
 
 
@@ -160,9 +162,8 @@ def test_schemes_has_a_row_per_registered_scheme_and_option_with_three_seeds(arg
   seq_len = 256 if arg else 64
   assert runs["pose-s2"].overrides["train.pose_target"] == 16 * seq_len
   assert {r.overrides["eval.multipliers"] for r in runs.values()} == {(1, 4, 16)}
-  if not arg:  # the CPU sweep: seed 0 of every row, then seed 1, then seed 2
-    seeds = [r.overrides["seed"] for r in runs.values()]
-    assert seeds == sorted(seeds) and next(iter(runs)) == "rope-s0"
+  seeds = [r.overrides["seed"] for r in runs.values()]  # seed 0 of every row, then 1, then 2
+  assert seeds == sorted(seeds) and next(iter(runs)) == "rope-s0"
 
 
 def test_a_newly_registered_scheme_is_a_schemes_row(monkeypatch):
