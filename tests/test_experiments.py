@@ -2,6 +2,7 @@
 `./launch.sh report experiments/NAME/results` prints over the committed results, verbatim, or
 what one of the report commands the README quotes prints (`--baseline`, a glob of some runs)."""
 
+import importlib
 import json
 import pathlib
 import re
@@ -79,6 +80,8 @@ def test_every_reproduction_is_there():
     "prope",
     "drope",
     "flip_flop",
+    "scale_invariant",
+    "schemes",
   }
 
 
@@ -151,3 +154,69 @@ def test_committed_report_and_csv_regenerate_byte_identical(experiment: pathlib.
   }
   assert report.format_report(results, title, plots) == committed
   assert report.format_csv(results) == (experiment / "results.csv").read_text()
+
+
+def _schemes_sweep(arg=""):
+  return sweep.load(str(ROOT / "experiments" / "schemes") + (f":{arg}" if arg else ""))
+
+
+def _schemes_module():
+  return importlib.import_module("experiments.schemes.sweep")
+
+
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_schemes_has_a_row_per_registered_scheme_and_option_with_three_seeds(arg):
+  from lcx import positions
+
+  runs = _schemes_sweep(arg).runs
+  module = _schemes_module()
+  rows = {name.rsplit("-s", 1)[0] for name in runs}
+  assert rows == set(positions.SCHEMES) | set(module._options(64))
+  assert set(runs) == {f"{row}-s{seed}" for row in rows for seed in (0, 1, 2)}
+  regime = "matched" if arg else "bytes"
+  for scheme in positions.SCHEMES:  # each scheme row trains its own scheme, in the regime
+    assert runs[f"{scheme}-s1"].config.startswith(f"configs/extrapolation.py:pos={scheme},")
+    assert f"regime={regime}," in runs[f"{scheme}-s1"].config
+  assert runs["scale_invariant-s0"].config.startswith("configs/extrapolation.py:pos=p_rope,")
+  assert runs["stick_breaking-s0"].overrides["model.attention.kind"] == "stick_breaking"
+  seq_len = 256 if arg else 64
+  assert runs["pose-s2"].overrides["train.pose_target"] == 16 * seq_len
+  assert {r.overrides["eval.multipliers"] for r in runs.values()} == {(1, 4, 16)}
+  seeds = [r.overrides["seed"] for r in runs.values()]  # seed 0 of every row, then 1, then 2
+  assert seeds == sorted(seeds) and next(iter(runs)) == "rope-s0"
+
+
+def test_a_newly_registered_scheme_is_a_schemes_row(monkeypatch):
+  from lcx import positions
+
+  monkeypatch.setitem(positions.SCHEMES, "brand_new", positions.SCHEMES["nope"])
+  runs = _schemes_sweep().runs
+  assert runs["brand_new-s2"].config.startswith("configs/extrapolation.py:pos=brand_new,")
+
+
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_every_schemes_run_config_validates(arg):
+  """Each run's config file with its overrides passes every check lcx.main makes before it
+  compiles (the mesh's aside), so no row of a long sweep fails at its start."""
+  from configs import extrapolation
+  from lcx import config as config_lib
+  from tests.helpers import set_fields
+
+  for name, run in _schemes_sweep(arg).runs.items():
+    config = extrapolation.get_config(run.config.partition(":")[2])
+    set_fields(config, run.overrides)
+    config_lib.check_fields(config)
+
+
+def test_schemes_full_shards_fit_the_lent_window_as_the_readme_says():
+  loaded = _schemes_sweep("full")
+  module = _schemes_module()
+  shards = sweep.shards(loaded.runs, module.SHARDS)
+  readme = (ROOT / "experiments" / "schemes" / "README.md").read_text()
+  assert f"--shard=i/{module.SHARDS}" in readme
+  assert f"{module.SHARDS} shards" in readme
+  for shard in shards:
+    rows = {name.rsplit("-s", 1)[0] for name in shard}
+    assert set(shard) == {f"{row}-s{seed}" for row in rows for seed in (0, 1, 2)}
+    estimate = module.SETUP_S + len(rows) * (module.RUN_S + 2 * module.CACHED_RUN_S)
+    assert estimate <= module.SHARD_LIMIT_S == 8 * 60

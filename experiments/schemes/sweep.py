@@ -1,0 +1,78 @@
+"""One table of every registered position scheme and every model option (issue 27 item 4): each
+row trained at L, evaluated with one protocol (windows over the document stream) at 1x, 4x and
+16x L, seeds 0-2, so each row pairs with RoPE of the same seed on the same documents.
+
+Scheme rows come from the registry (`lcx.positions.SCHEMES`): a scheme registered later is a
+row here without editing this file. Option rows put one model option on the scheme its paper
+used (RoPE unless OPTIONS says otherwise). FoX and PaTH are registered schemes, so they are
+scheme rows.
+
+`./launch.sh sweep experiments/schemes` (CPU: the bytes regime, L = 64, STEPS steps) or
+`experiments/schemes:full` (GPU: the matched regime, L = 256, its 600 steps, `--shard=i/SHARDS`:
+shard i holds rows i, i + SHARDS, ... with their three seeds; README: the time estimate).
+"""
+
+from configs import extrapolation
+from lcx import positions
+from lcx.sweep import Run
+
+SEEDS = (0, 1, 2)
+# CPU rows: the bytes regime's 600 steps (RoPE: perplexity 8.0 at L against a byte unigram's
+# ~20; one run and its evaluation 249 CPU-seconds, 2-4 minutes on 2 idle cores: README).
+# GPU rows: the matched regime's 600.
+STEPS = FULL_STEPS = 600
+MULTIPLIERS = (1, 4, 16)
+# :full on a lent H100 (README: the basis): SHARDS shards, each within SHARD_LIMIT_S from a fresh
+# machine: SETUP_S once (wheels, Python, the first JAX start), a row's seed 0 RUN_S (compiles),
+# seeds 1-2 CACHED_RUN_S each (the compilation cache holds seed 0's programs).
+SHARDS = 13
+SHARD_LIMIT_S, SETUP_S, RUN_S, CACHED_RUN_S = 480, 90, 90, 45
+
+
+def _scheme_overrides(seq_len: int) -> dict[str, dict]:
+  """What a registered scheme needs to be scored past L at all (the rest: registry defaults)."""
+  return {"learned": {"model.position.max_len_policy": "clamp"}}  # past L: the last embedding
+
+
+def _options(seq_len: int) -> dict[str, tuple[str, dict]]:
+  """Row -> (scheme, overrides): each model option on its paper's scheme."""
+  return {
+    # Tan et al. 2024 train stick-breaking with no position encoding.
+    "stick_breaking": ("nope", {"model.attention.kind": "stick_breaking"}),
+    "ssmax": ("rope", {"model.attention.temperature": "ssmax"}),
+    "log_n": ("rope", {"model.attention.temperature": "log_n"}),
+    "qk_norm": ("rope", {"model.qk_norm": True}),
+    "sink": ("rope", {"model.attention.sink": "learned"}),
+    "gate": ("rope", {"model.attention.gate": "elementwise"}),
+    "irope": ("rope", {"model.nope_every": 4}),  # Llama 4: every 4th block NoPE
+    # Yang et al. 2025: NoPE blocks attend to everything, RoPE blocks to a window (here L/2).
+    "rnope_swa": ("rope", {"model.nope_every": 4, "model.position_window": seq_len // 2}),
+    "pose": ("rope", {"train.pose_target": MULTIPLIERS[-1] * seq_len}),  # the longest eval
+    # Anson et al. 2025 use scale-invariant attention with p-RoPE.
+    "scale_invariant": ("p_rope", {"model.attention.temperature": "scale_invariant"}),
+  }
+
+
+def rows(seq_len: int) -> dict[str, tuple[str, dict]]:
+  """Row -> (scheme, overrides): RoPE first (the baseline), then the options (no other
+  experiment trains them at this protocol, while alibi_table has 9 of the schemes), then every
+  other registered scheme in registry order, so a sweep stopped early has the rows new here."""
+  special = _scheme_overrides(seq_len)
+  schemes = {name: (name, special.get(name, {})) for name in positions.SCHEMES}
+  return {"rope": schemes.pop("rope"), **_options(seq_len), **schemes}
+
+
+def get_runs(arg=""):
+  full = arg == "full"
+  regime, steps = ("matched", FULL_STEPS) if full else ("bytes", STEPS)
+  runs = {}
+  for seed in SEEDS:  # seed 0 of every row first, so a stopped sweep has whole seeds
+    for row, (pos, extra) in rows(extrapolation.REGIMES[regime].seq_len).items():
+      runs[f"{row}-s{seed}"] = Run(
+        f"configs/extrapolation.py:pos={pos},data=books,regime={regime},steps={steps}",
+        {"seed": seed, **extra, "eval.multipliers": MULTIPLIERS, "eval.variants": "none"},
+        # :full: seeds 1-2 wait for seed 0, which keeps a row's seeds on one shard (lcx.sweep
+        # shards by `needs`), where they reuse its compiled programs.
+        needs=(f"{row}-s0",) if full and seed else (),
+      )
+  return runs
