@@ -5,6 +5,9 @@ Environment:
   LCX_NOTEBOOK_RUNS         the runs directory, one run per scheme named by the scheme (default:
                             the quickstart's runs/quickstart; relative: from the repository)
   LCX_NOTEBOOK_STEPS        training steps of a run trained here (default 300, the quickstart's)
+  LCX_NOTEBOOK_SIZE         model size of a run trained here (default small, the quickstart's;
+                            the tests train tiny ones)
+  LCX_NOTEBOOK_SEQ_LEN      training length L of a run trained here (default 64, the quickstart's)
   LCX_NOTEBOOK_EVAL_TOKENS  validation tokens an evaluation here scores (default: the
                             quickstart config's)
   LCX_NOTEBOOK_SCHEMES      comma list: the schemes explore_results.ipynb trains when missing
@@ -48,11 +51,25 @@ def shown(path) -> str:
     return str(path)
 
 
-def steps() -> int:
-  value = os.environ.get("LCX_NOTEBOOK_STEPS", "300")
+def _positive(name: str, default: str) -> int:
+  value = os.environ.get(name, default)
   if not value.isdigit() or int(value) < 1:
-    raise errors.not_allowed("LCX_NOTEBOOK_STEPS", value, "positive integers")
+    raise errors.not_allowed(name, value, "positive integers")
   return int(value)
+
+
+def steps() -> int:
+  return _positive("LCX_NOTEBOOK_STEPS", "300")
+
+
+def size() -> str:
+  """LCX_NOTEBOOK_SIZE, else the quickstart's small model."""
+  from lcx import defaults
+
+  value = os.environ.get("LCX_NOTEBOOK_SIZE", "small")
+  if value not in defaults.SIZES:
+    raise errors.not_allowed("LCX_NOTEBOOK_SIZE", value, defaults.SIZES)
+  return value
 
 
 def schemes() -> list[str]:
@@ -69,10 +86,12 @@ def quiet() -> None:
 
 
 def quickstart_config(scheme: str):
-  """The quickstart's config for `scheme` with LCX_NOTEBOOK_STEPS (and _EVAL_TOKENS)."""
+  """The quickstart's config for `scheme` with LCX_NOTEBOOK_STEPS, _SIZE, _SEQ_LEN (and
+  _EVAL_TOKENS)."""
   from lcx import defaults
 
-  config = defaults.quickstart_config(f"pos={scheme},steps={steps()}")
+  config = defaults.quickstart_config(f"pos={scheme},steps={steps()},size={size()}")
+  config.data.seq_len = _positive("LCX_NOTEBOOK_SEQ_LEN", str(config.data.seq_len))
   tokens = os.environ.get("LCX_NOTEBOOK_EVAL_TOKENS")
   if tokens:
     config.eval.num_tokens = int(tokens)
