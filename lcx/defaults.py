@@ -217,9 +217,10 @@ def get_config(arg=None):
 
 def quickstart_config(arg=None):
   """A 0.8M-parameter byte model (the CPU pilot's shape) trained at L=64 for a few minutes on
-  2 CPU cores; `pos` picks the scheme, `steps` the training steps."""
-  arg = parse_arg(arg, pos="rope", steps=300)
-  config = get_config(f"pos={arg.pos},size=small")
+  2 CPU cores; `pos` picks the scheme, `steps` the training steps, `size` the model (the
+  notebooks' tests train tiny ones)."""
+  arg = parse_arg(arg, pos="rope", steps=300, size="small")
+  config = get_config(f"pos={arg.pos},size={arg.size}")
   config.data.seq_len = 64
   config.data.batch_size = 32
   config.train.steps = arg.steps

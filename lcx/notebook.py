@@ -5,8 +5,13 @@ Environment:
   LCX_NOTEBOOK_RUNS         the runs directory, one run per scheme named by the scheme (default:
                             the quickstart's runs/quickstart; relative: from the repository)
   LCX_NOTEBOOK_STEPS        training steps of a run trained here (default 300, the quickstart's)
+  LCX_NOTEBOOK_SIZE         model size of a run trained here (default small, the quickstart's;
+                            the tests train tiny ones)
+  LCX_NOTEBOOK_SEQ_LEN      training length L of a run trained here (default 64, the quickstart's)
   LCX_NOTEBOOK_EVAL_TOKENS  validation tokens an evaluation here scores (default: the
                             quickstart config's)
+  LCX_NOTEBOOK_MULTIPLIERS  comma list: the evaluation lengths as multiples of L (default: the
+                            quickstart config's 1,2,4,8)
   LCX_NOTEBOOK_SCHEMES      comma list: the schemes explore_results.ipynb trains when missing
   LCX_DATA_DIR              datasets, as everywhere in lcx
 """
@@ -48,11 +53,25 @@ def shown(path) -> str:
     return str(path)
 
 
-def steps() -> int:
-  value = os.environ.get("LCX_NOTEBOOK_STEPS", "300")
+def _positive(name: str, default: str) -> int:
+  value = os.environ.get(name, default)
   if not value.isdigit() or int(value) < 1:
-    raise errors.not_allowed("LCX_NOTEBOOK_STEPS", value, "positive integers")
+    raise errors.not_allowed(name, value, "positive integers")
   return int(value)
+
+
+def steps() -> int:
+  return _positive("LCX_NOTEBOOK_STEPS", "300")
+
+
+def size() -> str:
+  """LCX_NOTEBOOK_SIZE, else the quickstart's small model."""
+  from lcx import defaults
+
+  value = os.environ.get("LCX_NOTEBOOK_SIZE", "small")
+  if value not in defaults.SIZES:
+    raise errors.not_allowed("LCX_NOTEBOOK_SIZE", value, defaults.SIZES)
+  return value
 
 
 def schemes() -> list[str]:
@@ -69,14 +88,29 @@ def quiet() -> None:
 
 
 def quickstart_config(scheme: str):
-  """The quickstart's config for `scheme` with LCX_NOTEBOOK_STEPS (and _EVAL_TOKENS)."""
+  """The quickstart's config for `scheme` with LCX_NOTEBOOK_STEPS, _SIZE, _SEQ_LEN (and the
+  evaluation's)."""
   from lcx import defaults
 
-  config = defaults.quickstart_config(f"pos={scheme},steps={steps()}")
+  config = defaults.quickstart_config(f"pos={scheme},steps={steps()},size={size()}")
+  config.data.seq_len = _positive("LCX_NOTEBOOK_SEQ_LEN", str(config.data.seq_len))
+  _eval_settings(config)
+  return config
+
+
+def _eval_settings(config) -> None:
+  """LCX_NOTEBOOK_EVAL_TOKENS and _MULTIPLIERS, where set, into `config.eval`."""
   tokens = os.environ.get("LCX_NOTEBOOK_EVAL_TOKENS")
   if tokens:
     config.eval.num_tokens = int(tokens)
-  return config
+  multipliers = os.environ.get("LCX_NOTEBOOK_MULTIPLIERS", "")
+  if multipliers:
+    items = multipliers.split(",")
+    if not all(m.isdigit() and int(m) >= 1 for m in items):
+      raise errors.not_allowed(
+        "LCX_NOTEBOOK_MULTIPLIERS", multipliers, "comma lists of positive integers"
+      )
+    config.eval.multipliers = tuple(int(m) for m in items)
 
 
 def has_checkpoint(workdir) -> bool:
@@ -127,9 +161,7 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
   if missing:
     config = prepare.run_config(str(workdir))
     config.eval.variants = variants
-    tokens = os.environ.get("LCX_NOTEBOOK_EVAL_TOKENS")
-    if tokens:
-      config.eval.num_tokens = int(tokens)
+    _eval_settings(config)
     print(
       f"[notebook] evaluating {scheme} ({', '.join(missing)} missing) -> {shown(workdir / 'eval')}",
       flush=True,

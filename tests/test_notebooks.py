@@ -26,14 +26,48 @@ def test_launch_notebook_starts_jupyterlab_with_the_notebooks_extra(checkout):  
   )
 
 
+def test_notebook_size_and_length_knobs_reach_the_config_and_bad_ones_name_the_variable(
+  monkeypatch,
+):
+  from lcx import notebook
+
+  for name in ("SIZE", "SEQ_LEN", "MULTIPLIERS", "STEPS", "EVAL_TOKENS"):
+    monkeypatch.delenv(f"LCX_NOTEBOOK_{name}", raising=False)  # notebook_env's, if it ran first
+  config = notebook.quickstart_config("alibi")
+  assert (config.model.d_model, config.model.num_layers, config.data.seq_len) == (128, 4, 64)
+  monkeypatch.setenv("LCX_NOTEBOOK_SIZE", "tiny")
+  monkeypatch.setenv("LCX_NOTEBOOK_SEQ_LEN", "16")
+  config = notebook.quickstart_config("alibi")
+  assert (config.model.d_model, config.model.num_layers, config.data.seq_len) == (64, 2, 16)
+  assert config.model.position.name == "alibi" and config.model.max_len == 16
+  assert config.eval.multipliers == (1, 2, 4, 8)
+  monkeypatch.setenv("LCX_NOTEBOOK_MULTIPLIERS", "1,4")
+  assert notebook.quickstart_config("alibi").eval.multipliers == (1, 4)
+  monkeypatch.setenv("LCX_NOTEBOOK_MULTIPLIERS", "1,x")
+  with pytest.raises(ValueError, match="LCX_NOTEBOOK_MULTIPLIERS='1,x' is not allowed"):
+    notebook.quickstart_config("alibi")
+  monkeypatch.delenv("LCX_NOTEBOOK_MULTIPLIERS")
+  monkeypatch.setenv("LCX_NOTEBOOK_SIZE", "huge")
+  with pytest.raises(ValueError, match="LCX_NOTEBOOK_SIZE='huge' is not allowed; allowed: tiny"):
+    notebook.quickstart_config("alibi")
+  monkeypatch.setenv("LCX_NOTEBOOK_SIZE", "tiny")
+  monkeypatch.setenv("LCX_NOTEBOOK_SEQ_LEN", "0")
+  with pytest.raises(ValueError, match="LCX_NOTEBOOK_SEQ_LEN='0' is not allowed"):
+    notebook.quickstart_config("alibi")
+
+
 @pytest.fixture(scope="module")
 def notebook_env(tmp_path_factory):
-  """Environment of the notebooks' kernel: a fresh runs dir, 2 training steps, small evals,
-  the test dataset, and this checkout's lcx first on the path."""
+  """Environment of the notebooks' kernel: a fresh runs dir, 2 training steps of the tiny model
+  at L=16 (every cell still runs: 1x-16x L is 16-256 tokens), small evals at 1x and 4x L, the
+  test dataset, and this checkout's lcx first on the path."""
   env = {
     "LCX_NOTEBOOK_RUNS": str(tmp_path_factory.mktemp("runs")),
     "LCX_NOTEBOOK_STEPS": "2",
+    "LCX_NOTEBOOK_SIZE": "tiny",
+    "LCX_NOTEBOOK_SEQ_LEN": "16",
     "LCX_NOTEBOOK_EVAL_TOKENS": "2048",
+    "LCX_NOTEBOOK_MULTIPLIERS": "1,4",
     "LCX_NOTEBOOK_SCHEMES": "nope,rope,alibi",
     "LCX_DATA_DIR": DATA_DIR,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

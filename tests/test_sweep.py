@@ -43,7 +43,7 @@ def _experiment(tmp_path, runs: str, name="toy"):
 
 
 TWO_RUNS = (
-  "{'b': Run(CONFIG + ',pos=alibi', dict(TINY, seed=2, **{'train.steps': STEPS_B, "
+  "{'b': Run(CONFIG, dict(TINY, seed=2, **{'train.steps': STEPS_B, "
   "'eval.multipliers': (1, 2), 'train.checkpoint_every': 100}), needs=('a',)), "
   "'a': Run(CONFIG, dict(TINY, seed=1, **{'train.steps': 10, "
   "'eval.multipliers': (1, 2)}))}"
