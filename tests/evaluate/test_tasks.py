@@ -40,7 +40,7 @@ def test_task_eval_writes_accuracy_per_size_bucket(copy_run, monkeypatch, capsys
   assert (saved["kind"], saved["task"], saved["step"], saved["depths"]) == (
     "tasks",
     "copy",
-    600,
+    300,  # conftest.copy_run trains 300 steps
     {},
   )
   assert saved["train_len"] == 14  # BOS + 6 + '=' + 6 + EOS: positions 0..13

@@ -89,9 +89,10 @@ def _softmax_reference(q, k, v, w, beta, seg):
 def test_reference_and_block_forms_equal_the_explicit_product():
   q, k, w, beta = _inputs()
   expected = explicit_logits(q, k, w, beta)
-  np.testing.assert_allclose(path.reference_logits(q, k, w, beta), expected, atol=2e-5)
+  np.testing.assert_allclose(jax.jit(path.reference_logits)(q, k, w, beta), expected, atol=2e-5)
+  dense_logits = jax.jit(path.dense_logits, static_argnames="block")  # one program per block
   for block in (1, 3, 4, 8, 64):  # 64 > T: one block, the UT form alone
-    got = path.dense_logits(*_heads_major(q, k, w, beta), block=block)
+    got = dense_logits(*_heads_major(q, k, w, beta), block=block)
     np.testing.assert_allclose(got, expected, atol=2e-5, err_msg=f"block {block}")
 
 
@@ -164,11 +165,12 @@ def test_gradients_of_the_dense_kernel_equal_the_explicit_products():
   v = np.random.default_rng(4).normal(size=(B, T, G, E)).astype(np.float32)
   weights = np.random.default_rng(5).normal(size=(B, T, H, E)).astype(np.float32)
   args = tuple(jnp.asarray(a) for a in (q, k, v, w, beta))
-  expected = jax.grad(
-    lambda *a: jnp.sum(explicit_output(*a, jnp.asarray(SEG)) * weights), argnums=range(5)
+  # Under jit: eager, the explicit products' T^2 ops and their transposes compile one by one.
+  expected = jax.jit(
+    jax.grad(lambda *a: jnp.sum(explicit_output(*a, jnp.asarray(SEG)) * weights), range(5))
   )(*args)
-  got = jax.grad(
-    lambda *a: jnp.sum(_attend(attention.dense, *a, jnp.asarray(SEG)) * weights), argnums=range(5)
+  got = jax.jit(
+    jax.grad(lambda *a: jnp.sum(_attend(attention.dense, *a, jnp.asarray(SEG)) * weights), range(5))
   )(*args)
   for which, a, b in zip("q k v w beta".split(), got, expected):
     assert np.abs(b).max() > 1e-3, which
@@ -200,19 +202,20 @@ def _scheme(layers=2, **fields):
 
 def test_householders_from_the_input_are_unit_in_range_and_stay_in_their_document():
   scheme = _scheme()
+  householder = nnx.jit(lambda s, x, seg: s.householder(x, seg))  # eager: one compile per op
   x = jax.random.normal(jax.random.key(0), (B, T, 32))
   seg = jnp.asarray(np.array([[1] * 6 + [2] * 5] * B))
-  w, beta = scheme.householder(x, seg)
+  w, beta = householder(scheme, x, seg)
   assert w.shape == (B, T, G, E) and beta.shape == (B, T, G)
   np.testing.assert_allclose(np.linalg.norm(w, axis=-1), 1.0, atol=1e-5)
   assert ((beta > 0) & (beta < 2)).all()
   # The short convolution reads 2 tokens back, never across a document or from later tokens.
-  w_doc2, beta_doc2 = scheme.householder(x[:, 6:], seg[:, 6:])
+  w_doc2, beta_doc2 = householder(scheme, x[:, 6:], seg[:, 6:])
   np.testing.assert_allclose(w[:, 6:], w_doc2, atol=1e-6)
   np.testing.assert_allclose(beta[:, 6:], beta_doc2, atol=1e-6)
-  w_head, _ = scheme.householder(x[:, :4], seg[:, :4])
+  w_head, _ = householder(scheme, x[:, :4], seg[:, :4])
   np.testing.assert_allclose(w[:, :4], w_head, atol=1e-6)
-  changed, _ = scheme.householder(x.at[:, 3].add(1.0), seg)
+  changed, _ = householder(scheme, x.at[:, 3].add(1.0), seg)
   assert not np.allclose(changed[:, 3:6], w[:, 3:6], atol=1e-4)  # tokens 3, 4, 5 read token 3
   np.testing.assert_allclose(changed[:, 6:], w[:, 6:], atol=1e-6)
   # Layers have their own parameters; rank 0 and conv_size 0 are a full projection, no conv.
@@ -220,7 +223,7 @@ def test_householders_from_the_input_are_unit_in_range_and_stay_in_their_documen
   full = _scheme(rank=0, conv_size=0)
   u = full.project(x)
   np.testing.assert_allclose(
-    full.householder(x, seg)[0], u / np.linalg.norm(u, axis=-1, keepdims=True), atol=1e-5
+    householder(full, x, seg)[0], u / np.linalg.norm(u, axis=-1, keepdims=True), atol=1e-5
   )
 
 
@@ -300,13 +303,15 @@ def test_model_packed_documents_sparse_pattern_and_both_kernels():
   tokens = np.random.default_rng(0).integers(0, 256, (2, 40)).astype(np.int32)
   pos = np.concatenate([np.arange(25), np.arange(15)])[None].repeat(2, 0)
   seg = np.array([1] * 25 + [2] * 15)[None].repeat(2, 0)
-  dense = model(tokens, pos, seg, kernel="dense")
-  chunked = model(tokens, pos, seg, kernel="chunked")
+  # Under jit: eager, every op of the two layers compiles its own program.
+  forward = nnx.jit(lambda m, *a, kernel: m(*a, kernel=kernel), static_argnames="kernel")
+  dense = forward(model, tokens, pos, seg, kernel="dense")
+  chunked = forward(model, tokens, pos, seg, kernel="chunked")
   np.testing.assert_allclose(chunked, dense, atol=2e-5, rtol=2e-5)
-  alone = model(tokens[:, 25:], pos[:, 25:], np.ones((2, 15), np.int32))
+  alone = forward(model, tokens[:, 25:], pos[:, 25:], np.ones((2, 15), np.int32), kernel="dense")
   np.testing.assert_allclose(alone, dense[:, 25:], atol=2e-5, rtol=2e-5)
   model.init_cache(2, 12)
-  model(tokens[:, :12], pos[:, :12], np.ones((2, 12), np.int32))
+  forward(model, tokens[:, :12], pos[:, :12], np.ones((2, 12), np.int32), kernel="dense")
   with pytest.raises(ValueError, match="a PaTH generation step takes one new token, not 2"):
     model.decode(tokens[:, 12:14], 10)
 

@@ -295,14 +295,16 @@ def test_the_model_reads_the_distances_and_training_samples_them(monkeypatch, tm
   t = 16
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 259, (1, t)))
   pos, seg = jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
-  plain = np.asarray(model(tokens, pos, seg))
-  np.testing.assert_allclose(model(tokens, pos, seg, distances_L=jnp.arange(t)), plain, atol=1e-5)
+  # Under jit: eager, every op of the model compiles its own program.
+  forward = nnx.jit(lambda m, d_L: m(tokens, pos, seg, distances_L=d_L))
+  plain = np.asarray(forward(model, None))
+  np.testing.assert_allclose(forward(model, jnp.arange(t)), plain, atol=1e-5)
   d_L = positions.random_distances(jax.random.key(0), t, 1000)
-  assert np.abs(np.asarray(model(tokens, pos, seg, distances_L=d_L)) - plain).max() > 1e-2
+  assert np.abs(np.asarray(forward(model, d_L)) - plain).max() > 1e-2
   rope_config = tiny_config("rope")
   rope_config.model.vocab_size = 259
   rope = Decoder(rope_config.model, rngs=nnx.Rngs(0))
-  np.testing.assert_array_equal(rope(tokens, pos, seg, distances_L=d_L), rope(tokens, pos, seg))
+  np.testing.assert_array_equal(forward(rope, d_L), forward(rope, None))
 
   calls = []
   original = positions.random_distances
