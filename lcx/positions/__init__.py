@@ -28,8 +28,16 @@ _FROM = {
 }
 
 
+_loaded = False
+
+
 def _load() -> None:
-  """Imports every scheme module (registering its schemes) and binds the names above."""
+  """Imports every scheme module (registering its schemes) and binds the names above, once:
+  the registries call it on every lookup, and binding again would undo a name replaced since
+  (a test's monkeypatch of `positions.random_distances`)."""
+  global _loaded
+  if _loaded:
+    return
   for name in _SUBMODULES:
     globals()[name] = importlib.import_module(f"{__name__}.{name}")
   for module, names in _FROM.items():
@@ -37,6 +45,7 @@ def _load() -> None:
     globals()[module] = loaded
     for name in names:
       globals()[name] = getattr(loaded, name)
+  _loaded = True
 
 
 _NAMES = {*_SUBMODULES, *_FROM, *(n for names in _FROM.values() for n in names)}
