@@ -148,3 +148,8 @@ def with_documents(result, shift=0.0, seed=0, docs=20):
       "tokens": list(tokens),
     }
   return result
+
+
+def row_cells(row: str) -> list[str]:
+  """A markdown table row's cells, stripped: `| a | b |` -> ["a", "b"]."""
+  return [c.strip() for c in row.strip("|").split("|")]

@@ -72,23 +72,27 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, make_args, messa
   assert not (tmp_path / "out").exists()
 
 
-def test_cli_refuses_an_unknown_baseline_naming_the_allowed(tmp_path):
-  save(tmp_path / "in" / "rope.json", with_documents(lengths_result()))
-  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", "--baseline=nope/none")
+@pytest.mark.parametrize(
+  "result, flag, error",
+  [
+    (
+      with_documents(lengths_result()),
+      "--baseline=nope/none",
+      "error: --baseline='nope/none' is not allowed; allowed: rope/none",
+    ),
+    (
+      lengths_result(),
+      "--effective_tolerance=-0.1",
+      "error: --effective_tolerance=-0.1 is not allowed; allowed: >= 0 (nats/token)",
+    ),
+  ],
+  ids=["unknown_baseline", "negative_effective_tolerance"],
+)
+def test_cli_refuses_a_bad_flag_naming_the_allowed(tmp_path, result, flag, error):
+  save(tmp_path / "in" / "rope.json", result)
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", flag)
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
-  assert proc.stderr.strip().splitlines()[-1] == (
-    "error: --baseline='nope/none' is not allowed; allowed: rope/none"
-  )
-  assert not (tmp_path / "out").exists()
-
-
-def test_cli_refuses_a_negative_effective_tolerance(tmp_path):
-  save(tmp_path / "in" / "rope.json", lengths_result())
-  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", "--effective_tolerance=-0.1")
-  assert proc.returncode == 2 and "Traceback" not in proc.stderr
-  assert proc.stderr.strip().splitlines()[-1] == (
-    "error: --effective_tolerance=-0.1 is not allowed; allowed: >= 0 (nats/token)"
-  )
+  assert proc.stderr.strip().splitlines()[-1] == error
   assert not (tmp_path / "out").exists()
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lcx import bootstrap, report
-from tests.report.results import lengths_result, with_documents
+from tests.report.results import lengths_result, row_cells, with_documents
 
 
 def test_length_table_header_and_ci_cells():
@@ -25,7 +25,7 @@ def test_length_table_header_and_ci_cells():
     "| run/variant |           64 (1x) |          128 (2x) |           256 (4x) |"
   )
   assert lines[4].startswith("|:") and lines[4].endswith(":|")
-  cells = [c.strip() for c in lines[5].strip("|").split("|")]
+  cells = row_cells(lines[5])
   # exp(2.0) = 7.389, exp(1.98) = 7.243, exp(2.02) = 7.538
   assert cells[:2] == ["rope/none", "7.39 [7.24, 7.54]"]
 
@@ -42,7 +42,7 @@ def test_tables_group_by_protocol_and_mark_skipped_lengths():
   assert "alibi/none" in stream and "learned/none" in stream and "rope" not in stream
   assert "rope/none" in long and "alibi" not in long
   learned = next(line for line in stream.splitlines() if line.startswith("| learned"))
-  assert [c.strip() for c in learned.strip("|").split("|")][2:] == ["skipped", "-"]
+  assert row_cells(learned)[2:] == ["skipped", "-"]
   assert "- learned/none at 128: skipped: max_len=64 < 128" in text
 
 
@@ -64,7 +64,7 @@ def test_variant_tables_per_run_with_several_variants():
   assert text.startswith("### rope\n")
   assert "alibi" not in text  # one variant: nothing to compare
   header = next(line for line in text.splitlines() if line.startswith("| variant"))
-  assert [c.strip() for c in header.strip("|").split("|")][0] == "variant"
+  assert row_cells(header)[0] == "variant"
 
 
 def test_paired_tables_are_the_bootstrap_of_the_per_document_losses():

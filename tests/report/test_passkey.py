@@ -1,7 +1,7 @@
 """The "passkey" kind: length x depth accuracy."""
 
 from lcx import report
-from tests.report.results import passkey_result
+from tests.report.results import passkey_result, row_cells
 
 
 def test_passkey_table_is_length_by_depth():
@@ -11,13 +11,13 @@ def test_passkey_table_is_length_by_depth():
     "rope/none: passkey retrieval accuracy by length and needle depth; train "
     "length 64; 8 examples per cell."
   )
-  assert [c.strip() for c in lines[2].strip("|").split("|")] == [
+  assert row_cells(lines[2]) == [
     "length",
     "depth 0",
     "depth 0.5",
     "depth 1",
   ]
-  assert [c.strip() for c in lines[5].strip("|").split("|")] == [
+  assert row_cells(lines[5]) == [
     "128 (2x)",
     "0.250",
     "0.250",

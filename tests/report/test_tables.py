@@ -6,7 +6,7 @@ import pytest
 
 from lcx import report
 from lcx.report import tables
-from tests.report.results import lengths_result, tasks_result
+from tests.report.results import lengths_result, row_cells, tasks_result
 
 
 def test_markdown_table_pads_and_aligns():
@@ -22,7 +22,7 @@ def test_seed_table_is_mean_and_range_over_seeds():
   ] + [lengths_result(run="books-alibi-s0")]
   text = report.seed_tables(results)
   row = next(line for line in text.splitlines() if line.startswith("| books-rope/none"))
-  cells = [c.strip() for c in row.strip("|").split("|")]
+  cells = row_cells(row)
   ppl = [math.exp(2.0 + 0.1 * seed) for seed in (0, 1, 2)]
   assert cells[1] == "0,1,2"
   assert cells[2] == f"{sum(ppl) / 3:.2f} [{ppl[0]:.2f}, {ppl[2]:.2f}]"
@@ -40,7 +40,7 @@ def test_task_seed_table_is_mean_and_range_over_seeds():
   results.append(tasks_result(run="copy-alibi-s0"))
   text = report.task_seed_tables(results)
   row = next(line for line in text.splitlines() if line.startswith("| copy-rope/none"))
-  assert [c.strip() for c in row.strip("|").split("|")] == [
+  assert row_cells(row) == [
     "copy-rope/none",
     "0,1",
     "0.953 [0.953, 0.953]",
@@ -62,11 +62,11 @@ def test_task_error_rate_seed_table_is_mean_and_range_over_seeds():
   text = report.task_seed_tables(results, "error_rate")
   assert text.startswith("Task copy: error rate on the scored answer tokens by task size")
   row = next(line for line in text.splitlines() if line.startswith("| flip-rope/none"))
-  cells = [c.strip() for c in row.strip("|").split("|")]
+  cells = row_cells(row)
   # 17-32 records no error rate (33-64 is skipped): each a column all the same, of "-".
   assert cells == ["flip-rope/none", "0,1,2", "0.250 [0.100, 0.400]", "-", "-"]
   header = next(line for line in text.splitlines() if line.startswith("| runs/variant"))
-  assert [c.strip() for c in header.strip("|").split("|")][2:] == ["1-16", "17-32", "33-64"]
+  assert row_cells(header)[2:] == ["1-16", "17-32", "33-64"]
   assert "copy-rope" not in text  # recorded before error rates: left out, not shown as "-"
   assert "## Task error rate across seeds" in report.format_tables(results)
   assert "## Task error rate across seeds" not in report.format_tables(results[3:])

@@ -1,7 +1,7 @@
 """The "tasks" kind: exact match and error rate tables, what a result ranks as."""
 
 from lcx import report
-from tests.report.results import tasks_result
+from tests.report.results import row_cells, tasks_result
 
 
 def test_task_table_cells_and_skipped_bucket():
@@ -11,13 +11,13 @@ def test_task_table_cells_and_skipped_bucket():
     "Task copy: exact match by task size, 95% CI; trained on sizes "
     "1-16. Examples per bucket: 1-16: 100; 17-32: 100; 33-64: 100."
   )
-  assert [c.strip() for c in lines[2].strip("|").split("|")] == [
+  assert row_cells(lines[2]) == [
     "run/variant",
     "1-16",
     "17-32",
     "33-64",
   ]
-  assert [c.strip() for c in lines[4].strip("|").split("|")] == [
+  assert row_cells(lines[4]) == [
     "copy/none",
     "0.953 [0.93, 0.97]",
     "0.410 [0.31, 0.51]",
