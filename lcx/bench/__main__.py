@@ -23,7 +23,7 @@ def main(argv):
     print("DEVICE_POINT " + json.dumps(device_check.run_point(json.loads(opts.device_point))))
     return
   if opts.device_check:
-    results = device_check.run(opts.out, opts.quick)
+    results = device_check.run(opts.out, opts.quick, opts.deadline_s)
     print(device_check.table(results), flush=True)
     print(f"\nwrote {opts.out} and its .md", flush=True)
     return

@@ -70,6 +70,7 @@ class Options:
   eval_point: str | None
   device_check: bool
   device_point: str | None
+  deadline_s: float | None
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -115,6 +116,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string(
     "device_point", None, "Internal: one device-check measurement (JSON) in this process.", **fv
   )
+  flags.DEFINE_float(
+    "deadline_s",
+    None,
+    "--device_check: start no point after this many seconds (each is then a row saying so) and "
+    "stop a running one 60 s after; for a lent machine's limited minutes.",
+    **fv,
+  )
 
 
 def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
@@ -149,6 +157,8 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
   ):
     if values[name] not in allowed:
       raise errors.not_allowed(f"--{name}", values[name], allowed)
+  if values["deadline_s"] is not None and values["deadline_s"] <= 0:
+    raise errors.not_allowed("--deadline_s", values["deadline_s"], "a number of seconds > 0")
   point = values["eval_point"]
   if point is not None and (
     len(point.split(":")) != 5 or not all(v.isdigit() for v in point.split(":")[2::2])

@@ -39,6 +39,7 @@ from lcx import attention
 F32 = jnp.float32
 NEG_INF = attention.NEG_INF
 BLOCK = 128  # default query and key block
+GPUS = ("gpu", "cuda", "rocm")  # backends it lowers for through Triton
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class _Static:
   block_k: int
   scale: float
   interpret: bool
+  backend: str  # the platform it lowers for: picks the compiler (`_compiler_params`)
 
   @property
   def branches(self) -> int:
@@ -308,6 +310,17 @@ def _args(st, diff, nondiff) -> list:
   )
 
 
+def _compiler_params(st: _Static):
+  """Triton on GPU: this kernel reads whole-row refs with `pl.ds` slices, Triton's model (jax's
+  default GPU lowering is Mosaic GPU, which wants explicit pipelines); the backend's default
+  elsewhere (Mosaic on TPU, none in interpret mode)."""
+  if st.interpret or st.backend not in GPUS:
+    return None
+  from jax.experimental.pallas import triton as pl_triton
+
+  return pl_triton.CompilerParams(num_warps=4, num_stages=2)
+
+
 def _call(kernel, st, grid, diff, nondiff, extra, out_specs, out_shape):
   extra_args, extra_specs = extra
   return pl.pallas_call(
@@ -317,6 +330,7 @@ def _call(kernel, st, grid, diff, nondiff, extra, out_specs, out_shape):
     out_specs=out_specs,
     out_shape=out_shape,
     interpret=st.interpret,
+    compiler_params=_compiler_params(st),
   )(*_args(st, diff, nondiff), *extra_args)
 
 
@@ -462,12 +476,14 @@ def flash_attention(
   block_q: int = BLOCK,
   block_k: int = BLOCK,
   interpret: bool | None = None,
+  backend: str | None = None,
 ) -> jax.Array:
   """-> out_BxHxTxE; the inputs of `reference.attention_reference` (q, k already rotated).
 
   T is padded to a multiple of the blocks (each a power of two, at most T's next power of two);
   padded keys come after every real query, so causality hides them. Branch positions go in as
-  float32, so a bias hook takes its elementwise path (FIRE: no gather, no cond).
+  float32, so a bias hook takes its elementwise path (FIRE: no gather, no cond). `backend`
+  (default: jax's) is the platform lowered for: interpret mode on CPU unless `interpret` says.
   """
   b, t, h, e = qk_pairs[0][0].shape
   g = qk_pairs[0][1].shape[2]
@@ -478,6 +494,7 @@ def flash_attention(
   def pad(x, axis=1):
     return jnp.pad(x, [(0, tp - t) if a == axis else (0, 0) for a in range(x.ndim)], mode="edge")
 
+  backend = jax.default_backend() if backend is None else backend
   leaves = jax.tree.leaves(nnx.state(scheme))
   bias, consts = _traced_bias(scheme, bq, bk)
   st = _Static(
@@ -491,7 +508,8 @@ def flash_attention(
     block_q=bq,
     block_k=bk,
     scale=e**-0.5,
-    interpret=jax.default_backend() == "cpu" if interpret is None else interpret,
+    interpret=backend == "cpu" if interpret is None else interpret,
+    backend=backend,
   )
   seg, doc = pad(seg_BxT.astype(jnp.int32)), pad(doc_BxT.astype(jnp.int32))
   diff = (

@@ -61,8 +61,12 @@ def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.K
 IMPLS, is_block_size = options.IMPLS, options.is_block_size
 
 
-def unsupported(model_cfg) -> str | None:
-  """Why the Pallas kernel cannot run this model (a field and its value), or None."""
+GPUS = flash.GPUS  # backends where the kernel lowers through Triton
+
+
+def unsupported(model_cfg, backend: str | None = None) -> str | None:
+  """Why the Pallas kernel cannot run this model on `backend` (default: jax's), a field and its
+  value, or None."""
   if model_cfg.attention.kind != "softmax":
     return f"model.attention.kind={model_cfg.attention.kind!r}"
   if positions_base.is_contextual(model_cfg.position.name):
@@ -73,14 +77,18 @@ def unsupported(model_cfg) -> str | None:
     return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
   if model_cfg.attention.get("temperature") == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
+  blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name)
+  backend = jax.default_backend() if backend is None else backend
+  if blocker and backend in GPUS:
+    return f"model.position.name={model_cfg.position.name!r} on a GPU ({blocker})"
   return None
 
 
-def check_impl(model_cfg) -> None:
+def check_impl(model_cfg, backend: str | None = None) -> None:
   """Raises ValueError naming the field for `pallas` with a model the kernel cannot run (the
   values themselves are checked with the other options, lcx.config.OPTIONS)."""
   impl = model_cfg.attention.get("impl", "auto")
-  why = unsupported(model_cfg)
+  why = unsupported(model_cfg, backend)
   if impl == "pallas" and why:
     raise errors.not_allowed(FIELD, impl, f"auto, xla (the Pallas kernel does not run {why})")
 
@@ -91,7 +99,7 @@ def resolve_impl(model_cfg, backend: str | None = None) -> str:
   if impl != "auto":
     return impl
   backend = jax.default_backend() if backend is None else backend
-  return "pallas" if backend in ACCELERATORS and unsupported(model_cfg) is None else "xla"
+  return "pallas" if backend in ACCELERATORS and unsupported(model_cfg, backend) is None else "xla"
 
 
 def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, block=flash.BLOCK):

@@ -98,6 +98,12 @@ class Scheme(nnx.Module):
   # randomized training then samples distances, as Ruoss et al. (lcx/positions/randomized.py).
   bias_of_distance = False
 
+  # Why the GPU (Triton) flash kernel cannot evaluate this scheme's `bias` on a block, or None
+  # when it can. Triton lowers no gather and only 2-D matmuls; interpret mode (CPU) runs any
+  # hook. `model.attention.impl=auto` then keeps the XLA path on a GPU; tests/kernels checks
+  # every scheme's `bias` lowers for CUDA exactly when this is None.
+  gpu_kernel_blocker: str | None = None
+
   # contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry):
   # float32 logits added before the softmax that depend on q and on the logits themselves, not
   # on positions (CoPE counts gates). A method in a subclass; None here, so the kernels do no
@@ -166,6 +172,11 @@ def is_contextual(name: str) -> bool:
 def reads_input(name: str) -> bool:
   """Whether the scheme has a `from_input` hook (a bias from each block's hidden states)."""
   return spec(name).cls.from_input is not None
+
+
+def gpu_kernel_blocker(name: str) -> str | None:
+  """Why the GPU flash kernel cannot run the scheme's `bias` (`Scheme.gpu_kernel_blocker`)."""
+  return spec(name).cls.gpu_kernel_blocker
 
 
 def has_householder(name: str) -> bool:

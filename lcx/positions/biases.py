@@ -107,6 +107,7 @@ class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
   bias_of_distance = True
+  gpu_kernel_blocker = "its bias gathers from the bucket table (Triton lowers no gather)"
 
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
@@ -156,6 +157,8 @@ class FIRE(Scheme):
   fwd+bwd at B=16, T=256). Other positions (fractional remaps, randomized training positions
   beyond N) take the direct path; `lax.cond` picks one at run time.
   """
+
+  gpu_kernel_blocker = "its bias MLP is a 4-D matmul (Triton lowers 2-D matmuls)"
 
   def __init__(self, *, dims, rngs, hidden, c_init, threshold_init, init):
     def normal(shape, fan_in):
@@ -343,6 +346,7 @@ class Sandwich(Scheme):
   """
 
   bias_of_distance = True
+  gpu_kernel_blocker = "its bias is a batched 3-D inner product (Triton lowers 2-D matmuls)"
 
   def __init__(self, *, dims, rngs, dim, base, compression):
     del rngs

@@ -1,5 +1,6 @@
-"""lcx.bench.device_check: the full plan has every row of issue 26, a failed row stays a row,
-and the tiny plan runs end to end on CPU (slow)."""
+"""lcx.bench.device_check: the full plan has every row of issue 26 in the order run, a failed
+row stays a row, the deadline stops starting points, and the tiny plan runs end to end on CPU
+(slow)."""
 
 import json
 
@@ -12,42 +13,85 @@ from tests.helpers import run_lcx
 
 def test_device_check_full_plan_has_every_row_of_issue_26():
   points = device_check.plan_points(device_check.PLANS["full"])
-  train = {(p["size"], p["batch"], p["seq_len"], p["impl"]) for p in points if p["what"] == "train"}
-  assert train == {(s, 64, 1024, i) for s in ("default", "large") for i in ("xla", "pallas")}
-  evals = {(p["length"], p["impl"]) for p in points if p["what"] == "eval"}
-  assert evals == {(n, i) for n in (65536, 262144) for i in ("xla", "pallas")}
-  assert [p["scheme"] for p in points if p["what"] == "scheme"] == [
-    "nope",
-    *[s for s in positions.SCHEMES if s != "nope"],
-  ]  # every registered scheme, NoPE (the denominator) first
-  failed = {"what": "train", "size": "large", "batch": 64, "seq_len": 1024, "impl": "xla"}
+  whats = [p["what"] for p in points]
+  assert whats[:2] == ["peak", "correct"]  # the kernel is checked before it is timed
+  train = [(p["size"], p["batch"], p["seq_len"], p["impl"]) for p in points if p["what"] == "train"]
+  assert train == [(s, 64, 1024, i) for s in ("large", "default") for i in ("pallas", "xla")]
+  evals = [(p["length"], p["impl"]) for p in points if p["what"] == "eval"]
+  assert evals == [
+    (65536, "pallas"),
+    (262144, "pallas"),
+    (1048576, "pallas"),
+    (65536, "xla"),
+    (262144, "xla"),
+  ]
+  (schemes,) = [p for p in points if p["what"] == "schemes"]
+  assert schemes["schemes"] == ["nope", *[s for s in positions.SCHEMES if s != "nope"]]
+  (peer,) = [p for p in points if p["what"] == "peer"]
+  assert (peer["size"], peer["batch"], peer["seq_len"]) == ("large", 64, 1024)
+  assert {"nope", "rope", "alibi", "t5"} <= set(peer["schemes"])
+  failed = {
+    "what": "train",
+    "scheme": "rope",
+    "size": "large",
+    "batch": 64,
+    "seq_len": 1024,
+    "impl": "xla",
+  }
   table = device_check.table({"rows": [{**failed, "error": "exit 1: RESOURCE_EXHAUSTED"}]})
   assert "error: exit 1: RESOURCE_EXHAUSTED" in table  # a failed row stays a row
 
 
+def test_no_point_starts_after_the_deadline(tmp_path, monkeypatch):
+  ran = []
+
+  def fake(point, timeout_s):
+    ran.append(timeout_s)
+    return {**point, "error": "measured"}
+
+  monkeypatch.setattr(device_check, "_in_process", fake)
+  clock = iter(range(0, 1000, 30))  # each call of the clock: 30 s later
+  monkeypatch.setattr(device_check.time, "perf_counter", lambda: next(clock))
+  results = device_check.run(str(tmp_path / "d.json"), quick=True, deadline_s=100)
+  assert ran == [130, 100, 70]  # started at 30, 60, 90 s; each stopped 60 s after the deadline
+  late = results["rows"][3:]
+  assert late and all("past the check's deadline (100 s)" in r["error"] for r in late)
+  written = json.loads((tmp_path / "d.json").read_text())["rows"]
+  assert written == json.loads(json.dumps(results["rows"]))  # every row, the late ones too
+
+
 @pytest.mark.slow
 def test_device_check_runs_end_to_end_on_cpu(tmp_path):
-  """`--device_check` on CPU: the tiny plan, one process per row, JSON and table written."""
+  """`--device_check` on CPU: the tiny plan, one process per point, JSON and table written."""
   out = tmp_path / "device_check.json"
   run_lcx(["--device_check", f"--out={out}"], module="lcx.bench", timeout=900)
   rows = json.loads(out.read_text())["rows"]
-  assert [r["what"] for r in rows] == ["peak", "train", "train"] + ["scheme"] * 3 + ["eval"] * 2
+  n_correct = len(device_check.CORRECT_CASES)
+  assert [r["what"] for r in rows] == (
+    ["peak"] + ["correct"] * n_correct + ["train"] * 2 + ["eval"] + ["scheme"] * 3
+  ) + ["peer"] * 2 + ["eval"]
+  peers = [r for r in rows if r["what"] == "peer"]
   for row in rows:
+    if row in peers and "error" in row:  # the bench extra (torch, x-transformers) is optional
+      assert row["error"].startswith("not importable")
+      continue
     assert "error" not in row, row
     assert row["backend"] == "cpu" and row["jax"] and row["device"] and row["peak_gb"] > 0
+  for row in rows[1 : 1 + n_correct]:  # interpret mode: the kernel is the dense path in f32
+    assert row["out_rel_err"] < 1e-5 and row["grad_rel_err"] < 1e-5, row
   peak_bf16 = rows[0]["bfloat16_flops"]
-  for row, impl in zip(rows[1:3], ("xla", "pallas")):
+  train = rows[1 + n_correct : 3 + n_correct]
+  for row, impl in zip(train, ("pallas", "xla")):
     assert row["impl"] == impl and row["tokens_per_s"] == pytest.approx(64 / row["step_s"])
     assert row["mfu_bf16"] == pytest.approx(
       row["flops_per_token"] * row["tokens_per_s"] / peak_bf16
     )
-  assert [(r["scheme"], r["impl"]) for r in rows[3:6]] == [
-    ("nope", "auto"),
-    ("rope", "auto"),
-    ("alibi", "auto"),
-  ]
-  assert rows[3]["vs_nope"] == 1.0
-  assert rows[5]["vs_nope"] == pytest.approx(rows[5]["step_s"] / rows[3]["step_s"])
-  assert [r["impl"] for r in rows[6:]] == ["xla", "pallas"] and rows[6]["forward_s"] > 0
+  schemes = [r for r in rows if r["what"] == "scheme"]
+  assert [r["scheme"] for r in schemes] == ["nope", "rope", "alibi"]
+  assert schemes[0]["vs_nope"] == 1.0 and all(r["impl_resolved"] == "xla" for r in schemes)
+  for row in peers:
+    assert "error" in row or row["lcx_speedup"] > 0
+  evals = [r for r in rows if r["what"] == "eval"]
+  assert [r["impl"] for r in evals] == ["pallas", "xla"] and evals[0]["forward_s"] > 0
   table = out.with_suffix(".md").read_text().strip().splitlines()
   assert len(table) == 2 + len(rows) and all("cpu" in line for line in table[2:])
