@@ -6,16 +6,19 @@ and an out-of-memory point is a row with its error, not the end of the check. Po
 order run (most wanted first: a lent machine's minutes are few, and `deadline_s` stops
 starting points, each then a row saying so):
   peak     bf16 and f32 square matmul FLOP/s (the MFU denominator: bf16)
-  correct  the Pallas kernel against the dense XLA path on the device, float32: relative error
-           of the output and of every gradient, per scheme (a fast wrong kernel is no kernel)
   train    lcx's train step (large and default model, bf16), impl=pallas and impl=xla:
            tokens/s, MFU, peak memory
-  eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k and 256k (then, after
-           the peer, 1M, and the XLA chunked kernel at 64k and 256k)
+  eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k and 256k (1M and the
+           XLA chunked kernel at 64k and 256k come last)
   schemes  every registered scheme's train step / NoPE's, impl=auto (the Pallas kernel where
            it runs the scheme), one process, interleaved rounds (one row per scheme)
   peer     lcx vs x-transformers on the same GPU (flash SDPA where it takes the scheme), large
            model, interleaved (one row per scheme)
+  correct  the Pallas kernel against the dense XLA path on the device, float32: relative error
+           of the output and of every gradient, per case (on an H200 at b40769c: 3e-4 to 7e-4,
+           TF32 matmuls on both sides; the five cases then took 383 s, so it runs after the
+           speed points)
+then the rest of the eval points.
 The JSON (--out) and a markdown table beside it (.md) give the device and versions on every
 row. On CPU (or with --quick) the plan is tiny, so the whole path runs end to end in a test.
 """
@@ -41,7 +44,7 @@ TITLE = "Device check (issue 26): one fresh process per row"
 PLANS = {
   "full": {
     "peak_n": 8192,
-    "correct": {"batch": 2, "seq_len": 2048, "heads": 8, "kv_heads": 4, "head_dim": 64},
+    "correct": {"batch": 1, "seq_len": 1024, "heads": 8, "kv_heads": 4, "head_dim": 64},
     "train": [("large", 64, 1024), ("default", 64, 1024)],
     "eval_model": ("default", 1024),
     "eval": [("pallas", 65536), ("pallas", 262144)],
@@ -152,7 +155,7 @@ def _correct(point) -> dict:
     remap_cfg = remaps.default_config(remap)
     pattern_cfg = patterns.default_config(pattern)
     remap_fn, pattern_fn = remaps.build(remap_cfg, dims), patterns.build(pattern_cfg)
-    results = []
+    results, case_start = [], time.perf_counter()
     for kernel in (kernels.get_kernel("dense", t), kernels.flash_kernel()):
 
       def loss(q, k, v, sink_H, state, kernel=kernel):
@@ -176,6 +179,7 @@ def _correct(point) -> dict:
         "case": f"{scheme_name}/{remap}/{pattern}",
         "out_rel_err": rel(got, want),
         "grad_rel_err": max(rel(a, b) for a, b in zip(got_grads, want_grads)),
+        "case_s": time.perf_counter() - case_start,  # both compiles included
       }
     )
   return {"rows": rows}
@@ -183,8 +187,9 @@ def _correct(point) -> dict:
 
 def _schemes(point) -> dict:
   """Every scheme's train step with impl=auto in one process, interleaved rounds; a scheme that
-  fails to build is a row with its error. The programs compile four at a time (XLA compiles
-  outside the GIL), so each compile_s includes waiting on the others'."""
+  fails to build is a row with its error. The programs compile two at a time (XLA compiles
+  outside the GIL), so each compile_s includes waiting on the other's; four at a time left
+  CoPE's 63 GB XLA temporary without room on an H200 (experiments/bench/gpu_2026-11-26)."""
   from concurrent.futures import ThreadPoolExecutor
 
   def build(scheme):
@@ -194,7 +199,7 @@ def _schemes(point) -> dict:
     except Exception as e:  # one scheme's failure must not cost the others' numbers
       return None, {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
 
-  with ThreadPoolExecutor(4) as pool:
+  with ThreadPoolExecutor(2) as pool:
     built = dict(zip(point["schemes"], pool.map(build, point["schemes"])))
   programs = {s: program for s, (program, _) in built.items() if program is not None}
   rows = {s: row for s, (_, row) in built.items()}
@@ -295,10 +300,7 @@ def _in_process(point: dict, timeout_s: int) -> dict:
 
 def plan_points(plan: dict) -> list[dict]:
   """The plan's points in the order run: the most wanted numbers first."""
-  points = [
-    {"what": "peak", "n": plan["peak_n"]},
-    {"what": "correct", "cases": CORRECT_CASES, **plan["correct"]},
-  ]
+  points = [{"what": "peak", "n": plan["peak_n"]}]
   for size, batch, seq_len in plan["train"]:
     for impl in reversed(IMPLS):  # pallas first
       points.append(
@@ -312,13 +314,13 @@ def plan_points(plan: dict) -> list[dict]:
           "steps": plan["steps"],
         }
       )
-  size, train_len = plan["eval_model"]
+  eval_size, train_len = plan["eval_model"]
 
   def evals(pairs):
     return [
       {
         "what": "eval",
-        "size": size,
+        "size": eval_size,
         "train_len": train_len,
         "length": length,
         "impl": impl,
@@ -346,6 +348,7 @@ def plan_points(plan: dict) -> list[dict]:
     }
     | timing
   )
+  points.append({"what": "correct", "cases": CORRECT_CASES, **plan["correct"]})
   return points + evals(plan["eval_last"])
 
 
@@ -414,7 +417,10 @@ def _cells(row: dict) -> tuple[str, str]:
       f"bf16 {row['bfloat16_flops'] / 1e9:.0f} GFLOP/s, f32 {row['float32_flops'] / 1e9:.0f}"
     )
   if w == "correct":
-    return label, f"output {row['out_rel_err']:.1e}, gradients {row['grad_rel_err']:.1e} (rel.)"
+    return label, (
+      f"output {row['out_rel_err']:.1e}, gradients {row['grad_rel_err']:.1e} (rel.), "
+      f"{row['case_s']:.0f} s"
+    )
   if w == "train":
     mfu = f", MFU {100 * row['mfu_bf16']:.1f}%" if "mfu_bf16" in row else ""
     return label, (
