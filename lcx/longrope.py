@@ -64,8 +64,9 @@ from lcx import (
   prepare as prepare_lib,
   progress,
   provenance,
+  variants,
 )
-from lcx.evaluate import samples, variants
+from lcx.evaluate import samples
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
 from lcx.positions import scaling
