@@ -87,6 +87,11 @@ CASES = {
     ],
     "eval.longrope.population=2 is not allowed; allowed: >= 3",
   ),
+  "export": (
+    "lcx.export",
+    ["--workdir={tmp}/none"],
+    "--workdir={tmp}/none: no config.json there (not an lcx run directory)",
+  ),
 }
 
 
