@@ -52,34 +52,9 @@ import jax
 import jax.numpy as jnp
 
 from lcx import cpu_tuned
+from lcx.positions.documents import document_index, document_length
 
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
-
-
-def document_index(seg_BxT: jax.Array) -> jax.Array:
-  """Each token's index inside its packed document: 0 where the segment id changes."""
-  t = seg_BxT.shape[1]
-  idx_BxT = jnp.broadcast_to(jnp.arange(t), seg_BxT.shape)
-  starts = jnp.concatenate(
-    [jnp.ones_like(seg_BxT[:, :1], bool), seg_BxT[:, 1:] != seg_BxT[:, :-1]], axis=1
-  )
-  return idx_BxT - jax.lax.cummax(jnp.where(starts, idx_BxT, 0), axis=1)
-
-
-def document_length(pos_BxT: jax.Array, seg_BxT: jax.Array) -> jax.Array:
-  """Each token's sequence length: 1 + the position of the last token of its packed document.
-
-  This is the "current length" that length-dependent RoPE scalings (dynamic, longrope) read,
-  per document, as Hugging Face reads max(position_ids) + 1 of its one sequence: padding and
-  the other documents of a packed row do not change it.
-  """
-  t = seg_BxT.shape[1]
-  idx_BxT = jnp.broadcast_to(jnp.arange(t), seg_BxT.shape)
-  ends = jnp.concatenate(
-    [seg_BxT[:, 1:] != seg_BxT[:, :-1], jnp.ones_like(seg_BxT[:, :1], bool)], axis=1
-  )
-  last_BxT = jax.lax.cummin(jnp.where(ends, idx_BxT, t - 1), axis=1, reverse=True)
-  return jnp.take_along_axis(pos_BxT, last_BxT, axis=1) + 1
 
 
 def document_cumsum(a_BxTxH: jax.Array, seg_BxT: jax.Array) -> jax.Array:
@@ -138,7 +113,7 @@ def _logits(q_BxQxHxE, k_BxSxGxE, bias, householder=None):
   ALiBi, FIRE; one interleaved A/B)."""
   q_BxGxPxQxE = _q_grouped(q_BxQxHxE, k_BxSxGxE.shape[2])
   if householder is not None:
-    from lcx.positions import path  # lcx.positions imports this module
+    from lcx.positions import path  # deferred: lcx.positions loads every scheme on first use
 
     w_BxSxGxE, beta_BxSxG = householder
     heads_major = functools.partial(jnp.moveaxis, source=1, destination=2)
@@ -492,7 +467,7 @@ def attend_chunked(
   plain = pattern is None and scheme.contextual is None  # may skip the mask of a whole block
   carries = scheme.contextual is not None or householder is not None  # from the diagonal on
   if householder is not None:
-    from lcx.positions import path  # lcx.positions imports this module
+    from lcx.positions import path  # deferred: lcx.positions loads every scheme on first use
 
     w_BxTxGxE, beta_BxTxG = householder
     ((q_path, k_path, _),) = rotated  # PaTH refuses every remap: one branch

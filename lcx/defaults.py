@@ -11,7 +11,7 @@ from lcx import data, errors, patterns
 from lcx.positions import fields  # the schemes' and remaps' fields, declared without jax
 
 # Sections picked whole by name, replaced by that name's fields and defaults: on the command line
-# (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.evaluate.variants).
+# (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.variants).
 SECTIONS = {
   "model.remap": fields.remap_config,
   "model.attention.pattern": patterns.default_config,
@@ -46,7 +46,7 @@ def get_config(arg=None):
   config.seed = 0  # parameter init and sampled training positions (data.seed: data order)
   config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/data/config.py)
 
-  # The decoder: every field but the eval-time ones (lcx/evaluate/variants.py) is trained.
+  # The decoder: every field but the eval-time ones (lcx/variants.py) is trained.
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: the tokenizer's vocabulary size
   config.model.d_model = d_model  # residual width (size=)
@@ -164,7 +164,7 @@ def get_config(arg=None):
   config.eval.batch_tokens = 16384  # tokens per forward pass
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
-  # (lcx/evaluate/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
+  # (lcx/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
   # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, sink@S/W, or a name
   # from named_variants.
   config.eval.variants = "none"

@@ -18,7 +18,7 @@ import numpy as np
 from absl import app, flags
 from safetensors import numpy as safetensors_numpy
 
-from lcx import checkpoint, cli, metrics
+from lcx import cli, metrics  # no jax: lcx.checkpoint (jax, Orbax) loads once the flags passed
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
@@ -38,6 +38,8 @@ def flatten(tree, prefix: str = "") -> dict[str, np.ndarray]:
 
 def export(workdir: str, out: str | None = None, step: int | None = None) -> str:
   """Writes OUT (default WORKDIR/export) from checkpoint `step` (default latest); returns OUT."""
+  from lcx import checkpoint
+
   out = out or os.path.join(workdir, "export")
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
@@ -71,6 +73,8 @@ def main(argv):
   workdir = flags.FLAGS.workdir
   if not os.path.isfile(os.path.join(workdir, "config.json")):
     cli.fail(f"--workdir={workdir}: no config.json there (not an lcx run directory)")
+  from lcx import checkpoint
+
   if checkpoint.latest_step(workdir) is None:
     cli.fail(f"--workdir={workdir}: no complete checkpoint to export; train it first")
   step = flags.FLAGS.step

@@ -26,6 +26,17 @@ seed gives the same tokens on every run.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command line: its flags and fields are checked before jax loads
+  from lcx import generate_cli
+
+  def _run(*args, **kwargs):
+    """Once they pass: this file again, as the module lcx.generate (jax), runs the generation."""
+    from lcx import generate
+
+    generate.main(*args, **kwargs)
+
+  generate_cli.run(_run)  # exits
+
 import functools
 import time
 
@@ -164,64 +175,56 @@ def generate(
   return np.asarray(tokens_BxN)
 
 
-# --- Command line (flags defined only when run as a program, so importing this module next
-# to lcx.main, as the passkey evaluation does, defines no flag twice) ---
+# --- Command line: `python -m lcx.generate` parses and checks its flags in lcx.generate_cli,
+# before jax is imported, which then calls `main` ---
 
 
-def _check_prompt(prompt: str) -> None:
-  """Raises ValueError unless --prompt is UTF-8 text: Python reads the command line's bytes with
-  surrogateescape, so an invalid byte would surface only as a codec error when encoded."""
-  try:
-    prompt.encode("utf-8")
-  except UnicodeEncodeError as error:
-    code = ord(prompt[error.start])  # surrogateescape keeps byte b >= 0x80 as U+DC00 + b
-    what = f"byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-    raise ValueError(
-      f"--prompt is not UTF-8 text: {what} at character {error.start}; pass UTF-8 text"
-    ) from None
-
-
-def _main(argv):
-  from absl import app, flags
-
-  from lcx import config as config_lib, errors, metrics, positions
+def main(
+  config,
+  workdir: str,
+  prompt: str,
+  *,
+  max_new_tokens: int,
+  temperature: float,
+  top_k: int,
+  seed: int,
+  eval_step: int | None,
+) -> None:
+  """Prints `prompt` and the run's continuation of it, and tokens/s on stderr; a bad value
+  exits via `fail` (its flags and declared fields already passed lcx.generate_cli)."""
+  from lcx import config as config_lib, errors, positions
   from lcx.cli import fail
   from lcx.metrics import say
 
-  FLAGS = flags.FLAGS
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  metrics.quiet_libraries()
-  try:  # the prompt and fields first: refused before the modules below are imported
-    _check_prompt(FLAGS.prompt)
-    config_lib.check_fields(FLAGS.config)
+  try:
+    config_lib.check_fields(config)
   except ValueError as error:
     fail(str(error))
   from lcx import prepare  # orbax, grain, TFDS: seconds
 
   try:
-    prepared = prepare.prepare(FLAGS.config)
+    prepared = prepare.prepare(config)
     cfg, tokenizer = prepared.config, prepared.tokenizer
-    if FLAGS.top_k > cfg.model.vocab_size:
+    if top_k > cfg.model.vocab_size:
       raise errors.not_allowed(
-        "--top_k", FLAGS.top_k, f"0..{cfg.model.vocab_size}, the vocabulary size (0: all tokens)"
+        "--top_k", top_k, f"0..{cfg.model.vocab_size}, the vocabulary size (0: all tokens)"
       )
-    prompt_P = np.concatenate([[tokenizer.bos_id], tokenizer.encode(FLAGS.prompt)])
-    size = len(prompt_P) + FLAGS.max_new_tokens
+    prompt_P = np.concatenate([[tokenizer.bos_id], tokenizer.encode(prompt)])
+    size = len(prompt_P) + max_new_tokens
     m = cfg.model
     positions.check_eval_length(
       m.position, positions.Dims(m.d_model, m.num_heads, m.head_dim, m.max_len), size
     )
-    step, params, _ = prepare.restore(prepared, FLAGS.workdir, FLAGS.eval_step)
+    step, params, _ = prepare.restore(prepared, workdir, eval_step)
   except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     fail(str(error))
   kernel = "chunked" if size >= cfg.eval.chunked_from else "dense"
-  args = (params, jnp.asarray(prompt_P[None], jnp.int32), jax.random.key(FLAGS.seed))
+  args = (params, jnp.asarray(prompt_P[None], jnp.int32), jax.random.key(seed))
   static = dict(
     graphdef=prepared.graphdef,
-    max_new_tokens=FLAGS.max_new_tokens,
-    temperature=float(FLAGS.temperature),
-    top_k=FLAGS.top_k,
+    max_new_tokens=max_new_tokens,
+    temperature=float(temperature),
+    top_k=top_k,
     kernel=kernel,
     with_logits=False,
   )
@@ -232,49 +235,10 @@ def _main(argv):
   seconds = time.perf_counter() - compiled
   ended = np.flatnonzero(tokens_N == tokenizer.eos_id)
   shown = tokens_N[: ended[0]] if ended.size else tokens_N
-  print(FLAGS.prompt + tokenizer.decode(shown), flush=True)
+  print(prompt + tokenizer.decode(shown), flush=True)
   say(
     f"step {step}: {len(tokens_N)} tokens after a {len(prompt_P)}-token prompt in "
     f"{seconds:.3f} s ({len(tokens_N) / seconds:.1f} tokens/s; compiled in "
     f"{compiled - start:.1f} s)"
     + (f"; EOS after {ended[0]}, the rest not shown" if ended.size else "")
   )
-
-
-def _parse_flags(argv):
-  from absl import flags
-
-  from lcx import cli
-
-  return cli.parse_config_flags(
-    argv,
-    lambda: (
-      f"--workdir={flags.FLAGS.workdir} holds no run (config.json) to generate from; train it "
-      "first, or pass --config"
-    ),
-  )
-
-
-if __name__ == "__main__":
-  from absl import app, flags
-  from ml_collections import config_flags
-
-  config_flags.DEFINE_config_file(
-    "config",
-    None,
-    "Config file (default: the run's own WORKDIR/config.json; --config.* overrides apply to it).",
-    lock_config=True,
-  )
-  flags.DEFINE_string("workdir", None, "A trained run's directory.")
-  flags.DEFINE_string("prompt", None, "Text to continue (the model sees BOS + its tokens).")
-  flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate.", lower_bound=1)
-  flags.DEFINE_float(
-    "temperature", 0.0, "0: greedy; otherwise sample from softmax(logits/T).", lower_bound=0.0
-  )
-  flags.DEFINE_integer(
-    "top_k", 0, "Sample from the k most likely tokens only (0: all).", lower_bound=0
-  )
-  flags.DEFINE_integer("seed", 0, "Sampling seed: the same seed gives the same tokens.")
-  flags.DEFINE_integer("eval_step", None, "Checkpoint step (default: the latest).")
-  flags.mark_flags_as_required(["workdir", "prompt"])
-  app.run(_main, flags_parser=_parse_flags)

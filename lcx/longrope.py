@@ -33,6 +33,17 @@ a Hugging Face `longrope` dict for `--config.eval.variants=longrope@DIR/longrope
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command line: its flags and fields are checked before jax loads
+  from lcx import longrope_cli
+
+  def _run(*args, **kwargs):
+    """Once they pass: this file again, as the module lcx.longrope (jax), runs the search."""
+    from lcx import longrope
+
+    longrope.main(*args, **kwargs)
+
+  longrope_cli.run(_run)  # exits
+
 import dataclasses
 import json
 import math
@@ -42,21 +53,20 @@ import time
 import jax
 import numpy as np
 import optax
-from absl import app, flags
 from flax import nnx
-from ml_collections import config_flags
 
 from lcx import (
   cli,
   config as config_lib,
   data,
   errors,
-  metrics,
+  longrope_cli,
   prepare as prepare_lib,
   progress,
   provenance,
+  variants,
 )
-from lcx.evaluate import samples, variants
+from lcx.evaluate import samples
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say
 from lcx.positions import scaling
@@ -335,39 +345,10 @@ def _long_documents(cfg, target_len: int, tokenizer) -> list[samples.Sequence]:
 
 
 def validate(config) -> None:
-  """The fields' checks, then the LongRoPE search's own: a rotary scheme, a target length past
-  the training length L, at least as many individuals as parents, a max_factor >= the scale
-  (the mesh is prepare's check)."""
+  """The fields' checks, then the LongRoPE search's own (`longrope_cli.check_search`, jax-free
+  so that the command line runs them before jax loads; the mesh is prepare's check)."""
   config_lib.check_fields(config)
-  lr, length = config.eval.longrope, config.model.max_len
-  if "scaling" not in config.model.position:
-    raise ValueError(
-      f"model.position.name={config.model.position.name!r} has no RoPE "
-      "frequencies to rescale; the LongRoPE search needs a rotary scheme "
-      "(rope, p_rope, xpos)"
-    )
-  if config.data.name == "task":
-    raise ValueError(
-      "data.name='task': the LongRoPE search's fitness is perplexity on long "
-      "validation documents; search a text run"
-    )
-  if lr.target_len <= length:
-    raise ValueError(
-      f"eval.longrope.target_len={lr.target_len} must be above the training "
-      f"length L={length} (the search extends the model to it; 0 is off): set "
-      f"--config.eval.longrope.target_len, e.g. {4 * length}"
-    )
-  if lr.parents > lr.population:
-    raise ValueError(
-      f"eval.longrope.parents={lr.parents} must be <= eval.longrope.population={lr.population}"
-    )
-  scale = lr.target_len / length
-  if lr.max_factor and lr.max_factor < scale:
-    raise ValueError(
-      f"eval.longrope.max_factor={lr.max_factor} must be 0 (1.25 x the scale) or "
-      f">= the scale target_len / L = {scale:g}, so that PI (every lambda = the "
-      "scale) is in the search space"
-    )
+  longrope_cli.check_search(config)
 
 
 def search(config, workdir: str) -> dict:
@@ -562,35 +543,13 @@ def summary(state: dict, workdir: str) -> str:
   return "\n".join(lines)
 
 
-# --- Command line (flags defined only when run as a program, so importing this module next
-# to lcx.main defines no flag twice) ---
+# --- Command line: `python -m lcx.longrope` parses and checks its flags in lcx.longrope_cli,
+# before jax is imported, which then calls `main` ---
 
 
-def _main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  metrics.quiet_libraries()
+def main(config, workdir: str) -> None:
+  """Runs the search; a bad value, a missing or unreadable checkpoint exits via `cli.fail`."""
   try:
-    search(flags.FLAGS.config, flags.FLAGS.workdir)
+    search(config, workdir)
   except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     cli.fail(str(error))
-
-
-def _parse_flags(argv):
-  return cli.parse_config_flags(
-    argv,
-    lambda: (
-      f"--workdir={flags.FLAGS.workdir} holds no run (config.json) to search on; train it first"
-    ),
-  )
-
-
-if __name__ == "__main__":
-  config_flags.DEFINE_config_file(
-    "config", None, "Config file (default: the run's own WORKDIR/config.json).", lock_config=True
-  )
-  flags.DEFINE_string(
-    "workdir", None, "A trained run's directory; the search writes WORKDIR/longrope/."
-  )
-  flags.mark_flags_as_required(["workdir"])
-  app.run(_main, flags_parser=_parse_flags)

@@ -138,8 +138,7 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
   """RUNS/<scheme>: trained here (quickstart config, progress printed) when it has no
   checkpoint; an existing run is used as it is. With `variants` (an eval.variants list), also
   evaluated under them when a result file is missing (`lcx.evaluate` reuses finished ones)."""
-  from lcx import evaluate, prepare, train
-  from lcx.evaluate import variants as variants_lib
+  from lcx import evaluate, prepare, train, variants as variants_lib
 
   workdir = runs_dir() / scheme
   if not has_checkpoint(workdir):

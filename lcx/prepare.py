@@ -28,9 +28,9 @@ from lcx import (
   errors,
   model as model_lib,
   sharding,
+  variants,
 )
 from lcx.data import tokenizers
-from lcx.evaluate import variants
 from lcx.metrics import say
 from lcx.model import is_variable
 from lcx.positions import scaling as scaling_lib
@@ -263,8 +263,6 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
   fine-tuning may change: data.seq_len, model.max_len, eval-time fields, and with
   train.init_from_any_scheme the position scheme and the attention temperature (DroPE drops
   RoPE and recalibrates with one; ssmax's own parameters fail the shape check first)."""
-  from lcx.evaluate import variants  # lcx.evaluate imports this module
-
   where = f"train.init_from={config.train.init_from!r}"
   _check_shapes(abstract_params, source.workdir, source.step, f"{where}: ", "the source")
   may_change = variants.EVAL_TIME + ("data.seq_len", "model.max_len")

@@ -11,7 +11,7 @@ import time
 
 from absl import app, flags
 
-from lcx import cli, defaults, evaluate, metrics, prepare, report, train
+from lcx import cli, config as config_lib, defaults, metrics, report  # none imports jax
 
 flags.DEFINE_string("workdir", "runs/quickstart", "Where the runs, table and plots go.")
 flags.DEFINE_list(
@@ -27,11 +27,19 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   metrics.quiet_libraries()
-  start, results, runs = time.perf_counter(), [], []
-  try:  # every scheme's config is checked (and prepared) before the first one trains
+  start, results, runs, configs = time.perf_counter(), [], [], []
+  try:  # every scheme's declared fields are checked before jax loads
     for scheme in FLAGS.schemes:
       config = defaults.quickstart_config(f"pos={scheme},steps={FLAGS.steps}")
       config.eval.num_tokens = FLAGS.eval_tokens
+      config_lib.check_declared(config)
+      configs.append((scheme, config))
+  except ValueError as error:
+    cli.fail(str(error))
+  from lcx import evaluate, prepare, train  # jax, orbax, grain: seconds
+
+  try:  # and every one prepared (the model traced) before the first one trains
+    for scheme, config in configs:
       workdir = os.path.join(FLAGS.workdir, scheme)
       runs.append((scheme, config, workdir, prepare.prepare(config, workdir)))
   except ValueError as error:

@@ -85,6 +85,22 @@ def run_lcx(args, *, env=None, check=True, timeout=300, module="lcx.main", cwd=R
   return proc
 
 
+def refused_before_jax(args, module: str = "lcx.main", env=None):
+  """Runs `python -m MODULE ARGS` under PYTHONPROFILEIMPORTTIME (Python lists every module it
+  imports on stderr) and asserts exit status 2, one `error:` line and no jax, flax or jaxlib
+  module imported; returns the error line."""
+  env = {"PYTHONPROFILEIMPORTTIME": "1", **(env or {})}
+  proc = run_lcx(args, env=env, check=False, timeout=60, module=module)
+  lines = proc.stderr.strip().splitlines()
+  imported = {line.rpartition("|")[2].strip() for line in lines if line.startswith("import time:")}
+  assert "lcx.cli" in imported  # the profile was printed (every entry point's errors use it)
+  assert not {m for m in imported if m.split(".")[0] in ("jax", "flax", "jaxlib")}
+  errors = [line for line in lines if not line.startswith("import time:")]
+  assert proc.returncode == 2 and errors == [errors[0]], proc.stderr[-3000:]
+  assert errors[0].startswith("error: "), errors[0]
+  return errors[0]
+
+
 def read_metrics(workdir) -> dict[int, dict]:
   """metrics.jsonl as {step: record}; a later record for the same step wins."""
   out = {}

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from lcx import config as config_lib
-from tests.helpers import DATA_DIR, TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import DATA_DIR, TINY_FLAGS, refused_before_jax, run_lcx, tiny_config
 
 BAD_BASE = "model.position.base=-10.0 is not allowed; allowed: > 1"
 # (module, arguments ({tmp}: an empty directory, {run}: a run with only its config.json),
@@ -87,6 +87,11 @@ CASES = {
     ],
     "eval.longrope.population=2 is not allowed; allowed: >= 3",
   ),
+  "export": (
+    "lcx.export",
+    ["--workdir={tmp}/none"],
+    "--workdir={tmp}/none: no config.json there (not an lcx run directory)",
+  ),
 }
 
 
@@ -99,10 +104,8 @@ def _files(root) -> dict[str, float]:
   }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_value_is_one_error_line_and_writes_nothing(tmp_path, case):
-  module, args, message = CASES[case]
+def _inputs(tmp_path):
+  """The cases' {run} (a run with only its config.json) and {tmp}/in/bad.json; returns run."""
   run = tmp_path / "run"
   config_lib.save(tiny_config(), str(run))  # a run that has not trained yet
   (tmp_path / "in").mkdir()
@@ -118,6 +121,14 @@ def test_a_bad_value_is_one_error_line_and_writes_nothing(tmp_path, case):
       }
     )
   )
+  return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_value_is_one_error_line_and_writes_nothing(tmp_path, case):
+  module, args, message = CASES[case]
+  run = _inputs(tmp_path)
   before = _files(tmp_path)
   proc = run_lcx(
     [a.format(tmp=tmp_path, run=run) for a in args],
@@ -132,3 +143,18 @@ def test_a_bad_value_is_one_error_line_and_writes_nothing(tmp_path, case):
     proc.stderr[-3000:]
   )
   assert _files(tmp_path) == before  # nothing new, nothing rewritten
+
+
+# The cases above refused before jax is imported (a typo costs a fraction of a second, not
+# jax's import): all but those whose check needs jax (the process count splitting the batch,
+# the tokenizer's vocabulary, bench's package).
+NEEDS_JAX = ("train_text_files", "generate_top_k", "bench")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c not in NEEDS_JAX])
+def test_a_bad_value_is_refused_before_jax_is_imported(tmp_path, case):
+  module, args, message = CASES[case]
+  run = _inputs(tmp_path)
+  args = [a.format(tmp=tmp_path, run=run) for a in args]
+  error = refused_before_jax(args, module=module, env={"LCX_DATA_DIR": DATA_DIR})
+  assert error.startswith("error: " + message.format(tmp=tmp_path)), error

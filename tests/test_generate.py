@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import generate, patterns, positions, prepare
+from lcx import config as config_lib, generate, patterns, positions, prepare
 from lcx.data import tasks
 from lcx.evaluate import runner as runner_lib, tasks as task_eval
 from lcx.model import Decoder
 from lcx.positions import remaps
 from tests import pairwise
-from tests.helpers import run_lcx, set_fields, tiny_config
+from tests.helpers import refused_before_jax, run_lcx, set_fields, tiny_config
 
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
@@ -326,3 +326,26 @@ def test_bad_flags_are_one_error_line(args, message, tmp_path):
   assert proc.returncode == 2 and proc.stdout == ""
   lines = [x for x in proc.stderr.strip().splitlines() if x]
   assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+  "args, message",
+  [
+    (
+      ["--prompt=x", "--config.model.position.name=bogus"],
+      "model.position.name='bogus' is not allowed; allowed: alibi, cope, fire, ",
+    ),
+    (
+      ["--prompt=x", "--config.model.positon.name=rope"],
+      "model.positon is not a known field; allowed: attention, d_model, ",
+    ),
+    (["--promt=x"], "Unknown command line flag 'promt'. Did you mean: prompt ?"),
+    (["--prompt=caf\udce9"], "--prompt is not UTF-8 text: byte 0xe9 at character 3"),
+  ],
+)
+def test_a_bad_flag_or_field_is_refused_before_jax_is_imported(args, message, tmp_path):
+  """lcx.generate hands its command line to lcx.generate_cli before its own imports: the
+  flags, the prompt and the run's declared fields are checked with no jax loaded."""
+  config_lib.save(tiny_config(), str(tmp_path))  # a run's config.json, the default config
+  error = refused_before_jax([f"--workdir={tmp_path}", *args], module="lcx.generate")
+  assert error.startswith("error: " + message), error

@@ -3,9 +3,13 @@
 A node is a module (a package is its __init__.py); an edge is an import statement naming an lcx
 module: `import lcx.a`, `from lcx import a`, `from lcx.a import name` (-> lcx.a), relative ones
 too. Imports inside functions count as well: a deferred import hides a cycle at import time, it
-does not remove it (both cycles of issue 29 were closed by one). The parent packages Python
-also runs for `from lcx.p import m` are not edges: every submodule would then close a cycle
-with a package __init__ that imports it.
+does not remove it (both cycles of issue 29 were closed by one). So do a lazy package's
+`importlib.import_module` calls (lcx.positions loads its scheme modules on first use): a module
+that calls it imports every lcx module, or submodule of its own (for a package), that a string
+in it names. Importing `lcx.p.m` runs the package `lcx.p`'s __init__ first, as Python does, so it is
+an edge to `lcx.p` too, unless the importer is inside `lcx.p`: Python ran that __init__ before
+any of its modules, so `import lcx.p` there only binds it and is no edge (`from lcx.p import
+name` there still is one: the name must be defined by then).
 """
 
 from __future__ import annotations
@@ -31,14 +35,32 @@ def modules(root: pathlib.Path = ROOT) -> dict[str, pathlib.Path]:
   return out
 
 
+def _ancestors(name: str) -> list[str]:
+  """The packages above a dotted module name, outermost first: lcx.p.m -> [lcx, lcx.p]."""
+  parts = name.split(".")
+  return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _imports_dynamically(tree) -> bool:
+  """Whether the module calls importlib.import_module (a lazy package's __getattr__)."""
+  return any(
+    isinstance(node, ast.Call)
+    and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+    for node in ast.walk(tree)
+  )
+
+
 def imports(name: str, source: str, known) -> set[str]:
-  """The lcx modules that the module `name` (with `source`) imports, anywhere in its body."""
+  """The lcx modules that the module `name` (with `source`) imports, anywhere in its body, with
+  the packages whose __init__ Python runs for them."""
   is_package = name in known and known[name].name == "__init__.py"
   package = name if is_package else name.rpartition(".")[0]
+  inside = {name, *_ancestors(name)}  # packages already run when this module runs
+  tree = ast.parse(source)
   out = set()
-  for node in ast.walk(ast.parse(source)):
+  for node in ast.walk(tree):
     if isinstance(node, ast.Import):
-      out.update(alias.name for alias in node.names if alias.name in known)
+      out.update(a.name for a in node.names if a.name in known and a.name not in inside)
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ""
       if node.level:  # relative: up level - 1 packages from this module's package
@@ -50,6 +72,11 @@ def imports(name: str, source: str, known) -> set[str]:
           out.add(target)
         elif base in known:  # a name defined in the module `base`
           out.add(base)
+  if _imports_dynamically(tree):
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        out.update(m for m in (node.value, f"{name}.{node.value}") if m in known)
+  out |= {p for target in out for p in _ancestors(target) if p in known and p not in inside}
   out.discard(name)
   return out
 
@@ -97,12 +124,25 @@ def test_the_graph_sees_module_level_deferred_and_relative_imports():
   assert "lcx.attention" in edges["lcx.stick_breaking"]  # from lcx import attention
   assert "lcx.evaluate.samples" in edges["lcx.evaluate.lengths"]  # from lcx.evaluate import m
   assert "lcx.evaluate.runner" in edges["lcx.evaluate"]  # from lcx.evaluate.runner import Runner
-  assert "lcx.prepare" in edges["lcx.generate"]  # inside _main: deferred
+  assert "lcx.prepare" in edges["lcx.generate"]  # inside main: deferred
+  assert "lcx.positions" in edges["lcx.attention"]  # lcx.positions.documents runs its __init__
+  assert "lcx.positions.randomized" in edges["lcx.positions"]  # importlib, on first use
+  assert "lcx.data.pipeline" in edges["lcx.data"]  # importlib.import_module("lcx.data.pipeline")
+  assert "lcx.positions" not in edges["lcx.positions.base"]  # `import lcx.positions` inside it
   known = {name: pathlib.Path(name.replace(".", "/") + ".py") for name in ("lcx.a", "lcx.b")}
   known["lcx.p"] = pathlib.Path("lcx/p/__init__.py")
   known["lcx.p.c"] = pathlib.Path("lcx/p/c.py")
   source = "import lcx.a\nfrom . import c\ndef f():\n  from ..b import x\n"
   assert imports("lcx.p.c2", source, known) == {"lcx.a", "lcx.p.c", "lcx.b"}
+  # a submodule from outside its package: the package's __init__ too; from inside: no edge
+  assert imports("lcx.a", "from lcx.p.c import x\n", known) == {"lcx.p.c", "lcx.p"}
+  assert imports("lcx.p.c", "import lcx.p\nfrom lcx.p import c2\n", known) == {"lcx.p"}
+  assert imports("lcx.p.c2", "import lcx.p\n", known) == set()
+  lazy = (
+    "import importlib\nNAMES = ('c', 'd')\ndef f(n):\n  importlib.import_module(f'lcx.p.{n}')\n"
+  )
+  assert imports("lcx.p", lazy, known) == {"lcx.p.c"}  # the strings naming its submodules
+  assert imports("lcx.a", lazy, known) == set()  # a module's strings name no submodule of it
 
 
 @pytest.mark.parametrize(

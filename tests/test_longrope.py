@@ -10,9 +10,9 @@ import shutil
 import numpy as np
 import pytest
 
-from lcx import evaluate, longrope, prepare, train
+from lcx import config as config_lib, evaluate, longrope, prepare, train
 from lcx.positions import scaling
-from tests.helpers import run_lcx, tiny_config
+from tests.helpers import refused_before_jax, run_lcx, tiny_config
 
 SPACE = longrope.Space(
   num_pairs=8,
@@ -122,6 +122,36 @@ def test_the_search_needs_a_rotary_scheme():
   config.eval.longrope.target_len = 128
   with pytest.raises(ValueError, match="model.position.name='alibi' has no RoPE frequencies"):
     longrope.validate(config)
+
+
+@pytest.mark.parametrize(
+  "pos, args, message",
+  [
+    (
+      "rope",
+      ["--config.eval.longrope.populaton=3"],
+      "eval.longrope.populaton is not a known field; allowed: crossover_rate, ",
+    ),
+    (
+      "rope",
+      ["--config.eval.longrope.target_len=128", "--config.eval.longrope.population=2"],
+      "eval.longrope.population=2 is not allowed; allowed: >= 3",
+    ),
+    ("rope", [], "eval.longrope.target_len=0 must be above the training length L=32"),
+    (
+      "alibi",
+      ["--config.eval.longrope.target_len=128"],
+      "model.position.name='alibi' has no RoPE frequencies to rescale",
+    ),
+    ("rope", ["--target_len=128"], "Unknown command line flag 'target_len'"),
+  ],
+)
+def test_a_bad_flag_or_field_is_refused_before_jax_is_imported(pos, args, message, tmp_path):
+  """lcx.longrope hands its command line to lcx.longrope_cli before its own imports: the flags,
+  the run's declared fields and the search's own checks run with no jax loaded."""
+  config_lib.save(tiny_config(pos), str(tmp_path))  # a run's config.json
+  error = refused_before_jax([f"--workdir={tmp_path}", *args], module="lcx.longrope")
+  assert error.startswith("error: " + message), error
 
 
 # --- On a tiny trained run ---

@@ -11,8 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from lcx import defaults, prepare
-from lcx.evaluate import variants
+from lcx import defaults, prepare, variants
 from tests.helpers import tiny_config
 
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import defaults, temperature
-from lcx.evaluate import variants
+from lcx import defaults, temperature, variants
 from lcx.model import Decoder
 from tests.helpers import set_fields, tiny_config
 

@@ -14,7 +14,7 @@ from absl import app
 from ml_collections import config_flags
 
 from lcx import cli
-from lcx.data import config, corpus, pipeline, sources
+from lcx.data import config  # no jax: the corpus modules load once the fields passed
 
 THRESHOLDS = (1024, 4096, 16384, 65536)
 
@@ -32,6 +32,8 @@ def length_stats(lengths_N: np.ndarray) -> dict:
 
 
 def split_lengths(data_cfg, split: str) -> np.ndarray:
+  from lcx.data import pipeline, sources  # TFDS, grain, jax: seconds
+
   tokenizer = pipeline.get_tokenizer(data_cfg)
   return np.array(
     [len(tokenizer.encode(text)) + 2 for text in sources.iter_texts(data_cfg, split)],
@@ -54,6 +56,8 @@ def main(argv):
   data_cfg = _CONFIG.value.data if _CONFIG.value else config.default_config()
   try:
     config.validate(data_cfg, process_count=1)
+    from lcx.data import corpus  # TFDS
+
     for split in (corpus.TRAIN, corpus.VALIDATION):
       stats = length_stats(split_lengths(data_cfg, split))
       print(format_stats(data_cfg.name, split, stats))

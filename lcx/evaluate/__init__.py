@@ -1,7 +1,7 @@
 """Evaluation of a checkpoint past its training length, under every variant in one process.
 
 `evaluate(config, workdir)` restores the parameters once (no optimizer state) and, for each
-variant in `eval.variants` (`variants.py`: none, yarn@4, self_extend@64/4, ...), runs the
+variant in `eval.variants` (`lcx/variants.py`: none, yarn@4, self_extend@64/4, ...), runs the
 run's evaluator and writes `WORKDIR/eval/<variant>.json`:
   text runs   the length sweep (`lengths.py`) over the protocol's windows (`samples.py`):
               loss, perplexity and bits per byte with bootstrap intervals, loss by position
@@ -39,6 +39,7 @@ from lcx import (
   prepare as prepare_lib,
   provenance,
   report,
+  variants,
 )
 from lcx.data import pipeline
 from lcx.evaluate import (
@@ -48,7 +49,6 @@ from lcx.evaluate import (
   passkey,
   samples,
   tasks as tasks_lib,
-  variants,
 )
 from lcx.evaluate.runner import Runner
 from lcx.metrics import say

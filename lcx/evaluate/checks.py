@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lcx import config as config_lib, protocols
-from lcx.evaluate import variants
+from lcx import config as config_lib, protocols, variants
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

@@ -31,8 +31,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lcx import attention
 from lcx.positions import base
+from lcx.positions.documents import document_index, document_length
 
 
 def document_ids(pos_BxL: jax.Array, seg_BxL: jax.Array | None = None) -> jax.Array:
@@ -87,8 +87,8 @@ def pose_positions(
       f"train.pose_target={target} must be >= the row length {length}: a document may fill the row"
     )
   docs_BxL = document_ids(pos_BxL, seg_BxL)
-  index_BxL = attention.document_index(docs_BxL)  # each token's index inside its document
-  n_BxL = attention.document_length(index_BxL, docs_BxL)  # its document's tokens in the row
+  index_BxL = document_index(docs_BxL)  # each token's index inside its document
+  n_BxL = document_length(index_BxL, docs_BxL)  # its document's tokens in the row
   first_BxL = jnp.arange(length)[None, :] - index_BxL  # its document's first token
 
   def per_document(k, low, high_BxL):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from lcx.data import corpus, stats
+from lcx.data import corpus, sources, stats
 
 
 def test_length_stats_counts_documents_reaching_each_threshold():
@@ -16,7 +16,7 @@ def test_length_stats_counts_documents_reaching_each_threshold():
 
 
 def test_split_lengths_count_bos_and_eos(fake_stdlib_cfg):
-  texts = list(stats.sources.iter_texts(fake_stdlib_cfg, corpus.VALIDATION))
+  texts = list(sources.iter_texts(fake_stdlib_cfg, corpus.VALIDATION))
   lengths_N = stats.split_lengths(fake_stdlib_cfg, corpus.VALIDATION)
   np.testing.assert_array_equal(lengths_N, [len(t) + 2 for t in texts])
 

@@ -9,8 +9,7 @@ import shutil
 
 import pytest
 
-from lcx import cli, config as config_lib, errors, evaluate, report, sweep, train
-from lcx.evaluate import variants
+from lcx import cli, config as config_lib, errors, evaluate, report, sweep, train, variants
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 

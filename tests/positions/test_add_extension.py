@@ -4,8 +4,7 @@ registry and its `name@ARG` variant are all it takes for evaluation to run it.""
 import numpy as np
 import pytest
 
-from lcx import defaults, positions
-from lcx.evaluate import variants
+from lcx import defaults, positions, variants
 from lcx.positions import scaling
 
 

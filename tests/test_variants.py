@@ -5,8 +5,7 @@ import json
 import ml_collections
 import pytest
 
-from lcx import defaults, patterns
-from lcx.evaluate import variants
+from lcx import defaults, patterns, variants
 
 
 def test_names_to_overrides():
