@@ -9,9 +9,10 @@ positions, with the same ingredients as lcx.attention's kernels:
     in as kernel inputs and the module is rebuilt inside (`nnx.merge`), so a new bias scheme
     gets the fused kernel with no kernel code, and its parameters' gradient is the hook's vjp
     on each block, summed over blocks. A parameter with a "heads" logical axis (KERPLE's r1,
-    r2; T5's table) goes in as the program's head slice and the hook is traced on slices, so
-    it returns one head's bias (Q x S per block, not H x Q x S); other parameters and captured
-    constants (ALiBi's slopes) go in whole and the hook's H heads are cut to the program's,
+    r2; T5's table) and a scheme's declared per-head tuples (`Scheme.head_constants`: ALiBi's
+    slopes) go in as the program's head slice and the hook is traced on slices, so it returns
+    one head's bias (Q x S per block, not H x Q x S); other parameters (FIRE's) and captured
+    constants go in whole and the hook's H heads are cut to the program's,
   - causality, packed documents (segment ids) and the sparse pattern (on in-document indices),
     plus a block mask (`block_mask`) that skips every key block no query of the block sees,
   - the learned sink (running max = sink, sum = 1 at the start, as attend_chunked).
@@ -52,8 +53,9 @@ class _Static:
   uses: tuple  # each branch's `use` (None for the last)
   pattern: Any
   bias: Any  # the scheme's bias hook traced on one block (a jaxpr), or None
-  num_leaves: int  # the scheme's parameters, then the bias's captured constants: inputs
-  num_consts: int
+  num_leaves: int  # the scheme's parameters, then the bias's constants: inputs
+  num_consts: int  # the per-head constants (`_head_constants`), then the captured ones
+  num_head_consts: int
   head_axes: tuple  # each parameter's "heads" axis (`_head_axes`), None: passed whole
   has_sink: bool
   per: int  # query heads per kv head
@@ -120,7 +122,10 @@ def _of_head(x_H, h):
 def _head_bias(st, r: _Refs, leaves, q_pos_Q, k_pos_S, h):
   """Head h's bias on one block: the scheme's `bias` hook on the block's positions, QxS f32."""
   consts = [c[...] for c in r.consts]
-  (bias,) = jax.core.eval_jaxpr(st.bias, consts, *leaves, q_pos_Q[None], k_pos_S[None])
+  head_consts, consts = consts[: st.num_head_consts], consts[st.num_head_consts :]
+  (bias,) = jax.core.eval_jaxpr(
+    st.bias, consts, *leaves, *head_consts, q_pos_Q[None], k_pos_S[None]
+  )
   bias = bias[0]  # NxQxS, N = 1 (shared, or head h's from per-head parameters) or H
   return bias[0].astype(F32) if bias.shape[0] == 1 else _of_head(bias, h)
 
@@ -320,7 +325,8 @@ def _in_specs(st: _Static, diff, nondiff) -> list:
   specs += [row] * 3  # pos, seg, doc
   specs += [pl.BlockSpec((None,) + bmask.shape[1:], lambda b, h, x: (b, 0, 0))]
   specs += [_leaf_spec(x.shape, a) for x, a in zip(leaves, st.head_axes)]
-  specs += [_full(x.shape) for x in consts]
+  specs += [_leaf_spec(x.shape, 0) for x in consts[: st.num_head_consts]]
+  specs += [_full(x.shape) for x in consts[st.num_head_consts :]]
   return specs + ([_full(sink.shape)] if st.has_sink else [])
 
 
@@ -494,13 +500,20 @@ def _head_axes(state) -> tuple:
   return tuple(a.index(HEADS) if HEADS in a else None for a in axes)
 
 
+def _head_constants(scheme) -> list:
+  """The scheme's declared per-head tuples (`Scheme.head_constants`) as float32 H arrays."""
+  return [jnp.asarray(getattr(scheme, n), F32) for n in getattr(scheme, "head_constants", ())]
+
+
 def _traced_bias(scheme, block_q: int, block_k: int):
   """(the scheme's bias hook on one 1 x block_q x block_k block as a jaxpr of (parameters...,
-  q positions, k positions), the constants it captured), or (None, []) without a bias.
+  per-head constants..., q positions, k positions), the constants it captured), or (None, [])
+  without a bias.
 
-  Traced on each per-head parameter's one-head slice (`_head_axes`), so a hook whose
-  parameters all have a heads axis returns a one-head bias: a program evaluates only its own
-  head. The constants (ALiBi's slopes) become kernel inputs: a Pallas kernel may capture none.
+  Traced on one-head slices of each per-head parameter (`_head_axes`) and constant
+  (`_head_constants`, set on the rebuilt module in place of its tuple), so a hook whose
+  per-head inputs are all of these returns a one-head bias: a program evaluates only its own
+  head. Captured constants become kernel inputs: a Pallas kernel may capture none.
   """
   graphdef, state = nnx.split(scheme)
   leaves, treedef = jax.tree.flatten(state)
@@ -508,13 +521,18 @@ def _traced_bias(scheme, block_q: int, block_k: int):
     x if a is None else jax.lax.slice_in_dim(x, 0, 1, axis=a)
     for x, a in zip(leaves, _head_axes(state))
   ]
+  names = getattr(scheme, "head_constants", ())
 
   def bias(*args):
     *params, q_pos_1xQ, k_pos_1xS = args
-    return nnx.merge(graphdef, jax.tree.unflatten(treedef, params)).bias(q_pos_1xQ, k_pos_1xS)
+    module = nnx.merge(graphdef, jax.tree.unflatten(treedef, params[: len(leaves)]))
+    for name, x_1 in zip(names, params[len(leaves) :]):
+      setattr(module, name, nnx.data(x_1))
+    return module.bias(q_pos_1xQ, k_pos_1xS)
 
   blocks = (jnp.zeros((1, block_q), F32), jnp.zeros((1, block_k), F32))
-  closed = jax.make_jaxpr(bias)(*leaves, *blocks)
+  head_consts = [x[:1] for x in _head_constants(scheme)]
+  closed = jax.make_jaxpr(bias)(*leaves, *head_consts, *blocks)
   if not closed.out_avals:
     return None, []
   return closed.jaxpr, list(closed.consts)
@@ -556,12 +574,14 @@ def flash_attention(
   state = nnx.state(scheme)
   leaves, head_axes = jax.tree.leaves(state), _head_axes(state)
   bias, consts = _traced_bias(scheme, bq, bk)
+  head_consts = _head_constants(scheme) if bias is not None else []
   st = _Static(
     uses=tuple(br.use for br in branches),
     pattern=pattern,
     bias=bias,
     num_leaves=len(leaves),
-    num_consts=len(consts),
+    num_consts=len(head_consts) + len(consts),
+    num_head_consts=len(head_consts),
     head_axes=head_axes,
     has_sink=sink_H is not None,
     per=h // g,
@@ -586,6 +606,6 @@ def flash_attention(
     seg,
     doc,
     block_mask(seg, doc, pattern, bq, bk),
-    [jnp.asarray(c) for c in consts],
+    head_consts + [jnp.asarray(c) for c in consts],
   )
   return _flash(st, diff, nondiff)[:, :, :t]
