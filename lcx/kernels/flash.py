@@ -494,7 +494,9 @@ HEADS = "heads"  # the logical axis of a per-head parameter (lcx/sharding.py's r
 
 
 def _head_axes(state) -> tuple:
-  """Each parameter's "heads" axis, from its Variable's `logical_axes` metadata, or None."""
+  """Each parameter's "heads" axis, from its Variable's `logical_axes` metadata, or None. The
+  hook gets head h's slice alone, so it must build head h's bias from head h's entries only
+  (every registered scheme does: tests/kernels/test_flash.py holds each to the dense path)."""
   variables = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
   axes = [tuple(v.get_metadata().get("logical_axes") or ()) for v in variables]
   return tuple(a.index(HEADS) if HEADS in a else None for a in axes)
