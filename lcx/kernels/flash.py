@@ -8,7 +8,11 @@ positions, with the same ingredients as lcx.attention's kernels:
   - the scheme's own `bias` hook called on the block's positions: the scheme's parameters go
     in as kernel inputs and the module is rebuilt inside (`nnx.merge`), so a new bias scheme
     gets the fused kernel with no kernel code, and its parameters' gradient is the hook's vjp
-    on each block, summed over blocks,
+    on each block, summed over blocks. A parameter with a "heads" logical axis (KERPLE's r1,
+    r2; T5's table) and a scheme's declared per-head tuples (`Scheme.head_constants`: ALiBi's
+    slopes) go in as the program's head slice and the hook is traced on slices, so it returns
+    one head's bias (Q x S per block, not H x Q x S); other parameters (FIRE's) and captured
+    constants go in whole and the hook's H heads are cut to the program's,
   - causality, packed documents (segment ids) and the sparse pattern (on in-document indices),
     plus a block mask (`block_mask`) that skips every key block no query of the block sees,
   - the learned sink (running max = sink, sum = 1 at the start, as attend_chunked).
@@ -49,8 +53,10 @@ class _Static:
   uses: tuple  # each branch's `use` (None for the last)
   pattern: Any
   bias: Any  # the scheme's bias hook traced on one block (a jaxpr), or None
-  num_leaves: int  # the scheme's parameters, then the bias's captured constants: inputs
-  num_consts: int
+  num_leaves: int  # the scheme's parameters, then the bias's constants: inputs
+  num_consts: int  # the per-head constants (`_head_constants`), then the captured ones
+  num_head_consts: int
+  head_axes: tuple  # each parameter's "heads" axis (`_head_axes`), None: passed whole
   has_sink: bool
   per: int  # query heads per kv head
   block_q: int
@@ -116,8 +122,11 @@ def _of_head(x_H, h):
 def _head_bias(st, r: _Refs, leaves, q_pos_Q, k_pos_S, h):
   """Head h's bias on one block: the scheme's `bias` hook on the block's positions, QxS f32."""
   consts = [c[...] for c in r.consts]
-  (bias,) = jax.core.eval_jaxpr(st.bias, consts, *leaves, q_pos_Q[None], k_pos_S[None])
-  bias = bias[0]  # NxQxS, N = heads or 1 (shared)
+  head_consts, consts = consts[: st.num_head_consts], consts[st.num_head_consts :]
+  (bias,) = jax.core.eval_jaxpr(
+    st.bias, consts, *leaves, *head_consts, q_pos_Q[None], k_pos_S[None]
+  )
+  bias = bias[0]  # NxQxS, N = 1 (shared, or head h's from per-head parameters) or H
   return bias[0].astype(F32) if bias.shape[0] == 1 else _of_head(bias, h)
 
 
@@ -284,6 +293,23 @@ def _full(shape):
   return pl.BlockSpec(shape, lambda *_: (0,) * len(shape))
 
 
+def _head_slice(shape, axis):
+  """The shape of one head's slice of a parameter: 1 on its heads `axis` (None: whole)."""
+  return tuple(1 if a == axis else n for a, n in enumerate(shape))
+
+
+def _leaf_spec(shape, axis, lead=0):
+  """A parameter's block: program (b, h, x)'s head slice on its heads `axis`, else the whole
+  array; `lead` leading axes of the output (the dq kernel's (b, x)) are squeezed in front."""
+  if axis is None and not lead:
+    return _full(shape)
+
+  def index(b, h, x):
+    return (b, x)[:lead] + tuple(h if a == axis else 0 for a in range(len(shape)))
+
+  return pl.BlockSpec((None,) * lead + _head_slice(shape, axis), index)
+
+
 def _in_specs(st: _Static, diff, nondiff) -> list:
   """One (b, h) row of every common input: whole sequences, sliced in the kernels."""
   qs, ks, v, leaves, sink = diff
@@ -298,7 +324,9 @@ def _in_specs(st: _Static, diff, nondiff) -> list:
   specs += [pl.BlockSpec((None, None, tp, e), lambda b, h, x: (b, h // per, 0, 0))]  # v
   specs += [row] * 3  # pos, seg, doc
   specs += [pl.BlockSpec((None,) + bmask.shape[1:], lambda b, h, x: (b, 0, 0))]
-  specs += [_full(x.shape) for x in leaves + consts]
+  specs += [_leaf_spec(x.shape, a) for x, a in zip(leaves, st.head_axes)]
+  specs += [_leaf_spec(x.shape, 0) for x in consts[: st.num_head_consts]]
+  specs += [_full(x.shape) for x in consts[st.num_head_consts :]]
   return specs + ([_full(sink.shape)] if st.has_sink else [])
 
 
@@ -353,6 +381,23 @@ def _forward(st: _Static, diff, nondiff):
   )
 
 
+def _dleaf_shape(grid, shape, axis):
+  """The dq kernel's gradient of one parameter, one block per program, summed outside over
+  the leading axes: (B, query blocks) + shape for a per-head parameter (program (b, h, i)
+  writes head h's slice), (B, H, query blocks) + shape for a whole one."""
+  b, h, nq = grid
+  lead = (b, nq) if axis is not None else (b, h, nq)
+  return jax.ShapeDtypeStruct(lead + shape, F32)
+
+
+def _dleaf_spec(shape, axis):
+  """Program (b, h, i)'s block of `_dleaf_shape`."""
+  if axis is not None:
+    return _leaf_spec(shape, axis, lead=2)
+  n = len(shape)
+  return pl.BlockSpec((None, None, None) + shape, lambda b, h, i: (b, h, i) + (0,) * n)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _flash(st: _Static, diff, nondiff):
   return _forward(st, diff, nondiff)[0]
@@ -384,15 +429,16 @@ def _flash_bwd(st, res, do_BxHxTxE):
     nondiff,
     extra,
     [pl.BlockSpec((None, st.block_q, None, e), lambda b, h, x: (b, x, h, 0))] * len(qs)
-    + [
-      pl.BlockSpec((None, None, None) + x.shape, lambda b, h, i, n=x.ndim: (b, h, i) + (0,) * n)
-      for x in leaves
-    ],
-    [token_major] * len(qs) + [jax.ShapeDtypeStruct((b, h, nq) + x.shape, F32) for x in leaves],
+    + [_dleaf_spec(x.shape, a) for x, a in zip(leaves, st.head_axes)],
+    [token_major] * len(qs)
+    + [_dleaf_shape((b, h, nq), x.shape, a) for x, a in zip(leaves, st.head_axes)],
   )
   dqs, dleaves = (
     list(dq_out[: len(qs)]),
-    [d.sum((0, 1, 2)).astype(x.dtype) for d, x in zip(dq_out[len(qs) :], leaves)],
+    [
+      d.sum(tuple(range(d.ndim - x.ndim))).astype(x.dtype)
+      for d, x in zip(dq_out[len(qs) :], leaves)
+    ],
   )
   dkv_out = _call(
     _dkv_kernel,
@@ -444,19 +490,51 @@ def block_mask(seg_BxT, doc_BxT, pattern, block_q: int, block_k: int) -> jax.Arr
   return jnp.moveaxis(jax.lax.map(row, jnp.arange(tp // block_q)), 0, 1).astype(jnp.int32)
 
 
+HEADS = "heads"  # the logical axis of a per-head parameter (lcx/sharding.py's rules)
+
+
+def _head_axes(state) -> tuple:
+  """Each parameter's "heads" axis, from its Variable's `logical_axes` metadata, or None. The
+  hook gets head h's slice alone, so it must build head h's bias from head h's entries only
+  (every registered scheme does: tests/kernels/test_flash.py holds each to the dense path)."""
+  variables = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+  axes = [tuple(v.get_metadata().get("logical_axes") or ()) for v in variables]
+  return tuple(a.index(HEADS) if HEADS in a else None for a in axes)
+
+
+def _head_constants(scheme) -> list:
+  """The scheme's declared per-head tuples (`Scheme.head_constants`) as float32 H arrays."""
+  return [jnp.asarray(getattr(scheme, n), F32) for n in getattr(scheme, "head_constants", ())]
+
+
 def _traced_bias(scheme, block_q: int, block_k: int):
   """(the scheme's bias hook on one 1 x block_q x block_k block as a jaxpr of (parameters...,
-  q positions, k positions), the constants it captured), or (None, []) without a bias. The
-  constants (ALiBi's slopes) become kernel inputs: a Pallas kernel may capture none."""
+  per-head constants..., q positions, k positions), the constants it captured), or (None, [])
+  without a bias.
+
+  Traced on one-head slices of each per-head parameter (`_head_axes`) and constant
+  (`_head_constants`, set on the rebuilt module in place of its tuple), so a hook whose
+  per-head inputs are all of these returns a one-head bias: a program evaluates only its own
+  head. Captured constants become kernel inputs: a Pallas kernel may capture none.
+  """
   graphdef, state = nnx.split(scheme)
   leaves, treedef = jax.tree.flatten(state)
+  leaves = [
+    x if a is None else jax.lax.slice_in_dim(x, 0, 1, axis=a)
+    for x, a in zip(leaves, _head_axes(state))
+  ]
+  names = getattr(scheme, "head_constants", ())
 
   def bias(*args):
     *params, q_pos_1xQ, k_pos_1xS = args
-    return nnx.merge(graphdef, jax.tree.unflatten(treedef, params)).bias(q_pos_1xQ, k_pos_1xS)
+    module = nnx.merge(graphdef, jax.tree.unflatten(treedef, params[: len(leaves)]))
+    for name, x_1 in zip(names, params[len(leaves) :]):
+      setattr(module, name, nnx.data(x_1))
+    return module.bias(q_pos_1xQ, k_pos_1xS)
 
   blocks = (jnp.zeros((1, block_q), F32), jnp.zeros((1, block_k), F32))
-  closed = jax.make_jaxpr(bias)(*leaves, *blocks)
+  head_consts = [x[:1] for x in _head_constants(scheme)]
+  closed = jax.make_jaxpr(bias)(*leaves, *head_consts, *blocks)
   if not closed.out_avals:
     return None, []
   return closed.jaxpr, list(closed.consts)
@@ -495,14 +573,18 @@ def flash_attention(
     return jnp.pad(x, [(0, tp - t) if a == axis else (0, 0) for a in range(x.ndim)], mode="edge")
 
   backend = jax.default_backend() if backend is None else backend
-  leaves = jax.tree.leaves(nnx.state(scheme))
+  state = nnx.state(scheme)
+  leaves, head_axes = jax.tree.leaves(state), _head_axes(state)
   bias, consts = _traced_bias(scheme, bq, bk)
+  head_consts = _head_constants(scheme) if bias is not None else []
   st = _Static(
     uses=tuple(br.use for br in branches),
     pattern=pattern,
     bias=bias,
     num_leaves=len(leaves),
-    num_consts=len(consts),
+    num_consts=len(head_consts) + len(consts),
+    num_head_consts=len(head_consts),
+    head_axes=head_axes,
     has_sink=sink_H is not None,
     per=h // g,
     block_q=bq,
@@ -526,6 +608,6 @@ def flash_attention(
     seg,
     doc,
     block_mask(seg, doc, pattern, bq, bk),
-    [jnp.asarray(c) for c in consts],
+    head_consts + [jnp.asarray(c) for c in consts],
   )
   return _flash(st, diff, nondiff)[:, :, :t]

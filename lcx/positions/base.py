@@ -104,6 +104,13 @@ class Scheme(nnx.Module):
   # every scheme's `bias` lowers for CUDA exactly when this is None.
   gpu_kernel_blocker: str | None = None
 
+  # Names of per-head Python tuples (H floats, ALiBi's slopes) that `bias` reads only as an
+  # array (`jnp.asarray`): the flash kernel hands each (batch, head) program its head's entry
+  # in their place, so it evaluates one head's bias, as it does with parameters that have a
+  # "heads" logical axis. Tuples, not state: `nnx.split(model, nnx.Param)`, checkpoints and
+  # parameter counts see none of them.
+  head_constants: tuple[str, ...] = ()
+
   # contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry):
   # float32 logits added before the softmax that depend on q and on the logits themselves, not
   # on positions (CoPE counts gates). A method in a subclass; None here, so the kernels do no

@@ -54,6 +54,7 @@ class ALiBi(Scheme):
   """bias = -m_h * (i - j): a fixed linear penalty on distance, one slope per head."""
 
   bias_of_distance = True
+  head_constants = ("slopes_H",)
 
   def __init__(self, *, dims, rngs):
     del rngs
@@ -347,6 +348,7 @@ class Sandwich(Scheme):
 
   bias_of_distance = True
   gpu_kernel_blocker = "its bias is a batched 3-D inner product (Triton lowers 2-D matmuls)"
+  head_constants = ("scales_H",)
 
   def __init__(self, *, dims, rngs, dim, base, compression):
     del rngs

@@ -92,6 +92,26 @@ def test_every_bias_scheme_in_the_kernel_equals_dense(name):
   _compare(name)
 
 
+@pytest.mark.parametrize(
+  "name, heads",
+  [("kerple_log", 1), ("kerple_power", 1), ("t5", 1), ("alibi", 1), ("sandwich", 1), ("fire", H)],
+)
+def test_a_program_evaluates_the_bias_of_its_own_head_only(name, heads):
+  """Parameters with a heads axis (KERPLE's r1, r2, T5's table) and declared per-head tuples
+  (ALiBi's slopes, Sandwich's scales) go into the traced hook as one head's slice, so each
+  (b, h, block) program's bias is 1 x Q x S, not H x Q x S (H times the work); parameters
+  without a heads axis (FIRE's MLP) keep all H heads, of which `_head_bias` takes the
+  program's."""
+  scheme = positions.build(positions.default_config(name), DIMS, rngs=nnx.Rngs(0))
+  jaxpr, _ = flash._traced_bias(scheme, BLOCK, 2 * BLOCK)
+  assert [v.aval.shape for v in jaxpr.outvars] == [(1, heads, BLOCK, 2 * BLOCK)]
+  params = jax.tree.leaves(nnx.state(scheme))
+  traced = [v.aval.size for v in jaxpr.invars[: len(params)]]
+  assert sum(traced) * (H if heads == 1 else 1) == sum(x.size for x in params)
+  head_consts = jaxpr.invars[len(params) : -2]
+  assert [v.aval.shape for v in head_consts] == [(1,)] * len(scheme.head_constants)
+
+
 def _small(cfg_fields):
   """Remap fields scaled to T = 21: windows of 5, groups of 2, a sink of 2, start 6."""
   sizes = {"window": 5, "group": 2, "sink": 2, "start": 6, "chunk_size": 6, "local_window": 2}
