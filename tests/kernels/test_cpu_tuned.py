@@ -79,12 +79,16 @@ def test_jvp_and_hessian_vector_products_go_through_the_whole_model(pos):
     return jnp.mean(jax.nn.log_softmax(nnx.merge(graphdef, p)(tokens, pos, seg))[..., 0])
 
   tangent = jax.tree.map(lambda x: jax.random.normal(jax.random.key(2), x.shape), params)
+
+  def jvp(f):  # jitted: eager, every op of the model and its transposes would compile alone
+    return jax.jit(lambda p, t: jax.jvp(f, (p,), (t,))[1])(params, tangent)
+
   with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
-    jax.jvp(loss, (params,), (tangent,))
-  grad = jax.grad(loss)(params)  # tuned backward passes (CPU default)
-  with cpu_tuned.plain():
-    _, directional = jax.jvp(loss, (params,), (tangent,))
-    _, hvp = jax.jvp(jax.grad(loss), (params,), (tangent,))  # forward over reverse
+    jvp(loss)
+  grad = jax.jit(jax.grad(loss))(params)  # tuned backward passes (CPU default)
+  with cpu_tuned.plain():  # read while tracing: the jitted functions trace inside it
+    directional = jvp(loss)
+    hvp = jvp(jax.grad(loss))  # forward over reverse
   want = sum(jnp.vdot(g, t) for g, t in zip(jax.tree.leaves(grad), jax.tree.leaves(tangent)))
   np.testing.assert_allclose(directional, want, rtol=1e-4)
   assert all(np.all(np.isfinite(h)) for h in jax.tree.leaves(hvp))
