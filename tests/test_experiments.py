@@ -220,3 +220,95 @@ def test_schemes_full_shards_fit_the_lent_window_as_the_readme_says():
     assert set(shard) == {f"{row}-s{seed}" for row in rows for seed in (0, 1, 2)}
     estimate = module.SETUP_S + len(rows) * (module.RUN_S + 2 * module.CACHED_RUN_S)
     assert estimate <= module.SHARD_LIMIT_S == 8 * 60
+
+
+def _run_config(run: sweep.Run):
+  """A run's config as lcx.main builds it before compiling: its config file's get_config with
+  the run's overrides, checked."""
+  from configs import extrapolation
+  from lcx import config as config_lib
+  from tests.helpers import set_fields
+
+  assert run.config.startswith("configs/extrapolation.py:")
+  config = extrapolation.get_config(run.config.partition(":")[2])
+  set_fields(config, run.overrides)
+  config_lib.check_fields(config)
+  return config
+
+
+def _differing(a, b) -> set[str]:
+  """The dotted fields whose values differ between two configs."""
+
+  def flat(d, prefix=""):
+    out = {}
+    for key, value in d.items():
+      if isinstance(value, dict):
+        out.update(flat(value, f"{prefix}{key}."))
+      else:
+        out[f"{prefix}{key}"] = value
+    return out
+
+  fa, fb = flat(a.to_dict()), flat(b.to_dict())
+  return {k for k in fa.keys() | fb.keys() if fa.get(k, "<unset>") != fb.get(k, "<unset>")}
+
+
+def _tokens(config) -> int:
+  return config.train.steps * config.data.batch_size * config.data.seq_len
+
+
+ROPE_CONTROLS = ("direct_finetuned", "ntk_finetuned", "continued", "long_trained")
+
+
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_rope_extension_controls_are_the_pi_fine_tune_but_one_thing(arg):
+  """Issue 27 item 5: each control differs from the row it controls in what it tests only, so a
+  change to one side (the fine-tune's steps, its warmup, the base run's length) fails here."""
+  runs = sweep.load(str(ROOT / "experiments" / "rope_extension") + (f":{arg}" if arg else "")).runs
+  configs = {name: _run_config(runs[name]) for name in ("rope", "linear_finetuned", *ROPE_CONTROLS)}
+  base, pi = configs["rope"], configs["linear_finetuned"]
+  L = base.data.seq_len
+  assert pi.data.seq_len == 4 * L and pi.model.position.scaling.rope_type == "linear"
+  scaling = {"model.position.scaling.rope_type", "model.position.scaling.factor"}
+  # Direct fine-tuning (PI Table 1) and NTK: PI's fine-tune with another rope_type.
+  assert _differing(configs["direct_finetuned"], pi) == scaling
+  assert configs["direct_finetuned"].model.position.scaling.rope_type == "default"
+  assert _differing(configs["ntk_finetuned"], pi) == {"model.position.scaling.rope_type"}
+  assert configs["ntk_finetuned"].model.position.scaling.rope_type == "ntk"
+  # Continued training: PI's fine-tune at L, unscaled, for as many tokens.
+  continued = configs["continued"]
+  assert continued.data.seq_len == L and _tokens(continued) == _tokens(pi)
+  assert _differing(continued, pi) == {"data.seq_len", "model.max_len", "train.steps"} | scaling
+  for name in ("direct_finetuned", "ntk_finetuned", "continued"):
+    assert runs[name].overrides["train.init_from"] == "{runs}/rope"
+    assert runs[name].needs == ("rope",) and runs[name].mode == "train_and_eval"
+  # The upper bound: the base run at 4 x L from scratch, on the base's tokens plus PI's.
+  long = configs["long_trained"]
+  assert not long.train.init_from and runs["long_trained"].needs == ()
+  assert long.data.seq_len == 4 * L and _tokens(long) == _tokens(base) + _tokens(pi)
+  assert _differing(long, base) == {"data.seq_len", "model.max_len", "train.steps"}
+  # Every control is scored like the fine-tunes: the same lengths, documents and protocols.
+  evaluation = {
+    k: v for k, v in runs["linear_finetuned"].overrides.items() if k.startswith("eval.")
+  }
+  for name in ROPE_CONTROLS:
+    assert {k: v for k, v in runs[name].overrides.items() if k.startswith("eval.")} == evaluation
+
+
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_alibi_table_training_length_sweep_keeps_the_tokens_and_the_lengths(arg):
+  """ALiBi Table 5: books-alibi-s0 trained at L/2 and 2L too, as many tokens per step and
+  steps, every row evaluated at the lengths books-alibi-s0 is (and L/2)."""
+  runs = sweep.load(str(ROOT / "experiments" / "alibi_table") + (f":{arg}" if arg else "")).runs
+  base = _run_config(runs["books-alibi-s0"])
+  L = base.data.seq_len
+  evaluated = {L * m for m in base.eval.multipliers}
+  lengths = set()
+  for n in (L // 2, 2 * L):
+    config = _run_config(runs[f"books-alibi-L{n}-s0"])
+    assert config.data.seq_len == n and config.train.steps == base.train.steps
+    assert _tokens(config) == _tokens(base)
+    changed = {"data.seq_len", "model.max_len", "data.batch_size", "eval.lengths"}
+    assert _differing(config, base) == changed
+    assert set(config.eval.lengths) == evaluated | {L // 2}
+    lengths.add(tuple(config.eval.lengths))
+  assert len(lengths) == 1

@@ -5,9 +5,12 @@ context before them grows (protocol last_k on long documents, seed 0 of every bo
 
 `./launch.sh sweep experiments/alibi_table` (CPU, 2 cores) or `experiments/alibi_table:full`
 (one GPU host: the default-size model at L=256, 4000 steps). Seeds 0-2 for the five schemes the
-claims are about (sinusoidal, rope, t5, alibi, nope); one seed for the rest.
+claims are about (sinusoidal, rope, t5, alibi, nope); one seed for the rest. Plus ALiBi's
+training-length sweep (its Table 5): ALiBi trained at L/2 and 2L as well, the same tokens per step
+and steps, all evaluated at the same lengths, L/2 to 32x L (issue 27 item 5).
 """
 
+from configs import extrapolation
 from lcx.sweep import Run
 
 # scheme label -> (config pos, overrides)
@@ -77,4 +80,28 @@ def get_runs(arg=""):
             mode="eval",
             on=name,
           )
+  runs.update(training_lengths(seq_len, steps, size))
   return runs
+
+
+def training_lengths(seq_len: int, steps: int, size: str) -> dict[str, Run]:
+  """ALiBi's Table 5 rows: books-alibi-s0 trained at L/2 and 2L too (books-alibi-L{n}-s0), with
+  rows x length per step and steps kept (the same tokens), each evaluated at L/2..32x L."""
+
+  def config(n: int) -> str:
+    return f"configs/extrapolation.py:pos=alibi,data=books,steps={steps},seq_len={n},size={size}"
+
+  rows = extrapolation.get_config(config(seq_len).partition(":")[2]).data.batch_size
+  lengths = tuple(seq_len * m // 2 for m in (1, 2, 4, 8, 16, 32, 64))
+  return {
+    f"books-alibi-L{n}-s0": Run(
+      config(n),
+      {
+        "seed": 0,
+        "data.batch_size": rows * seq_len // n,
+        "eval.variants": "none",
+        "eval.lengths": lengths,
+      },
+    )
+    for n in (seq_len // 2, 2 * seq_len)
+  }

@@ -1,11 +1,14 @@
 """PI / YaRN / LongRoPE analog: one RoPE checkpoint trained at L, evaluated at 1x-16x L with every
 training-free extension method (PI, NTK, dynamic NTK, YaRN, llama3, searched LongRoPE,
 Self-Extend, ReRoPE) on long documents, then fine-tuned briefly at 4x L (PI, YaRN, and
-LongRoPE with its searched factors).
+LongRoPE with its searched factors), beside the controls the papers ran (issue 27 item 5): the
+same fine-tune without scaling (PI Table 1's direct fine-tuning) and with NTK, continued training
+at L for the fine-tune's tokens, and a model trained at 4x L from scratch (the upper bound).
 
 `./launch.sh sweep experiments/rope_extension` (CPU) or `experiments/rope_extension:full`.
 Claims (positions.md): no scaling explodes past L; PI needs fine-tuning; NTK, dynamic and YaRN
-work without; YaRN is best after fine-tuning; searched LongRoPE beats PI and YaRN without.
+work without; YaRN is best after fine-tuning; searched LongRoPE beats PI and YaRN without; PI
+extends the window faster than direct fine-tuning.
 """
 
 from lcx.sweep import Run
@@ -17,7 +20,13 @@ def get_runs(arg=""):
   full = arg == "full"
   size, L, steps, ft_steps = ("default", 256, 4000, 400) if full else ("small", 64, 1200, 200)
   lengths = tuple(L * m for m in (1, 2, 4, 8, 16))
-  config = f"configs/extrapolation.py:pos=rope,data=books,steps={steps},seq_len={L},size={size}"
+
+  def config(steps: int, seq_len: int) -> str:
+    return (
+      f"configs/extrapolation.py:pos=rope,data=books,steps={steps},seq_len={seq_len},size={size}"
+    )
+
+  config_L = config(steps, L)
   # Passkey retrieval through generation at 2x, 4x and 8x L (its prompt needs 97 tokens > L).
   evaluation = {
     "eval.lengths": lengths,
@@ -40,7 +49,7 @@ def get_runs(arg=""):
     ]
   )
   runs = {
-    "rope": Run(config, {"eval.variants": "none", **evaluation}),
+    "rope": Run(config_L, {"eval.variants": "none", **evaluation}),
     "longrope_search": Run(
       "", {"eval.longrope.target_len": s * L}, needs=("rope",), mode="longrope", on="rope"
     ),
@@ -53,35 +62,47 @@ def get_runs(arg=""):
     ),
   }
   # A short fine-tune at s x L from the RoPE checkpoint, fresh optimizer (PI / YaRN recipe).
-  ft_config = (
-    f"configs/extrapolation.py:pos=rope,data=books,steps={ft_steps},seq_len={s * L},size={size}"
-  )
+  ft_config = config(ft_steps, s * L)
+  finetune = {"train.init_from": "{runs}/rope", "train.warmup_steps": 20}
   # YaRN's ramp reads the pre-training length L, not the fine-tune's window s x L.
   yarn_length = {"model.position.scaling.original_max_position_embeddings": L}
-  for rope_type, extra in (("linear", {}), ("yarn", yarn_length)):
-    runs[f"{rope_type}_finetuned"] = Run(
+  # direct: the same fine-tune without scaling (PI Table 1's control); ntk: NTK-aware scaling
+  # fine-tuned like PI and YaRN.
+  rope_type, factor = (
+    "model.position.scaling.rope_type",
+    {"model.position.scaling.factor": float(s)},
+  )
+  scalings = {
+    "linear": {rope_type: "linear", **factor},
+    "yarn": {rope_type: "yarn", **factor, **yarn_length},
+    "direct": {rope_type: "default"},
+    "ntk": {rope_type: "ntk", **factor},
+  }
+  for name, scaling in scalings.items():
+    runs[f"{name}_finetuned"] = Run(
       ft_config,
-      {
-        "train.init_from": "{runs}/rope",
-        "train.warmup_steps": 20,
-        "model.position.scaling.rope_type": rope_type,
-        "model.position.scaling.factor": float(s),
-        **extra,
-        "eval.variants": "none",
-        **evaluation,
-      },
+      {**finetune, **scaling, "eval.variants": "none", **evaluation},
       needs=("rope",),
     )
   # LongRoPE: fine-tuned with the factors its search found (train.scaling_file).
   runs["longrope_finetuned"] = Run(
     ft_config,
     {
-      "train.init_from": "{runs}/rope",
-      "train.warmup_steps": 20,
+      **finetune,
       "train.scaling_file": "{runs}/rope/longrope/factors.json",
       "eval.variants": "none",
       **evaluation,
     },
     needs=("rope", "longrope_search"),
+  )
+  # Continued training at L for the tokens a fine-tune gets (s x the steps at L, the same rows
+  # per step): "more training" without "longer training".
+  runs["continued"] = Run(
+    config(s * ft_steps, L), {**finetune, "eval.variants": "none", **evaluation}, needs=("rope",)
+  )
+  # The upper bound: trained at s x L from scratch on the base run's tokens plus a fine-tune's
+  # (steps / s + ft_steps steps of the same rows), the base's rotary base and warmup.
+  runs["long_trained"] = Run(
+    config(steps // s + ft_steps, s * L), {"eval.variants": "none", **evaluation}
   )
   return runs
