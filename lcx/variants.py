@@ -50,11 +50,12 @@ PATTERN = "model.attention.pattern"
 SECTIONS = defaults.SECTIONS
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+  """Nested dicts -> {"model.position.name": value}: dotted field names, as flags spell them."""
   out = {}
   for key, value in tree.items():
     if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
+      out.update(flatten(value, f"{prefix}{key}."))
     else:
       out[f"{prefix}{key}"] = value
   return out
@@ -73,9 +74,9 @@ def trained_difference(
   A field `trained` lacks (a run saved before lcx had it) counts as its default: a new field's
   default is the behaviour lcx had before it (model.nope_every=0, ...).
   """
-  given = _flatten(json.loads(json.dumps(config, default=list)))
-  saved = _flatten(json.loads(json.dumps(trained, default=list)))
-  default = _flatten(json.loads(json.dumps(defaults.get_config().to_dict(), default=list)))
+  given = flatten(json.loads(json.dumps(config, default=list)))
+  saved = flatten(json.loads(json.dumps(trained, default=list)))
+  default = flatten(json.loads(json.dumps(defaults.get_config().to_dict(), default=list)))
   first = "model.position.name"  # a scheme switch explains every other difference
   for field in sorted(set(given) | set(saved), key=lambda f: (f != first, f)):
     value = saved[field] if field in saved else default.get(field)

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from lcx import report, sweep
+from lcx import report, sweep, variants
 from tests.helpers import ROOT
 from tests.report.results import lengths_result, with_documents
 
@@ -238,17 +238,7 @@ def _run_config(run: sweep.Run):
 
 def _differing(a, b) -> set[str]:
   """The dotted fields whose values differ between two configs."""
-
-  def flat(d, prefix=""):
-    out = {}
-    for key, value in d.items():
-      if isinstance(value, dict):
-        out.update(flat(value, f"{prefix}{key}."))
-      else:
-        out[f"{prefix}{key}"] = value
-    return out
-
-  fa, fb = flat(a.to_dict()), flat(b.to_dict())
+  fa, fb = variants.flatten(a.to_dict()), variants.flatten(b.to_dict())
   return {k for k in fa.keys() | fb.keys() if fa.get(k, "<unset>") != fb.get(k, "<unset>")}
 
 

@@ -117,11 +117,16 @@ def _config(scheme, size, batch, seq_len, impl):
   return config
 
 
+def _middle(times: list[float]) -> float:
+  """The upper median: a measured time, not an average of two."""
+  return sorted(times)[len(times) // 2]
+
+
 def _train(point) -> dict:
   config = _config(point["scheme"], point["size"], point["batch"], point["seq_len"], point["impl"])
   program = lcx_program(config)
   times = [timed(program.step) for _ in range(point["steps"])]
-  step_s = sorted(times)[len(times) // 2]
+  step_s = _middle(times)
   tokens = point["batch"] * point["seq_len"]
   return {
     "compile_s": program.compile_s,
@@ -213,7 +218,7 @@ def _schemes(point) -> dict:
   rounds = interleaved(programs, point["rounds"], point["steps"])
   tokens = point["batch"] * point["seq_len"]
   for scheme, program in programs.items():
-    step_s = sorted(rounds[scheme])[len(rounds[scheme]) // 2]
+    step_s = _middle(rounds[scheme])
     rows[scheme].update(step_s=step_s, tokens_per_s=tokens / step_s, compile_s=program.compile_s)
     if "nope" in programs:
       low, high, _ = ratio_ci(rounds[scheme], rounds["nope"])
@@ -236,7 +241,7 @@ def _peer(point) -> dict:
     programs = {"lcx": lcx_program(config), "x_transformers": other}
     rounds = interleaved(programs, point["rounds"], point["steps"])
     for name in programs:
-      step_s = sorted(rounds[name])[len(rounds[name]) // 2]
+      step_s = _middle(rounds[name])
       row[f"{name}_tokens_per_s"] = tokens / step_s
     row["lcx_speedup"] = ratio(rounds["x_transformers"], rounds["lcx"])
     row["impl_resolved"] = kernels.resolve_impl(config.model)
@@ -253,7 +258,7 @@ def _eval(point) -> dict:
   rows = (batch["inputs"], batch["targets"], batch["positions"], batch["segment_ids"])
   first_s = timed(lambda: runner.nll(*rows))
   times = [timed(lambda: runner.nll(*rows)) for _ in range(point["repeats"])]
-  return {"first_call_s": first_s, "forward_s": sorted(times)[len(times) // 2]}
+  return {"first_call_s": first_s, "forward_s": _middle(times)}
 
 
 def _peak(point) -> dict:

@@ -24,7 +24,8 @@ from lcx.kernels import flash
 from lcx.positions import base as positions_base
 
 FIELD = "model.attention.impl"
-ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")  # jax.default_backend() names
+GPUS = flash.GPUS  # backends where the kernel lowers through Triton
+ACCELERATORS = GPUS + ("tpu",)  # jax.default_backend() names where auto picks the kernel
 
 
 class Attends(NamedTuple):
@@ -59,9 +60,6 @@ def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.K
 
 # model.attention.impl's values and block_size's test (lcx/options.py, checked before jax).
 IMPLS, is_block_size = options.IMPLS, options.is_block_size
-
-
-GPUS = flash.GPUS  # backends where the kernel lowers through Triton
 
 
 def unsupported(model_cfg, backend: str | None = None) -> str | None:
