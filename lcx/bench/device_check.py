@@ -429,9 +429,9 @@ def _cells(row: dict) -> tuple[str, str]:
       f"bf16 {row['bfloat16_flops'] / 1e9:.0f} GFLOP/s, f32 {row['float32_flops'] / 1e9:.0f}"
     )
   if w == "correct":
+    seconds = f", {row['case_s']:.0f} s" if "case_s" in row else ""  # recorded since b40769c
     return label, (
-      f"output {row['out_rel_err']:.1e}, gradients {row['grad_rel_err']:.1e} (rel.), "
-      f"{row['case_s']:.0f} s"
+      f"output {row['out_rel_err']:.1e}, gradients {row['grad_rel_err']:.1e} (rel.){seconds}"
     )
   if w == "train":
     mfu = f", MFU {100 * row['mfu_bf16']:.1f}%" if "mfu_bf16" in row else ""

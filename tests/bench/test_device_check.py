@@ -3,6 +3,7 @@ row stays a row, the deadline stops starting points, and the tiny plan runs end 
 (slow)."""
 
 import json
+import pathlib
 
 import pytest
 
@@ -97,3 +98,17 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
   assert [r["impl"] for r in evals] == ["pallas", "xla"] and evals[0]["forward_s"] > 0
   table = out.with_suffix(".md").read_text().strip().splitlines()
   assert len(table) == 2 + len(rows) and all("cpu" in line for line in table[2:])
+
+
+COMMITTED = sorted(
+  (pathlib.Path(__file__).resolve().parents[2] / "experiments" / "bench").glob(
+    "*/device_check*.json"
+  )
+)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_device_check_tables_regenerate_from_their_json(path):
+  """Each committed table is `table` over its committed JSON, byte for byte."""
+  results = json.loads(path.read_text())
+  assert device_check.table(results) + "\n" == path.with_suffix(".md").read_text()
