@@ -7,7 +7,8 @@ order run (most wanted first: a lent machine's minutes are few, and `deadline_s`
 starting points, each then a row saying so):
   peak     bf16 and f32 square matmul FLOP/s (the MFU denominator: bf16)
   train    lcx's train step (large and default model, bf16), impl=pallas and impl=xla:
-           tokens/s, MFU, peak memory
+           tokens/s, MFU, peak memory; then the large pallas step with lcx's CPU-tuned
+           backward passes (lcx/cpu_tuned.py), which off CPU are not the default
   eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k and 256k (1M and the
            XLA chunked kernel at 64k and 256k come last)
   schemes  every registered scheme's train step / NoPE's, impl=auto (the Pallas kernel where
@@ -25,6 +26,7 @@ row. On CPU (or with --quick) the plan is tiny, so the whole path runs end to en
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -34,7 +36,7 @@ import time
 
 import jax
 
-from lcx import kernels, positions
+from lcx import cpu_tuned, kernels, positions
 from lcx.bench import long_eval, peak, peers, throughput
 from lcx.bench.timing import interleaved, ratio, ratio_ci, timed
 from lcx.bench.workload import bench_config, lcx_program, synthetic_batch
@@ -46,6 +48,9 @@ PLANS = {
     "peak_n": 8192,
     "correct": {"batch": 1, "seq_len": 1024, "heads": 8, "kv_heads": 4, "head_dim": 64},
     "train": [("large", 64, 1024), ("default", 64, 1024)],
+    # the large pallas step again with lcx's CPU-tuned backward passes (lcx/cpu_tuned.py): does
+    # what saves time and memory on XLA:CPU pay on this device too?
+    "train_tuned": [("large", 64, 1024)],
     "eval_model": ("default", 1024),
     "eval": [("pallas", 65536), ("pallas", 262144)],
     "schemes_model": ("default", 64, 1024),
@@ -69,6 +74,7 @@ PLANS = {
       "cases": [("rope", "self_extend", "dense"), ("alibi", "none", "sliding_window")],
     },
     "train": [("tiny", 2, 32)],
+    "train_tuned": [],  # on CPU the tuned passes are the default: the train row has them
     "eval_model": ("tiny", 32),
     "eval": [("pallas", 64)],
     "schemes_model": ("tiny", 2, 32),
@@ -124,7 +130,8 @@ def _middle(times: list[float]) -> float:
 
 def _train(point) -> dict:
   config = _config(point["scheme"], point["size"], point["batch"], point["seq_len"], point["impl"])
-  program = lcx_program(config)
+  with cpu_tuned.plain(False) if point.get("tuned") else contextlib.nullcontext():
+    program = lcx_program(config)
   times = [timed(program.step) for _ in range(point["steps"])]
   step_s = _middle(times)
   tokens = point["batch"] * point["seq_len"]
@@ -326,6 +333,19 @@ def plan_points(plan: dict) -> list[dict]:
           "steps": plan["steps"],
         }
       )
+  for size, batch, seq_len in plan["train_tuned"]:
+    points.append(
+      {
+        "what": "train",
+        "scheme": "rope",
+        "size": size,
+        "batch": batch,
+        "seq_len": seq_len,
+        "impl": "pallas",
+        "steps": plan["steps"],
+        "tuned": True,
+      }
+    )
   eval_size, train_len = plan["eval_model"]
 
   def evals(pairs):
@@ -416,6 +436,7 @@ def _cells(row: dict) -> tuple[str, str]:
     "correct": lambda: f"pallas vs dense, f32, {row.get('case', 'every case')}",
     "train": lambda: (
       f"train {row['size']} {row['batch']}x{row['seq_len']} {row['scheme']} impl={row['impl']}"
+      + (", CPU-tuned backward passes" if row.get("tuned") else "")
     ),
     "scheme": lambda: f"step {row['scheme']}, impl=auto",
     "schemes": lambda: "every scheme's step, impl=auto",

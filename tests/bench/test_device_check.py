@@ -18,8 +18,15 @@ def test_device_check_full_plan_has_every_row_of_issue_26():
   assert whats[0] == "peak" and whats.count("correct") == 1
   (correct,) = [p for p in points if p["what"] == "correct"]
   assert correct["cases"] == device_check.CORRECT_CASES  # every case on the device
-  train = [(p["size"], p["batch"], p["seq_len"], p["impl"]) for p in points if p["what"] == "train"]
-  assert train == [(s, 64, 1024, i) for s in ("large", "default") for i in ("pallas", "xla")]
+  train = [
+    (p["size"], p["batch"], p["seq_len"], p["impl"], p.get("tuned", False))
+    for p in points
+    if p["what"] == "train"
+  ]
+  assert train == [
+    *[(s, 64, 1024, i, False) for s in ("large", "default") for i in ("pallas", "xla")],
+    ("large", 64, 1024, "pallas", True),  # the CPU-tuned backward passes, A/B on the device
+  ]
   evals = [(p["length"], p["impl"]) for p in points if p["what"] == "eval"]
   assert evals == [
     (65536, "pallas"),

@@ -1,0 +1,57 @@
+"""experiments/gpu_list.py and gpu_runs.sh: an experiment's runs on a lent accelerator, several
+at a time, a deadline, and every finished run's eval JSONs brought back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "experiments"))
+import gpu_list  # noqa: E402
+
+
+def test_the_list_has_every_run_not_done_with_a_rows_seeds_together():
+  lines = gpu_list.lines("scale_invariant:full", "/tmp/r", skip={"nope-s1"})
+  names = [line.split()[1] for line in lines]
+  assert len(names) == 24 - 1 and "nope-s1" not in names  # :full has 8 rows x 3 seeds
+  assert names[:3] == ["alibi-s0", "alibi-s1", "alibi-s2"]
+  exp, run, *cmd = lines[0].split()
+  assert (exp, run) == ("scale_invariant/full", "alibi-s0")
+  assert cmd[:3] == ["python3", "-m", "lcx.main"]
+  assert "--workdir=/tmp/r/scale_invariant_full/alibi-s0" in cmd and "steps=600" in lines[0]
+  done = set((ROOT / "experiments" / "schemes" / "results").iterdir())
+  assert done and not {p.name for p in done} & {
+    line.split()[1] for line in gpu_list.lines("schemes", "/tmp/r", set())
+  }  # runs with committed results are not listed
+
+
+def test_runs_go_jobs_at_a_time_and_only_finished_ones_come_back(tmp_path):
+  def fake(run, seconds, code=0):  # writes its eval JSON, then sleeps, then exits with `code`
+    work = tmp_path / "runs" / run
+    script = (
+      f"import os, time; os.makedirs('{work}/eval'); open('{work}/eval/none.json', 'w')"
+      f".write('{{}}'); time.sleep({seconds}); raise SystemExit({code})"
+    )
+    return f'exp {run} python3 -c "{script}" --workdir={work}'
+
+  listing = tmp_path / "list.txt"
+  listing.write_text(
+    "\n".join([fake("a", 0), fake("b", 0, code=3), fake("c", 30), fake("d", 0)]) + "\n"
+  )
+  out = tmp_path / "out"
+  done = subprocess.run(
+    ["bash", str(ROOT / "experiments" / "gpu_runs.sh"), str(listing), "2", "4", str(out)],
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert done.returncode == 0, done.stderr
+  status = {line.split("\t")[1]: line.split("\t")[2] for line in (out / "status.tsv").open()}
+  # job 0 runs a then c (stopped at the deadline: 124); job 1 runs b (fails) then d
+  assert status == {"a": "0", "b": "3", "c": "124", "d": "0"}
+  assert sorted(p.parent.name for p in (out / "results" / "exp").glob("*/none.json")) == ["a", "d"]
+  assert json.loads((out / "results" / "exp" / "a" / "none.json").read_text()) == {}
+  assert (out / "logs" / "exp" / "c.log").exists() and "2 of 4 runs finished" in done.stdout
