@@ -48,16 +48,21 @@ PLANS = {
     "peak_n": 8192,
     "correct": {"batch": 1, "seq_len": 1024, "heads": 8, "kv_heads": 4, "head_dim": 64},
     "train": [("large", 64, 1024), ("default", 64, 1024)],
+    "train_impls": ("pallas",),  # impl=xla at b40769c on an H200: 804k tokens/s, 33.75 GB
     # the large pallas step again with lcx's CPU-tuned backward passes (lcx/cpu_tuned.py): does
     # what saves time and memory on XLA:CPU pay on this device too?
     "train_tuned": [("large", 64, 1024)],
     "eval_model": ("default", 1024),
-    "eval": [("pallas", 65536), ("pallas", 262144)],
+    "eval": [("pallas", 65536), ("pallas", 262144), ("pallas", 1048576)],
+    # the 256k forward again with other blocks and Triton settings (the kernel's default: 128,
+    # 4 warps, 2 stages): (block_size, num_warps, num_stages)
+    "tune": [(128, 8, 2), (128, 4, 3), (64, 4, 2)],
+    "tune_length": 262144,
     "schemes_model": ("default", 64, 1024),
     "schemes": None,  # every registered scheme
     "peer_model": ("large", 64, 1024),
     "peer_schemes": ["nope", "rope", "alibi", "t5"],
-    "eval_last": [("pallas", 1048576), ("xla", 65536), ("xla", 262144)],
+    "eval_last": [("xla", 65536), ("xla", 262144)],
     "steps": 10,
     "rounds": 3,
     "repeats": 1,
@@ -74,9 +79,12 @@ PLANS = {
       "cases": [("rope", "self_extend", "dense"), ("alibi", "none", "sliding_window")],
     },
     "train": [("tiny", 2, 32)],
+    "train_impls": ("pallas", "xla"),
     "train_tuned": [],  # on CPU the tuned passes are the default: the train row has them
     "eval_model": ("tiny", 32),
     "eval": [("pallas", 64)],
+    "tune": [(16, 8, 2)],
+    "tune_length": 64,
     "schemes_model": ("tiny", 2, 32),
     "schemes": ["nope", "alibi"],
     "peer_model": ("tiny", 2, 32),
@@ -97,7 +105,6 @@ CORRECT_CASES = [
   ("rope", "self_extend", "dense"),
   ("alibi", "none", "sliding_window"),
 ]
-IMPLS = ("xla", "pallas")
 DTYPE = "bfloat16"
 
 
@@ -258,8 +265,17 @@ def _peer(point) -> dict:
 
 
 def _eval(point) -> dict:
+  if "triton" in point:  # a tune point: this process's kernels with these Triton settings
+    kernels.flash.TRITON = dict(zip(("num_warps", "num_stages"), point["triton"]))
   runner = long_eval.eval_runner(
-    "rope", point["size"], point["train_len"], "chunked", point["length"], point["impl"], DTYPE
+    "rope",
+    point["size"],
+    point["train_len"],
+    "chunked",
+    point["length"],
+    point["impl"],
+    DTYPE,
+    block_size=point.get("block_size"),
   )
   batch = synthetic_batch(1, point["length"], runner.config.model.vocab_size)
   rows = (batch["inputs"], batch["targets"], batch["positions"], batch["segment_ids"])
@@ -321,7 +337,7 @@ def plan_points(plan: dict) -> list[dict]:
   """The plan's points in the order run: the most wanted numbers first."""
   points = [{"what": "peak", "n": plan["peak_n"]}]
   for size, batch, seq_len in plan["train"]:
-    for impl in reversed(IMPLS):  # pallas first
+    for impl in plan["train_impls"]:
       points.append(
         {
           "what": "train",
@@ -362,6 +378,9 @@ def plan_points(plan: dict) -> list[dict]:
     ]
 
   points += evals(plan["eval"])
+  for block, warps, stages in plan["tune"]:
+    (point,) = evals([("pallas", plan["tune_length"])])
+    points.append(point | {"block_size": block, "triton": [warps, stages]})
   size, batch, seq_len = plan["schemes_model"]
   schemes = ["nope"] + [s for s in plan["schemes"] or positions.SCHEMES if s != "nope"]
   timing = {"steps": plan["steps"], "rounds": plan["rounds"]}
@@ -441,7 +460,14 @@ def _cells(row: dict) -> tuple[str, str]:
     "scheme": lambda: f"step {row['scheme']}, impl=auto",
     "schemes": lambda: "every scheme's step, impl=auto",
     "peer": lambda: f"lcx vs x-transformers, {row.get('scheme', 'every scheme')}",
-    "eval": lambda: f"eval {row['length']} tokens {row['size']} impl={row['impl']}",
+    "eval": lambda: (
+      f"eval {row['length']} tokens {row['size']} impl={row['impl']}"
+      + (
+        f", block {row['block_size']}, {row['triton'][0]} warps, {row['triton'][1]} stages"
+        if "triton" in row
+        else ""
+      )
+    ),
   }[w]()
   if "error" in row:
     return label, "error: " + row["error"][:160]

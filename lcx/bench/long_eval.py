@@ -102,12 +102,16 @@ def eval_runner(
   length: int,
   impl: str = "auto",
   dtype: str = "float32",
+  block_size: int | None = None,
 ) -> Runner:
   """The evaluator's Runner on a freshly initialized model, one row of `length` per forward
-  with `kernel` (eval.chunked_from and eval.batch_tokens set for that); `impl` and `dtype`:
-  model.attention.impl (whose pallas runs both kernel names) and model.dtype."""
+  with `kernel` (eval.chunked_from and eval.batch_tokens set for that); `impl`, `dtype` and
+  `block_size`: model.attention.impl (whose pallas runs both kernel names), model.dtype and
+  the Pallas kernel's block (None: the default)."""
   config = bench_config(scheme, size, 1, train_len)
   config.model.attention.impl, config.model.dtype = impl, dtype
+  if block_size is not None:
+    config.model.attention.block_size = block_size
   config.eval.batch_tokens = length
   config.eval.chunked_from = length if kernel == "chunked" else length + 1
   prepared = prepare.prepare(config)

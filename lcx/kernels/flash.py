@@ -44,6 +44,7 @@ F32 = jnp.float32
 NEG_INF = attention.NEG_INF
 BLOCK = 128  # default query and key block
 GPUS = ("gpu", "cuda", "rocm")  # backends it lowers for through Triton
+TRITON = {"num_warps": 4, "num_stages": 2}  # its Triton settings (the device check tunes them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +347,7 @@ def _compiler_params(st: _Static):
     return None
   from jax.experimental.pallas import triton as pl_triton
 
-  return pl_triton.CompilerParams(num_warps=4, num_stages=2)
+  return pl_triton.CompilerParams(**TRITON)
 
 
 def _call(kernel, st, grid, diff, nondiff, extra, out_specs, out_shape):

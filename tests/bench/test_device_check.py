@@ -24,16 +24,17 @@ def test_device_check_full_plan_has_every_row_of_issue_26():
     if p["what"] == "train"
   ]
   assert train == [
-    *[(s, 64, 1024, i, False) for s in ("large", "default") for i in ("pallas", "xla")],
+    *[(s, 64, 1024, "pallas", False) for s in ("large", "default")],
     ("large", 64, 1024, "pallas", True),  # the CPU-tuned backward passes, A/B on the device
   ]
-  evals = [(p["length"], p["impl"]) for p in points if p["what"] == "eval"]
+  evals = [(p["length"], p["impl"], p.get("block_size")) for p in points if p["what"] == "eval"]
   assert evals == [
-    (65536, "pallas"),
-    (262144, "pallas"),
-    (1048576, "pallas"),
-    (65536, "xla"),
-    (262144, "xla"),
+    (65536, "pallas", None),
+    (262144, "pallas", None),
+    (1048576, "pallas", None),
+    *[(262144, "pallas", block) for block in (128, 128, 64)],  # the tune points
+    (65536, "xla", None),
+    (262144, "xla", None),
   ]
   assert {p["size"] for p in points if p["what"] == "eval"} == {"default"}  # all one model
   (schemes,) = [p for p in points if p["what"] == "schemes"]
@@ -78,7 +79,8 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
   run_lcx(["--device_check", f"--out={out}"], module="lcx.bench", timeout=900)
   rows = json.loads(out.read_text())["rows"]
   assert [r["what"] for r in rows] == (
-    ["peak", "train", "train", "eval", "scheme", "scheme", "peer", "correct", "correct", "eval"]
+    ["peak", "train", "train", "eval", "eval", "scheme", "scheme", "peer", "correct", "correct"]
+    + ["eval"]
   )
   peers = [r for r in rows if r["what"] == "peer"]
   for row in rows:
@@ -102,7 +104,11 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
   for row in peers:
     assert "error" in row or row["lcx_speedup"] > 0
   evals = [r for r in rows if r["what"] == "eval"]
-  assert [r["impl"] for r in evals] == ["pallas", "xla"] and evals[0]["forward_s"] > 0
+  assert [r["impl"] for r in evals] == ["pallas", "pallas", "xla"] and evals[0]["forward_s"] > 0
+  assert (
+    evals[1]["block_size"] == 16
+    and "block 16, 8 warps, 2 stages" in out.with_suffix(".md").read_text()
+  )  # the tune point: the kernel at another block and Triton settings
   table = out.with_suffix(".md").read_text().strip().splitlines()
   assert len(table) == 2 + len(rows) and all("cpu" in line for line in table[2:])
 
