@@ -5,7 +5,9 @@ A scheme touches the model in at most six places, each the identity unless it ov
   rotate(q_BxLxHxE, k_BxLxGxE, q_pos, k_pos, q_len_BxL=, k_len_BxL=)
                                               the rotary family (RoPE, p-RoPE, xPos, + scaling);
                                               *_len: each token's sequence length (None: L)
-  bias(q_pos_BxQ, k_pos_BxS) -> BxHxQxS       attention-logit biases (ALiBi, T5, FIRE)
+  bias(q_pos_BxQ, k_pos_BxS) -> BxHxQxS       attention-logit biases (ALiBi, T5, FIRE);
+                                              `kernel_bias` restates it for the GPU flash
+                                              kernel where needed (no gather: T5)
   contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry)
                                               logits from q and the logits themselves (CoPE);
                                               None (the default) when the scheme has none
@@ -94,12 +96,19 @@ class Scheme(nnx.Module):
     del q_pos_BxQ, k_pos_BxS
     return None
 
+  def kernel_bias(self, q_pos_1xQ: jax.Array, k_pos_1xS: jax.Array) -> jax.Array | None:
+    """`bias` on one block of one batch row, as the flash kernel evaluates it (a GPU kernel
+    lowers through Triton: elementwise ops, reductions, loops and 2-D dots, no gather, no
+    batched matmul). The same values as `bias`, which stays the dense path's reference; a
+    scheme overrides this only to compute them in that form (T5, Sandwich)."""
+    return self.bias(q_pos_1xQ, k_pos_1xS)
+
   # True where `bias` is a function of the distance i - j alone (ALiBi, T5, KERPLE, Sandwich):
   # randomized training then samples distances, as Ruoss et al. (lcx/positions/randomized.py).
   bias_of_distance = False
 
-  # Why the GPU (Triton) flash kernel cannot evaluate this scheme's `bias` on a block, or None
-  # when it can. Triton lowers no gather and only 2-D matmuls; interpret mode (CPU) runs any
+  # Why the GPU (Triton) flash kernel cannot evaluate this scheme's `kernel_bias` on a block, or
+  # None when it can. Triton lowers no gather and only 2-D matmuls; interpret mode (CPU) runs any
   # hook. `model.attention.impl=auto` then keeps the XLA path on a GPU; tests/kernels checks
   # every scheme's `bias` lowers for CUDA exactly when this is None.
   gpu_kernel_blocker: str | None = None
@@ -224,3 +233,7 @@ class BiasWrapper:
 
   def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
     return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)
+
+  def kernel_bias(self, q_pos_1xQ, k_pos_1xS):
+    """The wrapper's own `bias`: what it changes holds in the flash kernel too."""
+    return self.bias(q_pos_1xQ, k_pos_1xS)
