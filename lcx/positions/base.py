@@ -113,6 +113,13 @@ class Scheme(nnx.Module):
   # every scheme's `bias` lowers for CUDA exactly when this is None.
   gpu_kernel_blocker: str | None = None
 
+  @classmethod
+  def gpu_kernel_blocker_of(cls, cfg) -> str | None:
+    """`gpu_kernel_blocker`, or why these field values (`model.position.*`) keep the kernel off
+    a GPU: Triton's arrays have power-of-two sizes (T5's table rows, Sandwich's frequencies)."""
+    del cfg
+    return cls.gpu_kernel_blocker
+
   # Names of per-head Python tuples (H floats, ALiBi's slopes) that `bias` reads only as an
   # array (`jnp.asarray`): the flash kernel hands each (batch, head) program its head's entry
   # in their place, so it evaluates one head's bias, as it does with parameters that have a
@@ -190,9 +197,20 @@ def reads_input(name: str) -> bool:
   return spec(name).cls.from_input is not None
 
 
-def gpu_kernel_blocker(name: str) -> str | None:
-  """Why the GPU flash kernel cannot run the scheme's `bias` (`Scheme.gpu_kernel_blocker`)."""
-  return spec(name).cls.gpu_kernel_blocker
+def gpu_kernel_blocker(name: str, cfg=None) -> str | None:
+  """Why the GPU flash kernel cannot run the scheme's `kernel_bias`: its class's
+  `gpu_kernel_blocker`, or with `cfg` (a `model.position` section) its field values'
+  (`Scheme.gpu_kernel_blocker_of`)."""
+  cls = spec(name).cls
+  return cls.gpu_kernel_blocker if cfg is None else cls.gpu_kernel_blocker_of(cfg)
+
+
+def power_of_two_blocker(cfg, field: str, size: int, what: str) -> str | None:
+  """Why `cfg[field]` keeps the kernel off a GPU: it makes `what` `size` long, not a power of
+  two as Triton's arrays are; or None."""
+  if size >= 1 and size & (size - 1) == 0:
+    return None
+  return f"{PREFIX}.{field}={cfg[field]!r} makes {what} {size} long, not a power of two (Triton)"
 
 
 def has_householder(name: str) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 
 from lcx import errors
-from lcx.positions import fields
+from lcx.positions import base, fields
 from lcx.positions.base import PREFIX, Scheme, register
 
 
@@ -162,6 +162,10 @@ class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
   bias_of_distance = True
+
+  @classmethod
+  def gpu_kernel_blocker_of(cls, cfg):
+    return base.power_of_two_blocker(cfg, "num_buckets", cfg.num_buckets, "the bucket table")
 
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
@@ -412,6 +416,10 @@ class Sandwich(Scheme):
 
   bias_of_distance = True
   head_constants = ("scales_H",)
+
+  @classmethod
+  def gpu_kernel_blocker_of(cls, cfg):
+    return base.power_of_two_blocker(cfg, "dim", cfg.dim // 2, "its frequencies")
 
   def __init__(self, *, dims, rngs, dim, base, compression):
     del rngs
