@@ -5,14 +5,16 @@ The score of a (query block, key block) pair is built inside the kernel from the
 positions, with the same ingredients as lcx.attention's kernels:
   - one (q, k) pair per remap branch (rotated outside: rotation is O(T)), merged by each
     branch's `use` mask on the true positions (Self-Extend, ReRoPE),
-  - the scheme's own `bias` hook called on the block's positions: the scheme's parameters go
-    in as kernel inputs and the module is rebuilt inside (`nnx.merge`), so a new bias scheme
-    gets the fused kernel with no kernel code, and its parameters' gradient is the hook's vjp
-    on each block, summed over blocks. A parameter with a "heads" logical axis (KERPLE's r1,
-    r2; T5's table) and a scheme's declared per-head tuples (`Scheme.head_constants`: ALiBi's
-    slopes) go in as the program's head slice and the hook is traced on slices, so it returns
-    one head's bias (Q x S per block, not H x Q x S); other parameters (FIRE's) and captured
-    constants go in whole and the hook's H heads are cut to the program's,
+  - the scheme's own `kernel_bias` hook (`bias`, unless the scheme restates it without a
+    gather or a batched matmul: T5, Sandwich) called on the block's positions: the scheme's
+    parameters go in as kernel inputs and the module is rebuilt inside (`nnx.merge`), so a new
+    bias scheme gets the fused kernel with no kernel code, and its parameters' gradient is the
+    hook's vjp on each block, summed over blocks. A parameter with a "heads" logical axis
+    (KERPLE's r1, r2; T5's table) and a scheme's declared per-head tuples
+    (`Scheme.head_constants`: ALiBi's slopes) go in as the program's head slice and the hook is
+    traced on slices, so it returns one head's bias (Q x S per block, not H x Q x S); other
+    parameters (FIRE's) and captured constants go in whole and the hook's H heads are cut to
+    the program's,
   - causality, packed documents (segment ids) and the sparse pattern (on in-document indices),
     plus a block mask (`block_mask`) that skips every key block no query of the block sees,
   - the learned sink (running max = sink, sum = 1 at the start, as attend_chunked).
@@ -34,6 +36,7 @@ import functools
 from typing import Any
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 from flax import nnx
 from jax.experimental import pallas as pl
@@ -120,13 +123,33 @@ def _of_head(x_H, h):
   return jnp.sum(x_H.astype(F32) * onehot_H.reshape(onehot_H.shape + (1,) * (x_H.ndim - 1)), 0)
 
 
-def _head_bias(st, r: _Refs, leaves, q_pos_Q, k_pos_S, h):
-  """Head h's bias on one block: the scheme's `bias` hook on the block's positions, QxS f32."""
+def _eval_primal(jaxpr, consts, *args):
+  """`jax.core.eval_jaxpr` with each custom_vjp call replaced by its primal function: Triton
+  lowers no custom_vjp_call (T5's gather-free lookup has one), and a kernel that does not
+  differentiate the hook needs only the primal."""
+  env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+
+  def read(v):
+    return v.val if isinstance(v, jax.extend.core.Literal) else env[v]
+
+  for eqn in jaxpr.eqns:
+    ins = [read(v) for v in eqn.invars]
+    if eqn.primitive.name == "custom_vjp_call":
+      call = eqn.params["call_jaxpr"]
+      outs = _eval_primal(call.jaxpr, call.consts, *ins)
+    else:
+      outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
+      outs = outs if eqn.primitive.multiple_results else [outs]
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def _head_bias(st, r: _Refs, leaves, q_pos_Q, k_pos_S, h, *, evaluate=_eval_primal):
+  """Head h's bias on one block: the scheme's `kernel_bias` hook on the block's positions, QxS
+  f32. `evaluate`: `jax.core.eval_jaxpr` where the hook is differentiated (its custom rules)."""
   consts = [c[...] for c in r.consts]
   head_consts, consts = consts[: st.num_head_consts], consts[st.num_head_consts :]
-  (bias,) = jax.core.eval_jaxpr(
-    st.bias, consts, *leaves, *head_consts, q_pos_Q[None], k_pos_S[None]
-  )
+  (bias,) = evaluate(st.bias, consts, *leaves, *head_consts, q_pos_Q[None], k_pos_S[None])
   bias = bias[0]  # NxQxS, N = 1 (shared, or head h's from per-head parameters) or H
   return bias[0].astype(F32) if bias.shape[0] == 1 else _of_head(bias, h)
 
@@ -229,7 +252,10 @@ def _dq_kernel(*refs, st: _Static):
       if st.bias is not None and leaves:  # the bias hook's vjp on this block, per branch
         for b, sel in enumerate(sels):
           q_pos, k_pos = r.q_pos[b][qs], r.k_pos[b][ks]
-          _, vjp = jax.vjp(lambda lv: _head_bias(st, r, lv, q_pos, k_pos, h), leaves)
+          _, vjp = jax.vjp(
+            lambda lv: _head_bias(st, r, lv, q_pos, k_pos, h, evaluate=jax.core.eval_jaxpr),
+            leaves,
+          )
           (grads,) = vjp(_picked(ds_QxS, sel))
           dleaves = [a + g.astype(F32) for a, g in zip(dleaves, grads)]
       return dqs, dleaves
@@ -509,9 +535,9 @@ def _head_constants(scheme) -> list:
 
 
 def _traced_bias(scheme, block_q: int, block_k: int):
-  """(the scheme's bias hook on one 1 x block_q x block_k block as a jaxpr of (parameters...,
-  per-head constants..., q positions, k positions), the constants it captured), or (None, [])
-  without a bias.
+  """(the scheme's `kernel_bias` hook on one 1 x block_q x block_k block as a jaxpr of
+  (parameters..., per-head constants..., q positions, k positions), the constants it captured),
+  or (None, []) without a bias.
 
   Traced on one-head slices of each per-head parameter (`_head_axes`) and constant
   (`_head_constants`, set on the rebuilt module in place of its tuple), so a hook whose
@@ -531,7 +557,7 @@ def _traced_bias(scheme, block_q: int, block_k: int):
     module = nnx.merge(graphdef, jax.tree.unflatten(treedef, params[: len(leaves)]))
     for name, x_1 in zip(names, params[len(leaves) :]):
       setattr(module, name, nnx.data(x_1))
-    return module.bias(q_pos_1xQ, k_pos_1xS)
+    return module.kernel_bias(q_pos_1xQ, k_pos_1xS)
 
   blocks = (jnp.zeros((1, block_q), F32), jnp.zeros((1, block_k), F32))
   head_consts = [x[:1] for x in _head_constants(scheme)]

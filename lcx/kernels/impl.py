@@ -75,7 +75,7 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
     return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
   if model_cfg.attention.get("temperature") == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
-  blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name)
+  blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
   backend = jax.default_backend() if backend is None else backend
   if blocker and backend in GPUS:
     return f"model.position.name={model_cfg.position.name!r} on a GPU ({blocker})"

@@ -5,7 +5,9 @@ A scheme touches the model in at most six places, each the identity unless it ov
   rotate(q_BxLxHxE, k_BxLxGxE, q_pos, k_pos, q_len_BxL=, k_len_BxL=)
                                               the rotary family (RoPE, p-RoPE, xPos, + scaling);
                                               *_len: each token's sequence length (None: L)
-  bias(q_pos_BxQ, k_pos_BxS) -> BxHxQxS       attention-logit biases (ALiBi, T5, FIRE)
+  bias(q_pos_BxQ, k_pos_BxS) -> BxHxQxS       attention-logit biases (ALiBi, T5, FIRE);
+                                              `kernel_bias` restates it for the GPU flash
+                                              kernel where needed (no gather: T5)
   contextual(q_BxGxPxQxE, logits_BxGxPxQxS, mask_BxQxS, carry) -> (extra_BxGxPxQxS, carry)
                                               logits from q and the logits themselves (CoPE);
                                               None (the default) when the scheme has none
@@ -94,15 +96,29 @@ class Scheme(nnx.Module):
     del q_pos_BxQ, k_pos_BxS
     return None
 
+  def kernel_bias(self, q_pos_1xQ: jax.Array, k_pos_1xS: jax.Array) -> jax.Array | None:
+    """`bias` on one block of one batch row, as the flash kernel evaluates it (a GPU kernel
+    lowers through Triton: elementwise ops, reductions, loops and 2-D dots, no gather, no
+    batched matmul). The same values as `bias`, which stays the dense path's reference; a
+    scheme overrides this only to compute them in that form (T5, Sandwich)."""
+    return self.bias(q_pos_1xQ, k_pos_1xS)
+
   # True where `bias` is a function of the distance i - j alone (ALiBi, T5, KERPLE, Sandwich):
   # randomized training then samples distances, as Ruoss et al. (lcx/positions/randomized.py).
   bias_of_distance = False
 
-  # Why the GPU (Triton) flash kernel cannot evaluate this scheme's `bias` on a block, or None
-  # when it can. Triton lowers no gather and only 2-D matmuls; interpret mode (CPU) runs any
+  # Why the GPU (Triton) flash kernel cannot evaluate this scheme's `kernel_bias` on a block, or
+  # None when it can. Triton lowers no gather and only 2-D matmuls; interpret mode (CPU) runs any
   # hook. `model.attention.impl=auto` then keeps the XLA path on a GPU; tests/kernels checks
   # every scheme's `bias` lowers for CUDA exactly when this is None.
   gpu_kernel_blocker: str | None = None
+
+  @classmethod
+  def gpu_kernel_blocker_of(cls, cfg) -> str | None:
+    """`gpu_kernel_blocker`, or why these field values (`model.position.*`) keep the kernel off
+    a GPU: Triton's arrays have power-of-two sizes (T5's table rows, Sandwich's frequencies)."""
+    del cfg
+    return cls.gpu_kernel_blocker
 
   # Names of per-head Python tuples (H floats, ALiBi's slopes) that `bias` reads only as an
   # array (`jnp.asarray`): the flash kernel hands each (batch, head) program its head's entry
@@ -181,9 +197,20 @@ def reads_input(name: str) -> bool:
   return spec(name).cls.from_input is not None
 
 
-def gpu_kernel_blocker(name: str) -> str | None:
-  """Why the GPU flash kernel cannot run the scheme's `bias` (`Scheme.gpu_kernel_blocker`)."""
-  return spec(name).cls.gpu_kernel_blocker
+def gpu_kernel_blocker(name: str, cfg=None) -> str | None:
+  """Why the GPU flash kernel cannot run the scheme's `kernel_bias`: its class's
+  `gpu_kernel_blocker`, or with `cfg` (a `model.position` section) its field values'
+  (`Scheme.gpu_kernel_blocker_of`)."""
+  cls = spec(name).cls
+  return cls.gpu_kernel_blocker if cfg is None else cls.gpu_kernel_blocker_of(cfg)
+
+
+def power_of_two_blocker(cfg, field: str, size: int, what: str) -> str | None:
+  """Why `cfg[field]` keeps the kernel off a GPU: it makes `what` `size` long, not a power of
+  two as Triton's arrays are; or None."""
+  if size >= 1 and size & (size - 1) == 0:
+    return None
+  return f"{PREFIX}.{field}={cfg[field]!r} makes {what} {size} long, not a power of two (Triton)"
 
 
 def has_householder(name: str) -> bool:
@@ -224,3 +251,7 @@ class BiasWrapper:
 
   def rotate(self, q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths):
     return self.inner.rotate(q_BxLxHxE, k_BxLxGxE, q_pos_BxL, k_pos_BxL, **lengths)
+
+  def kernel_bias(self, q_pos_1xQ, k_pos_1xS):
+    """The wrapper's own `bias`: what it changes holds in the flash kernel too."""
+    return self.bias(q_pos_1xQ, k_pos_1xS)

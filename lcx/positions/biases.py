@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 
 from lcx import errors
-from lcx.positions import fields
+from lcx.positions import base, fields
 from lcx.positions.base import PREFIX, Scheme, register
 
 
@@ -89,6 +89,60 @@ def t5_bucket(relative_position, num_buckets=32, max_distance=128, bidirectional
   return offset + jnp.where(n < max_exact, n, large)
 
 
+def _table_row(table_NxH, b):
+  """table[b] for a traced bucket b, H: a one-hot sum over the N rows (no dynamic index)."""
+  onehot_N = (jnp.arange(table_NxH.shape[0]) == b).astype(table_NxH.dtype)
+  return jnp.sum(table_NxH * onehot_N[:, None], 0)
+
+
+def _bucket_range(bucket_BxQxS):
+  """The least and greatest bucket present (scalars): the only rows a lookup reads."""
+  return jnp.min(bucket_BxQxS), jnp.max(bucket_BxQxS)
+
+
+@jax.custom_vjp
+def table_lookup(table_NxH, bucket_BxQxS):
+  """table[bucket] as BxHxQxS with compares and selects, no gather (Triton lowers none).
+
+  table[lo] everywhere, then table[b] where bucket == b for b in (lo, hi], lo and hi the
+  least and greatest bucket of the block (`_bucket_range`): one compare and one select per
+  element and bucket present. A block whose distances all reach past max_distance holds the
+  last bucket alone: a constant, no loop. The loop's bounds are traced, which reverse mode
+  cannot differentiate, hence the vjp below (the same loop, a masked sum per bucket).
+  """
+  return _lookup_fwd(table_NxH, bucket_BxQxS)[0]
+
+
+def _lookup_fwd(table_NxH, bucket_BxQxS):
+  lo, hi = _bucket_range(bucket_BxQxS)
+  bucket_Bx1xQxS = bucket_BxQxS[:, None]
+
+  def step(b, acc_BxHxQxS):
+    return jnp.where(
+      bucket_Bx1xQxS == b, _table_row(table_NxH, b)[None, :, None, None], acc_BxHxQxS
+    )
+
+  shape = (bucket_BxQxS.shape[0], table_NxH.shape[1], *bucket_BxQxS.shape[1:])
+  first_BxHxQxS = jnp.broadcast_to(_table_row(table_NxH, lo)[None, :, None, None], shape)
+  out = jax.lax.fori_loop(lo + 1, hi + 1, step, first_BxHxQxS)
+  return out, (table_NxH, bucket_BxQxS, lo, hi)
+
+
+def _lookup_bwd(res, ct_BxHxQxS):
+  table_NxH, bucket_BxQxS, lo, hi = res
+  bucket_Bx1xQxS = bucket_BxQxS[:, None]
+  n = jnp.arange(table_NxH.shape[0])
+
+  def step(b, d_NxH):
+    d_H = jnp.sum(jnp.where(bucket_Bx1xQxS == b, ct_BxHxQxS, 0.0), (0, 2, 3))
+    return d_NxH + jnp.where((n == b)[:, None], d_H[None, :], 0.0)
+
+  return jax.lax.fori_loop(lo, hi + 1, step, jnp.zeros_like(table_NxH)), None
+
+
+table_lookup.defvjp(_lookup_fwd, _lookup_bwd)
+
+
 def _check_t5(cfg, dims):
   _check_heads(cfg, dims)
   half = cfg.num_buckets // 2 if cfg.bidirectional else cfg.num_buckets
@@ -108,7 +162,10 @@ class T5(Scheme):
   """One learned scalar per head per distance bucket, zero at init (so it starts as NoPE)."""
 
   bias_of_distance = True
-  gpu_kernel_blocker = "its bias gathers from the bucket table (Triton lowers no gather)"
+
+  @classmethod
+  def gpu_kernel_blocker_of(cls, cfg):
+    return base.power_of_two_blocker(cfg, "num_buckets", cfg.num_buckets, "the bucket table")
 
   def __init__(self, *, dims, rngs, num_buckets, max_distance, bidirectional):
     del rngs
@@ -128,6 +185,17 @@ class T5(Scheme):
     )
     bias_BxQxSxH = jnp.take(self.table_NxH[...], bucket_BxQxS, axis=0)
     return jnp.moveaxis(bias_BxQxSxH, -1, 1)
+
+  def kernel_bias(self, q_pos_1xQ, k_pos_1xS):
+    """`bias` without the gather (`table_lookup`), for the flash kernel; both signs of a
+    bidirectional table too (the loop covers the buckets present, whichever they are)."""
+    bucket_1xQxS = t5_bucket(
+      -_distance_BxQxS(q_pos_1xQ, k_pos_1xS),
+      self.num_buckets,
+      self.max_distance,
+      self.bidirectional,
+    )
+    return table_lookup(self.table_NxH[...], bucket_1xQxS)
 
 
 FIRE_EPS = 1e-6  # added to psi(normalizer), as the paper's code does
@@ -347,8 +415,11 @@ class Sandwich(Scheme):
   """
 
   bias_of_distance = True
-  gpu_kernel_blocker = "its bias is a batched 3-D inner product (Triton lowers 2-D matmuls)"
   head_constants = ("scales_H",)
+
+  @classmethod
+  def gpu_kernel_blocker_of(cls, cfg):
+    return base.power_of_two_blocker(cfg, "dim", cfg.dim // 2, "its frequencies")
 
   def __init__(self, *, dims, rngs, dim, base, compression):
     del rngs
@@ -361,3 +432,47 @@ class Sandwich(Scheme):
     inner_BxQxS = jnp.einsum("bqz,bsz->bqs", q_BxQxZ, k_BxSxZ, precision=jax.lax.Precision.HIGHEST)
     scales_1xHx1x1 = jnp.asarray(self.scales_H, jnp.float32)[None, :, None, None]
     return scales_1xHx1x1 * (inner_BxQxS - self.dim / 2)[:, None]
+
+  def kernel_bias(self, q_pos_1xQ, k_pos_1xS):
+    """`bias` of one batch row with the inner product as 2-D dots (Triton lowers no batched
+    matmul and no concatenation): cos.cos + sin.sin, each by `split_dot` (six bfloat16 dots
+    accumulated in float32), as accurate as the dense path's float32 product
+    (tests/kernels/test_flash.py measures both to position 4096)."""
+    freqs_1xR = jnp.asarray(sandwich_frequencies(self.dim, self.base), jnp.float32)[None]
+    q_QxR = _one_row(q_pos_1xQ)[:, None] * freqs_1xR
+    k_SxR = _one_row(k_pos_1xS)[:, None] * freqs_1xR
+    inner_QxS = split_dot(jnp.cos(q_QxR), jnp.cos(k_SxR)) + split_dot(
+      jnp.sin(q_QxR), jnp.sin(k_SxR)
+    )
+    scales_1xHx1x1 = jnp.asarray(self.scales_H, jnp.float32)[None, :, None, None]
+    return scales_1xHx1x1 * (inner_QxS - self.dim / 2)[None, None]
+
+
+def _one_row(pos_1xL):
+  """The positions of the one batch row a kernel hook sees, L."""
+  if pos_1xL.shape[0] != 1:
+    raise ValueError(f"a kernel hook takes one batch row, got {pos_1xL.shape[0]}")
+  return jnp.asarray(pos_1xL, jnp.float32).reshape(pos_1xL.shape[1:])
+
+
+def split_dot(a_QxZ, b_SxZ, parts: int = 3):
+  """a @ b.T, QxS float32, from bfloat16 parts: each factor x = x_0 + x_1 + x_2 + O(2^-24 |x|),
+  x_i bfloat16, and a.b = sum of a_i.b_j over i + j < parts (the smaller terms dropped): six
+  dots with exact products and float32 sums, float32's accuracy. On a GPU they run on the
+  tensor cores (a float32 dot would run on its CUDA cores, several times slower); on CPU they
+  give the same numbers, so the tests measure the GPU's rounding."""
+
+  def split(x):
+    out = []
+    for _ in range(parts):
+      out.append(x.astype(jnp.bfloat16))
+      x = x - out[-1].astype(jnp.float32)
+    return out
+
+  a, b = split(a_QxZ), split(b_SxZ)
+  terms = [(i, j) for i in range(parts) for j in range(parts) if i + j < parts]
+  out_QxS = None
+  for i, j in sorted(terms, key=lambda ij: -sum(ij)):  # the smallest terms first
+    term_QxS = jnp.dot(a[i], b[j].T, preferred_element_type=jnp.float32)
+    out_QxS = term_QxS if out_QxS is None else out_QxS + term_QxS
+  return out_QxS

@@ -15,7 +15,7 @@ from flax import nnx
 
 from lcx import attention, model, patterns, positions, temperature
 from lcx.kernels import flash, impl, reference
-from lcx.positions import remaps
+from lcx.positions import biases, remaps
 from tests.helpers import schemes_with, tiny_config
 
 B, T, H, G, E = 2, 21, 4, 2, 8  # GQA (2 query heads per kv head); T pads to 24 with 8-blocks
@@ -52,9 +52,13 @@ def _inputs(seed=0):
   }
 
 
-def _compare(scheme_name, *, remap="none", pattern=None, sink=True, fields=None):
+def _compare(
+  scheme_name, *, remap="none", pattern=None, sink=True, fields=None, scheme_fields=None
+):
   """attend_flash == attend_dense in value and in every gradient (q, k, v, sink, parameters)."""
   cfg = positions.default_config(scheme_name)
+  for field, value in (scheme_fields or {}).items():
+    cfg[field] = value
   scheme = positions.build(cfg, DIMS, rngs=nnx.Rngs(0))
   graphdef, state = _perturbed(scheme, jax.random.key(1))
   remap_cfg = remaps.default_config(remap)
@@ -90,6 +94,99 @@ def _compare(scheme_name, *, remap="none", pattern=None, sink=True, fields=None)
 @pytest.mark.parametrize("name", schemes_with("bias"))
 def test_every_bias_scheme_in_the_kernel_equals_dense(name):
   _compare(name)
+
+
+# T5 with 8 buckets up to distance 6: the rows' positions (0-20, reset at the second document)
+# reach past max_distance, so blocks span a few buckets, one bucket or the last alone.
+SHORT_T5 = {"num_buckets": 8, "max_distance": 6}
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("remap", ["none", "self_extend", "compress"])
+def test_t5_in_the_kernel_past_max_distance_equals_dense(remap, bidirectional):
+  """T5's gather-free lookup over the buckets each block holds, on positions that are not an
+  arange: packed documents (positions reset), Self-Extend's grouped positions (two branches),
+  compress's fractional ones; causal and bidirectional tables."""
+  fields = {"self_extend": {"window": 5, "group": 2}, "compress": {"start": 6}}.get(remap)
+  _compare(
+    "t5", remap=remap, fields=fields, scheme_fields={**SHORT_T5, "bidirectional": bidirectional}
+  )
+
+
+def _t5(bidirectional, heads=H, **fields):
+  cfg = positions.default_config("t5")
+  cfg.bidirectional = bidirectional
+  for field, value in fields.items():
+    cfg[field] = value
+  dims = positions.Dims(d_model=heads * E, num_heads=heads, head_dim=E, max_len=16)
+  scheme = positions.build(cfg, dims, rngs=nnx.Rngs(0))
+  return _perturbed(scheme, jax.random.key(2))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_t5_kernel_bias_is_the_table_lookup_without_a_gather(bidirectional):
+  """kernel_bias == bias exactly (the same table entries), the table's gradient too, on
+  fractional positions up to 5x max_distance; and its program holds no gather."""
+  graphdef, state = _t5(bidirectional)
+  rng = np.random.default_rng(0)
+  q_pos_1xQ = jnp.asarray(rng.uniform(0, 640, (1, 16)), jnp.float32)
+  k_pos_1xS = jnp.asarray(rng.uniform(0, 640, (1, 32)), jnp.float32)
+  w_1xHxQxS = jax.random.normal(jax.random.key(0), (1, H, 16, 32))
+
+  def loss(state, hook):
+    bias = getattr(nnx.merge(graphdef, state), hook)(q_pos_1xQ, k_pos_1xS)
+    return jnp.sum(bias * w_1xHxQxS), bias
+
+  (_, want), want_grad = jax.value_and_grad(loss, has_aux=True)(state, "bias")
+  (_, got), got_grad = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)(
+    state, "kernel_bias"
+  )
+  np.testing.assert_array_equal(got, want)
+  (want_g,), (got_g,) = jax.tree.leaves(want_grad), jax.tree.leaves(got_grad)
+  assert np.count_nonzero(np.asarray(want_g)) > H  # several buckets hit
+  np.testing.assert_allclose(got_g, want_g, rtol=1e-6, atol=1e-6)
+  scheme = nnx.merge(graphdef, state)
+  jaxpr = str(jax.make_jaxpr(jax.grad(lambda s: loss(s, "kernel_bias")[0]))(state))
+  assert "gather" not in jaxpr and "scatter" not in jaxpr
+  assert "while" in str(jax.make_jaxpr(scheme.kernel_bias)(q_pos_1xQ, k_pos_1xS))
+
+
+def test_t5_lookup_of_a_far_block_is_the_last_bucket():
+  """A block whose distances all reach past max_distance holds one bucket: the loop over the
+  buckets present runs no step, and the bias is the last bucket's entry, its gradient there."""
+  graphdef, state = _t5(False, heads=1)
+  table_NxH = jax.tree.leaves(state)[0]
+  bucket_1xQxS = jnp.full((1, 4, 8), table_NxH.shape[0] - 1, jnp.int32)
+  lo, hi = biases._bucket_range(bucket_1xQxS)
+  assert int(lo) == int(hi) == table_NxH.shape[0] - 1
+  got = biases.table_lookup(table_NxH, bucket_1xQxS)
+  np.testing.assert_array_equal(got, jnp.full((1, 1, 4, 8), table_NxH[-1, 0]))
+  grad = jax.grad(lambda t: biases.table_lookup(t, bucket_1xQxS).sum())(table_NxH)
+  np.testing.assert_array_equal(grad[:, 0], jnp.zeros(table_NxH.shape[0]).at[-1].set(32.0))
+
+
+@pytest.mark.parametrize("top", [64, 4096])
+def test_sandwich_kernel_bias_is_as_accurate_as_the_dense_float32_product(top):
+  """The kernel's split bfloat16 dots (`split_dot`) against the exact float64 bias: no further
+  from it than the dense path's float32 einsum (Precision.HIGHEST) plus 2e-5, and within 5e-5
+  of the dense path, at positions up to 4096 (fractional); the dense path's own error is
+  3e-4 at 4096 (angles rounded in float32)."""
+  scheme = positions.build(positions.default_config("sandwich"), DIMS, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(top)
+  q_pos_1xQ = jnp.asarray(np.sort(rng.uniform(0, top, (1, 128))), jnp.float32)
+  k_pos_1xS = jnp.asarray(np.sort(rng.uniform(0, top, (1, 128))), jnp.float32)
+  d_QxS = np.asarray(q_pos_1xQ, np.float64)[0][:, None] - np.asarray(k_pos_1xS, np.float64)[0]
+  freqs = biases.sandwich_frequencies(scheme.dim, scheme.base)
+  inner_QxS = np.cos(d_QxS[..., None] * freqs).sum(-1)
+  exact_HxQxS = np.asarray(scheme.scales_H)[:, None, None] * (inner_QxS - scheme.dim / 2)
+  dense_HxQxS = np.asarray(scheme.bias(q_pos_1xQ, k_pos_1xS))[0]
+  kernel_HxQxS = np.asarray(jax.jit(scheme.kernel_bias)(q_pos_1xQ, k_pos_1xS))[0]
+  dense_err = np.abs(dense_HxQxS - exact_HxQxS).max()
+  assert np.abs(kernel_HxQxS - exact_HxQxS).max() <= dense_err + 2e-5
+  np.testing.assert_allclose(kernel_HxQxS, dense_HxQxS, rtol=0, atol=5e-5)
+  jaxpr = jax.make_jaxpr(scheme.kernel_bias)(q_pos_1xQ, k_pos_1xS)
+  dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+  assert len(dots) == 12 and all(e.outvars[0].aval.ndim == 2 for e in dots)  # 2-D, Triton's
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,10 @@ def test_pallas_with_cope_is_one_error_line_before_compiling(tmp_path):
     ("rope", "softmax", "cpu", "xla"),
     ("rope", "softmax", "gpu", "pallas"),
     ("alibi", "softmax", "tpu", "pallas"),
+    ("t5", "softmax", "gpu", "pallas"),  # the bucket lookup without a gather
+    ("sandwich", "softmax", "gpu", "pallas"),  # the inner product as 2-D dots
+    ("fire", "softmax", "gpu", "xla"),  # the bias MLP: a 4-D matmul
+    ("fire", "softmax", "cpu", "xla"),
     ("cope", "softmax", "gpu", "xla"),  # the contextual hook: the XLA path
     ("fox", "softmax", "gpu", "xla"),  # the input hook (gates from hidden states): XLA too
     ("rope", "stick_breaking", "gpu", "xla"),

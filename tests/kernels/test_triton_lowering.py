@@ -26,8 +26,11 @@ def _lowered_for_cuda(fn, *args) -> str:
   return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def _attention_grad_hlo(name: str, remap: str = "none") -> str:
-  scheme = positions.build(positions.default_config(name), DIMS, rngs=nnx.Rngs(0))
+def _attention_grad_hlo(name: str, remap: str = "none", **fields) -> str:
+  cfg = positions.default_config(name)
+  for field, value in fields.items():
+    cfg[field] = value
+  scheme = positions.build(cfg, DIMS, rngs=nnx.Rngs(0))
   remap_fn = remaps.build(remaps.default_config(remap), DIMS)
   graphdef, state = nnx.split(scheme)
   pos_BxT = jnp.broadcast_to(jnp.arange(T), (B, T))
@@ -72,9 +75,43 @@ def test_a_bias_lowers_to_triton_unless_the_scheme_says_why_not(name):
     impl.check_impl(cfg, "cpu")  # interpret mode runs any hook
 
 
-def test_a_two_branch_remap_lowers_to_triton():
-  """Self-Extend's two (q, k) pairs, merged by their `use` masks inside the kernel."""
-  assert _attention_grad_hlo("rope", "self_extend").count("__gpu$xla.gpu.triton") >= 3
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
+    ("t5", {"num_buckets": 20}, "num_buckets=20 makes the bucket table 20 long"),
+    ("sandwich", {"dim": 96}, "dim=96 makes its frequencies 48 long"),
+  ],
+)
+def test_a_field_value_triton_cannot_lower_keeps_the_scheme_off_the_gpu_kernel(
+  name, fields, message
+):
+  """Triton's arrays have power-of-two sizes: a T5 table or Sandwich frequencies of another
+  size fail to lower, so the scheme's blocker names the field (auto: xla on a GPU; pallas: an
+  error naming model.attention.impl and the field); the default values lower (above)."""
+  with pytest.raises(ValueError, match="power of 2"):
+    _attention_grad_hlo(name, **fields)
+  cfg = tiny_config(name).model
+  for field, value in fields.items():
+    cfg.position[field] = value
+  assert message in base.gpu_kernel_blocker(name, cfg.position)
+  assert impl.resolve_impl(cfg, "gpu") == "xla"
+  cfg.attention.impl = "pallas"
+  with pytest.raises(ValueError, match=f"model.attention.impl.*on a GPU.*model.position.{message}"):
+    impl.check_impl(cfg, "gpu")
+  impl.check_impl(cfg, "cpu")  # interpret mode runs any size
+
+
+def test_a_bidirectional_t5_table_lowers_to_triton():
+  """Buckets for both signs of the distance: the lookup loops over those a block holds."""
+  hlo = _attention_grad_hlo("t5", bidirectional=True)
+  assert hlo.count("__gpu$xla.gpu.triton") >= 3
+
+
+@pytest.mark.parametrize("name", ["rope", "t5", "sandwich"])
+def test_a_two_branch_remap_lowers_to_triton(name):
+  """Self-Extend's two (q, k) pairs, merged by their `use` masks inside the kernel; T5's
+  lookup and Sandwich's dots on each branch's (grouped) positions."""
+  assert _attention_grad_hlo(name, "self_extend").count("__gpu$xla.gpu.triton") >= 3
 
 
 def test_a_whole_model_with_pallas_lowers_for_cuda(monkeypatch):
