@@ -6,15 +6,16 @@ and an out-of-memory point is a row with its error, not the end of the check. Po
 order run (most wanted first: a lent machine's minutes are few, and `deadline_s` stops
 starting points, each then a row saying so):
   peak     bf16 and f32 square matmul FLOP/s (the MFU denominator: bf16)
-  train    lcx's train step (large and default model, bf16), impl=pallas and impl=xla:
-           tokens/s, MFU, peak memory; then the large pallas step with lcx's CPU-tuned
-           backward passes (lcx/cpu_tuned.py), which off CPU are not the default
-  eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k and 256k (1M and the
+  train    lcx's train step (large and default model, bf16), impl=pallas (and impl=xla in
+           the CPU plan): tokens/s, MFU, peak memory; then the large pallas step with lcx's
+           CPU-tuned backward passes (lcx/cpu_tuned.py), which off CPU are not the default
+  eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k, 256k and 1M (the
            XLA chunked kernel at 64k and 256k come last)
   schemes  every registered scheme's train step / NoPE's, impl=auto (the Pallas kernel where
            it runs the scheme), one process, interleaved rounds (one row per scheme)
   peer     lcx vs x-transformers on the same GPU (flash SDPA where it takes the scheme), large
            model, interleaved (one row per scheme)
+  tune     the 256k forward at other kernel blocks and Triton warps/stages (flash.TRITON)
   correct  the Pallas kernel against the dense XLA path on the device, float32: relative error
            of the output and of every gradient, per case (on an H200 at b40769c: 3e-4 to 7e-4,
            TF32 matmuls on both sides; the five cases then took 383 s, so it runs after the
@@ -380,9 +381,6 @@ def plan_points(plan: dict) -> list[dict]:
     ]
 
   points += evals(plan["eval"])
-  for block, warps, stages in plan["tune"]:
-    (point,) = evals([("pallas", plan["tune_length"])])
-    points.append(point | {"block_size": block, "triton": [warps, stages]})
   size, batch, seq_len = plan["schemes_model"]
   schemes = ["nope"] + [s for s in plan["schemes"] or positions.SCHEMES if s != "nope"]
   timing = {"steps": plan["steps"], "rounds": plan["rounds"]}
@@ -401,6 +399,9 @@ def plan_points(plan: dict) -> list[dict]:
     }
     | timing
   )
+  for block, warps, stages in plan["tune"]:
+    (point,) = evals([("pallas", plan["tune_length"])])
+    points.append(point | {"block_size": block, "triton": [warps, stages]})
   points.append({"what": "correct", "cases": CORRECT_CASES} | plan["correct"])
   return points + evals(plan["eval_last"])
 

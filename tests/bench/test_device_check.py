@@ -96,7 +96,7 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
   run_lcx(["--device_check", f"--out={out}"], module="lcx.bench", timeout=900)
   rows = json.loads(out.read_text())["rows"]
   assert [r["what"] for r in rows] == (
-    ["peak", "train", "train", "eval", "eval", "scheme", "scheme", "peer", "correct", "correct"]
+    ["peak", "train", "train", "eval", "scheme", "scheme", "peer", "eval", "correct", "correct"]
     + ["eval"]
   )
   peers = [r for r in rows if r["what"] == "peer"]
