@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Runs an experiment's runs on one lent accelerator, JOBS at a time (a small model leaves most of a
-# GPU idle), and brings back every finished run's eval JSONs; checkpoints stay on the machine.
+# GPU idle), and brings back every finished run's eval JSONs in one archive; checkpoints stay on
+# the machine.
 #
-#   experiments/gpu_runs.sh LIST JOBS DEADLINE_S OUT
+#   experiments/gpu_runs.sh LIST JOBS DEADLINE_S ARCHIVE.tar.gz
 #
 # LIST: one run a line, "EXPERIMENT RUN COMMAND..." (`python experiments/gpu_list.py` writes it
-# from the sweeps; EXPERIMENT is NAME, or NAME/ARG for `NAME:ARG`). Lines go to the jobs
-# round robin in order. No run starts after DEADLINE_S seconds, and a running one is stopped
-# then (it is simply missing from OUT). A finished run's eval/*.json lands in
-# OUT/results/EXPERIMENT/RUN/ and its log in OUT/logs/EXPERIMENT/RUN.log; OUT/status.tsv has
-# one line a run: experiment, run, exit code, seconds. Copy OUT/results/EXPERIMENT/* into
-# experiments/EXPERIMENT/results/ and write the report (`./launch.sh report`) there.
+# from the sweeps; EXPERIMENT is NAME, or NAME/ARG for `NAME:ARG`). Lines go to the jobs round
+# robin in order. No run starts after DEADLINE_S seconds, and a running one is stopped then (it
+# is simply missing from the archive). The archive (one file: a lent machine sends back a few
+# files, two folders deep at most) holds results/EXPERIMENT/RUN/*.json of every finished run,
+# logs/EXPERIMENT/RUN.log of every run, and status.tsv, a line a run: experiment, run, exit code,
+# seconds. Unpack it, copy results/EXPERIMENT/* into experiments/EXPERIMENT/results/ and write
+# the report (`./launch.sh report`) there.
 set -u
-list=$1 jobs=$2 deadline=$3 out=$4
+list=$1 jobs=$2 deadline=$3 archive=$4
 start=$(date +%s)
+out=$(mktemp -d)
 mkdir -p "$out/results" "$out/logs"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JOBS processes share the device
 export PYTHONUNBUFFERED=1
@@ -40,4 +43,6 @@ worker() {  # worker K: the lines K, K + JOBS, ...
 
 for ((k = 0; k < jobs; k++)); do worker "$k" & done
 wait
+tar -czf "$archive" -C "$out" .
 echo "[gpu_runs] $(grep -c $'\t0\t' "$out/status.tsv" 2>/dev/null) of $(grep -c . "$list") runs finished in $(($(date +%s) - start)) s"
+rm -rf "$out"

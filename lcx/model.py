@@ -304,11 +304,7 @@ def _gelu_bwd(x, g):
 
 
 _gelu_tuned.defvjp(_gelu_fwd, _gelu_bwd)
-# Off CPU the reference runs rematerialized: its backward pass recomputes the formula from x
-# instead of keeping five B x L x F intermediates of it (float32 temporaries of the large
-# model's bf16 train step at 4 x 1024, XLA:CPU's count, impl=pallas: 2645 -> 1793 MB; the
-# tuned one: 1757). jax.checkpoint keeps forward-mode autodiff, which a custom_vjp does not.
-gelu = cpu_tuned.choose(_gelu_tuned, jax.checkpoint(_gelu_plain))  # the seam (lcx/cpu_tuned.py)
+gelu = cpu_tuned.choose(_gelu_tuned, _gelu_plain)  # the seam (lcx/cpu_tuned.py)
 
 
 class MLP(nnx.Module):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 
 from tests.helpers import ROOT
 
@@ -41,14 +42,17 @@ def test_runs_go_jobs_at_a_time_and_only_finished_ones_come_back(tmp_path):
   listing.write_text(
     "\n".join([fake("a", 0), fake("b", 0, code=3), fake("c", 30), fake("d", 0)]) + "\n"
   )
-  out = tmp_path / "out"
+  archive = tmp_path / "runs.tar.gz"
   done = subprocess.run(
-    ["bash", str(ROOT / "experiments" / "gpu_runs.sh"), str(listing), "2", "4", str(out)],
+    ["bash", str(ROOT / "experiments" / "gpu_runs.sh"), str(listing), "2", "4", str(archive)],
     capture_output=True,
     text=True,
     timeout=60,
   )
   assert done.returncode == 0, done.stderr
+  out = tmp_path / "out"
+  with tarfile.open(archive) as tar:  # one file comes back from the machine
+    tar.extractall(out, filter="data")
   status = {line.split("\t")[1]: line.split("\t")[2] for line in (out / "status.tsv").open()}
   # job 0 runs a then c (stopped at the deadline: 124); job 1 runs b (fails) then d
   assert status == {"a": "0", "b": "3", "c": "124", "d": "0"}

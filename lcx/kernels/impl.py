@@ -97,6 +97,8 @@ def resolve_impl(model_cfg, backend: str | None = None) -> str:
   if impl != "auto":
     return impl
   backend = jax.default_backend() if backend is None else backend
+  if backend in GPUS and positions_base.spec(model_cfg.position.name).cls.gpu_auto_xla:
+    return "xla"  # the kernel runs it, but was measured slower there
   return "pallas" if backend in ACCELERATORS and unsupported(model_cfg, backend) is None else "xla"
 
 

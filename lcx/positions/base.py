@@ -112,6 +112,9 @@ class Scheme(nnx.Module):
   # hook. `model.attention.impl=auto` then keeps the XLA path on a GPU; tests/kernels checks
   # every scheme's `bias` lowers for CUDA exactly when this is None.
   gpu_kernel_blocker: str | None = None
+  # Why `impl=auto` keeps the XLA path on a GPU although the kernel runs the scheme there (a
+  # measurement: the kernel was slower), or None. `impl=pallas` still runs the kernel.
+  gpu_auto_xla: str | None = None
 
   @classmethod
   def gpu_kernel_blocker_of(cls, cfg) -> str | None:

@@ -54,7 +54,8 @@ def test_pallas_with_cope_is_one_error_line_before_compiling(tmp_path):
     ("rope", "softmax", "gpu", "pallas"),
     ("alibi", "softmax", "tpu", "pallas"),
     ("t5", "softmax", "gpu", "pallas"),  # the bucket lookup without a gather
-    ("sandwich", "softmax", "gpu", "pallas"),  # the inner product as 2-D dots
+    ("sandwich", "softmax", "gpu", "xla"),  # its kernel lowers, but ran 24x NoPE on an H200
+    ("sandwich", "softmax", "tpu", "pallas"),
     ("fire", "softmax", "gpu", "xla"),  # the bias MLP: a 4-D matmul
     ("fire", "softmax", "cpu", "xla"),
     ("cope", "softmax", "gpu", "xla"),  # the contextual hook: the XLA path
@@ -80,3 +81,11 @@ def test_decoder_picks_the_kernel_and_a_kv_cache_stays_on_xla():
     assert pallas.kernel(name).attend.func is impl.attend_flash
   pallas.init_cache(1, 8)
   assert pallas.kernel("dense").attend is attention.attend_dense
+
+
+def test_a_scheme_measured_slower_in_the_kernel_keeps_xla_under_auto_but_pallas_runs_it():
+  cfg = tiny_config("sandwich").model
+  assert impl.resolve_impl(cfg, "gpu") == "xla"
+  cfg.attention.impl = "pallas"
+  impl.check_impl(cfg, "gpu")  # allowed: the kernel lowers it (tests/kernels/test_triton_lowering)
+  assert impl.resolve_impl(cfg, "gpu") == "pallas"
