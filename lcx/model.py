@@ -366,6 +366,7 @@ class Decoder(nnx.Module):
     )
     self.positioned_pattern = patterns.intersect(self.pattern, window)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+    self.remat = cfg.get("remat", "none") == "block"  # recompute each block in the backward
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.head = (
       None
@@ -493,7 +494,14 @@ class Decoder(nnx.Module):
     embed_pos_BxL = plan.branches[0].q_pos if len(plan.branches) == 1 else pos_BxL
     x_BxLxD = self.position.embed(x_BxLxD, embed_pos_BxL).astype(self.dtype)
     for i, block in enumerate(self.blocks):
-      x_BxLxD = block(x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **self.layer_inputs(i, plans))
+      inputs = self.layer_inputs(i, plans)
+
+      def apply(block, x_BxLxD):
+        return block(x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **inputs)  # noqa: B023 (called now)
+
+      # model.remat=block: the backward pass keeps only each block's input and runs the block
+      # again (values unchanged: tests/test_model.py)
+      x_BxLxD = (nnx.remat(apply) if self.remat else apply)(block, x_BxLxD)
     x_BxLxD = self.final_norm(x_BxLxD)
     if self.head is None:
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5

@@ -9,6 +9,7 @@ SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
 GATES = ("none", "elementwise", "headwise")  # model.attention.gate (lcx/gating.py's GATES)
 KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
 IMPLS = ("auto", "xla", "pallas")  # model.attention.impl (lcx/kernels/impl.py)
+REMATS = ("none", "block")  # model.remat: what the backward pass recomputes (lcx/model.py)
 
 
 def is_block_size(value) -> bool:

@@ -38,6 +38,7 @@ EVAL_TIME = (
   "model.attention.block_size",
   "model.attention.beta_c",
   "model.dtype",
+  "model.remat",
 )
 TRAINED = ("model", "data.seq_len")
 # What a variant may set besides EVAL_TIME: evaluation settings, and the task a task model is

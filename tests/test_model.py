@@ -216,3 +216,28 @@ def test_qk_norm_chunked_equals_dense_and_its_scales_act():
 
 def _tokens(t):
   return jnp.arange(t)[None] * 7 % 259, jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
+
+
+@pytest.mark.parametrize("pos", ["rope", "cope"])  # CoPE: the contextual hook's carries too
+def test_remat_block_keeps_only_block_inputs_with_the_same_loss_and_gradients(pos):
+  tokens_BxL = jax.random.randint(jax.random.key(1), (2, 16), 0, 32)
+  pos_BxL = jnp.broadcast_to(jnp.arange(16), (2, 16))
+  seg_BxL = jnp.ones((2, 16), jnp.int32)
+  results = {}
+  for remat in ("none", "block"):
+    cfg = tiny_config(pos).model
+    cfg.vocab_size, cfg.remat = 32, remat
+    graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)), nnx.Param)
+
+    def loss(p, graphdef=graphdef):
+      return nnx.merge(graphdef, p)(tokens_BxL, pos_BxL, seg_BxL).sum()
+
+    value, vjp = jax.vjp(loss, params)
+    # what the backward pass keeps: the vjp's leaves, per-token arrays (B x L x ...) counted
+    kept = [leaf for leaf in jax.tree.leaves(vjp) if leaf.shape[:2] == (2, 16)]
+    results[remat] = value, vjp(jnp.ones_like(value))[0], len(kept)
+  (v0, g0, kept0), (v1, g1, kept1) = results["none"], results["block"]
+  np.testing.assert_allclose(v1, v0, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert kept1 < kept0 / 2, (kept0, kept1)  # 30 -> 8 for RoPE with 2 blocks

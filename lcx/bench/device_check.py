@@ -8,7 +8,8 @@ starting points, each then a row saying so):
   peak     bf16 and f32 square matmul FLOP/s (the MFU denominator: bf16)
   train    lcx's train step (large and default model, bf16), impl=pallas (and impl=xla in
            the CPU plan): tokens/s, MFU, peak memory; then the large pallas step with lcx's
-           CPU-tuned backward passes (lcx/cpu_tuned.py), which off CPU are not the default
+           CPU-tuned backward passes (lcx/cpu_tuned.py), which off CPU are not the default, and
+           with model.remat=block (the large RoPE step; CoPE's default-model step)
   eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k, 256k and 1M (the
            XLA chunked kernel at 64k and 256k come last)
   schemes  every registered scheme's train step / NoPE's, impl=auto (the Pallas kernel where
@@ -53,6 +54,9 @@ PLANS = {
     # the large pallas step again with lcx's CPU-tuned backward passes (lcx/cpu_tuned.py): does
     # what saves time and memory on XLA:CPU pay on this device too?
     "train_tuned": [("large", 64, 1024)],
+    # model.remat=block (scheme, size, batch, seq_len, impl): the large step's memory target, and
+    # CoPE's XLA step, out of memory without it (63 GB)
+    "train_remat": [("rope", "large", 64, 1024, "pallas"), ("cope", "default", 64, 1024, "auto")],
     "eval_model": ("default", 1024),
     "eval": [("pallas", 65536), ("pallas", 262144), ("pallas", 1048576)],
     # the 256k forward again with other blocks and Triton settings (the kernel's default: 128,
@@ -82,6 +86,7 @@ PLANS = {
     "train": [("tiny", 2, 32)],
     "train_impls": ("pallas", "xla"),
     "train_tuned": [],  # on CPU the tuned passes are the default: the train row has them
+    "train_remat": [],
     "eval_model": ("tiny", 32),
     "eval": [("pallas", 64)],
     "tune": [(16, 8, 2)],
@@ -140,6 +145,7 @@ def _middle(times: list[float]) -> float:
 
 def _train(point) -> dict:
   config = _config(point["scheme"], point["size"], point["batch"], point["seq_len"], point["impl"])
+  config.model.remat = point.get("remat", "none")
   with cpu_tuned.plain(False) if point.get("tuned") else contextlib.nullcontext():
     program = lcx_program(config)
   times = [timed(program.step) for _ in range(point["steps"])]
@@ -365,6 +371,19 @@ def plan_points(plan: dict) -> list[dict]:
         "tuned": True,
       }
     )
+  for scheme, size, batch, seq_len, impl in plan["train_remat"]:
+    points.append(
+      {
+        "what": "train",
+        "scheme": scheme,
+        "size": size,
+        "batch": batch,
+        "seq_len": seq_len,
+        "impl": impl,
+        "steps": plan["steps"],
+        "remat": "block",
+      }
+    )
   eval_size, train_len = plan["eval_model"]
 
   def evals(pairs):
@@ -459,6 +478,7 @@ def _cells(row: dict) -> tuple[str, str]:
     "train": lambda: (
       f"train {row['size']} {row['batch']}x{row['seq_len']} {row['scheme']} impl={row['impl']}"
       + (", CPU-tuned backward passes" if row.get("tuned") else "")
+      + (f", remat={row['remat']}" if "remat" in row else "")
     ),
     "scheme": lambda: f"step {row['scheme']}, impl=auto",
     "schemes": lambda: "every scheme's step, impl=auto",

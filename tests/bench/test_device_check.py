@@ -19,13 +19,15 @@ def test_device_check_full_plan_has_every_row_of_issue_26():
   (correct,) = [p for p in points if p["what"] == "correct"]
   assert correct["cases"] == device_check.CORRECT_CASES  # every case on the device
   train = [
-    (p["size"], p["batch"], p["seq_len"], p["impl"], p.get("tuned", False))
+    (p["scheme"], p["size"], p["impl"], p.get("tuned", False), p.get("remat", "none"))
     for p in points
-    if p["what"] == "train"
+    if p["what"] == "train" and (p["batch"], p["seq_len"]) == (64, 1024)
   ]
   assert train == [
-    *[(s, 64, 1024, "pallas", False) for s in ("large", "default")],
-    ("large", 64, 1024, "pallas", True),  # the CPU-tuned backward passes, A/B on the device
+    *[("rope", s, "pallas", False, "none") for s in ("large", "default")],
+    ("rope", "large", "pallas", True, "none"),  # the CPU-tuned backward passes, A/B
+    ("rope", "large", "pallas", False, "block"),  # the memory target with remat
+    ("cope", "default", "auto", False, "block"),  # CoPE's XLA step, out of memory without
   ]
   evals = [(p["length"], p["impl"], p.get("block_size")) for p in points if p["what"] == "eval"]
   assert evals == [
