@@ -42,6 +42,7 @@ from flax import nnx
 from jax.experimental import pallas as pl
 
 from lcx import attention
+from lcx.positions import base as positions_base
 
 F32 = jnp.float32
 NEG_INF = attention.NEG_INF
@@ -544,23 +545,24 @@ def _traced_bias(scheme, block_q: int, block_k: int):
   per-head inputs are all of these returns a one-head bias: a program evaluates only its own
   head. Captured constants become kernel inputs: a Pallas kernel may capture none.
   """
-  graphdef, state = nnx.split(scheme)
+  module, rewrap = positions_base.unwrapped(scheme)  # a BiasWrapper's parameters: its inner's
+  graphdef, state = nnx.split(module)
   leaves, treedef = jax.tree.flatten(state)
   leaves = [
     x if a is None else jax.lax.slice_in_dim(x, 0, 1, axis=a)
     for x, a in zip(leaves, _head_axes(state))
   ]
-  names = getattr(scheme, "head_constants", ())
+  names = getattr(module, "head_constants", ())
 
   def bias(*args):
     *params, q_pos_1xQ, k_pos_1xS = args
     module = nnx.merge(graphdef, jax.tree.unflatten(treedef, params[: len(leaves)]))
     for name, x_1 in zip(names, params[len(leaves) :]):
       setattr(module, name, nnx.data(x_1))
-    return module.kernel_bias(q_pos_1xQ, k_pos_1xS)
+    return rewrap(module).kernel_bias(q_pos_1xQ, k_pos_1xS)
 
   blocks = (jnp.zeros((1, block_q), F32), jnp.zeros((1, block_k), F32))
-  head_consts = [x[:1] for x in _head_constants(scheme)]
+  head_consts = [x[:1] for x in _head_constants(module)]
   closed = jax.make_jaxpr(bias)(*leaves, *head_consts, *blocks)
   if not closed.out_avals:
     return None, []
@@ -600,10 +602,11 @@ def flash_attention(
     return jnp.pad(x, [(0, tp - t) if a == axis else (0, 0) for a in range(x.ndim)], mode="edge")
 
   backend = jax.default_backend() if backend is None else backend
-  state = nnx.state(scheme)
+  module, _ = positions_base.unwrapped(scheme)
+  state = nnx.state(module)
   leaves, head_axes = jax.tree.leaves(state), _head_axes(state)
   bias, consts = _traced_bias(scheme, bq, bk)
-  head_consts = _head_constants(scheme) if bias is not None else []
+  head_consts = _head_constants(module) if bias is not None else []
   st = _Static(
     uses=tuple(br.use for br in branches),
     pattern=pattern,
