@@ -15,12 +15,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib, model, train
+from lcx import config as config_lib, model, patterns, positions, train
+from lcx.kernels import impl
+from tests import pairwise
 from tests.helpers import set_fields, tiny_config
 
 B, T, VOCAB, BLOCK = 2, 21, 64, 8  # T pads to 24 with 8-blocks
 SPLIT = 10  # the second document starts inside the second block
 TOL = dict(rtol=1e-4, atol=1e-5)
+# XLA:CPU compiles each case's two programs faster (~35%) without LLVM's costly passes.
+CHEAP = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _config(scheme: str, fields: dict):
@@ -55,7 +59,7 @@ def _loss_and_grads(config, impl_name: str, batch: dict, steps) -> list:
   graphdef, params = nnx.split(decoder, nnx.Param)
   sample = train.position_sampler(config)
 
-  @jax.jit
+  @jax.jit(compiler_options=CHEAP)
   def loss_and_grads(params, step):
     pos_BxL, distances_L = sample(batch, step)
     return jax.value_and_grad(
@@ -87,3 +91,144 @@ def test_random_distances_with_a_bias_in_the_kernel_equal_xla(scheme):
   config = _config(scheme, {"train.random_positions": 64, "model.num_layers": 1})
   config_lib.check_fields(config)
   _assert_pallas_equals_xla(config, steps=(0, 1))
+
+
+# The options a train step runs, as factors of values (dotted fields set on the tiny config).
+# Each case is one scheme with one value of every factor: value i % n of each factor for the
+# i-th scheme, or the next valid one where the config refuses it (nope_every with an absolute
+# scheme, scaling without rotary fields, ...). `test_the_cases_hold_every_scheme_and_option`
+# holds that every value is in some case.
+FACTORS = {
+  "temperature": [
+    {},
+    {"model.attention.temperature": "log_n"},
+    {"model.attention.temperature": "ssmax"},
+    {"model.attention.temperature": "llama4", "model.nope_every": 2, "model.num_layers": 2},
+  ],
+  "sink": [{}, {"model.attention.sink": "learned"}],
+  "qk_norm": [{}, {"model.qk_norm": True}],
+  "gate": [{}, {"model.attention.gate": "elementwise"}, {"model.attention.gate": "headwise"}],
+  "layers": [
+    {},
+    {"model.nope_every": 2, "model.num_layers": 2},
+    {"model.position_window": 6},
+  ],
+  "scaling": [
+    {},
+    {
+      "model.position.scaling.rope_type": "yarn",
+      "model.position.scaling.factor": 4.0,
+      "model.position.scaling.resonance": True,
+    },
+  ],
+  "sampled": [
+    {},
+    {"train.random_positions": 64},  # distances for a distance-only bias, else positions
+    {"train.random_positions": 64, "train.random_bias": "positions"},
+    {"train.pose_target": 64},
+  ],
+  "pattern": [{}]
+  + [
+    {"model.attention.pattern": {"name": name, **{f: 3 if f == "sink" else 5 for f in fields}}}
+    for name, fields in sorted(
+      (name, [f for f in patterns.default_config(name).keys() if f != "name"])
+      for name in patterns.PATTERNS
+      if name != "dense"
+    )
+  ],
+}
+# Options the kernel does not run: impl=pallas is refused naming the field, auto keeps XLA.
+REFUSED = {
+  "stick_breaking": ("nope", {"model.attention.kind": "stick_breaking"}),
+  "scale_invariant": ("p_rope", {"model.attention.temperature": "scale_invariant"}),
+  **{name: (name, {}) for name in ("cope", "fox", "path")},
+}
+
+
+def _fields_of(case: dict) -> dict:
+  return {f: v for value in case.values() for f, v in value.items()}
+
+
+def _valid(scheme: str, fields: dict) -> bool:
+  try:
+    config_lib.check_fields(_config(scheme, {**fields, "model.attention.impl": "xla"}))
+  except (KeyError, ValueError):  # a field the scheme lacks, or a value refused with it
+    return False
+  return True
+
+
+def _cases() -> list[tuple[str, dict]]:
+  schemes = sorted(s for s in positions.SCHEMES if s not in REFUSED)
+  cases = []
+  for i, scheme in enumerate(schemes):
+    chosen = {}
+    for factor, values in FACTORS.items():
+      for k in range(len(values)):
+        value = values[(i + k) % len(values)]
+        if _valid(scheme, _fields_of({**chosen, factor: value})):
+          chosen[factor] = value
+          break
+    cases.append((scheme, chosen))
+  return cases
+
+
+CASES = _cases()
+
+
+def _case_id(scheme: str, chosen: dict) -> str:
+  """scheme-factorN-...: the factors set (N: the value's index in FACTORS)."""
+  names = [f"{f}{vs.index(chosen[f])}" for f, vs in FACTORS.items() if chosen[f]]
+  return "-".join([scheme, *names])
+
+
+def test_the_cases_hold_every_scheme_and_option():
+  held = {(f, repr(value)) for _, chosen in CASES for f, value in chosen.items()}
+  missing = [(f, v) for f, vs in FACTORS.items() for v in vs if (f, repr(v)) not in held]
+  assert not missing
+  refused = {s for s, fields in REFUSED.values() if not fields}  # the scheme itself
+  assert {s for s, _ in CASES} | refused == set(positions.SCHEMES)
+  quick = [c for c in CASES if _case_id(*c) in QUICK]
+  held = {(f, repr(value)) for _, chosen in quick for f, value in chosen.items()}
+  assert all((f, repr(v)) in held for f, vs in FACTORS.items() for v in vs if v)
+  assert all(len(chosen) == len(FACTORS) for _, chosen in CASES)  # a valid value each
+
+
+def _indices(case) -> tuple:
+  return tuple(FACTORS[f].index(v) for f, v in case[1].items())
+
+
+def _options_of(indices: tuple) -> set:
+  return {(f, i) for f, i in enumerate(indices) if i}  # value 0: the option off
+
+
+# The quick subset (not `slow`): a few cases that hold every option value of every factor
+# (tests/pairwise.py's greedy cover); the other schemes' cases run with the slow tests.
+QUICK = {
+  _case_id(*c)
+  for c in CASES
+  if _indices(c) in pairwise.greedy_cover([_indices(c) for c in CASES], _options_of)
+}
+PARAMS = [
+  pytest.param(
+    s, _fields_of(c), id=_case_id(s, c), marks=() if _case_id(s, c) in QUICK else pytest.mark.slow
+  )
+  for s, c in CASES
+] + [pytest.param(s, fields, id=f"refused-{name}") for name, (s, fields) in REFUSED.items()]
+
+
+@pytest.mark.parametrize("scheme, fields", PARAMS)
+def test_a_train_batch_in_the_kernel_equals_xla(scheme, fields):
+  """Loss and every parameter gradient of one train batch (one compiled program per impl),
+  or, for an option the kernel does not run, one error naming model.attention.impl and auto
+  on XLA on a GPU."""
+  config = _config(scheme, {"model.num_layers": 1, **fields})
+  if (scheme, fields) in REFUSED.values():
+    config.model.attention.impl = "pallas"
+    with pytest.raises(ValueError, match=r"^model.attention.impl='pallas' is not allowed; "):
+      config_lib.check_fields(config)
+    config.model.attention.impl = "auto"
+    config_lib.check_fields(config)
+    assert impl.resolve_impl(config.model, "gpu") == "xla"
+    return
+  config_lib.check_fields(config)
+  _assert_pallas_equals_xla(config)
