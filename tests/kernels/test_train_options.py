@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from lcx import config as config_lib, model, patterns, positions, train
-from lcx.kernels import impl
+from lcx.kernels import flash, impl
 from tests import pairwise
 from tests.helpers import set_fields, tiny_config
 
@@ -232,3 +232,32 @@ def test_a_train_batch_in_the_kernel_equals_xla(scheme, fields):
     return
   config_lib.check_fields(config)
   _assert_pallas_equals_xla(config)
+
+
+@pytest.mark.parametrize(
+  "scheme", sorted(s for s in positions.SCHEMES if positions.spec(s).cls.bias_of_distance)
+)
+def test_random_distances_lower_for_cuda_under_auto(scheme, monkeypatch):
+  """On a GPU auto runs the kernel, and randomized distances reach it: the wrapper's bias
+  lowers to Triton (no gather: the table read by compares; distances repeated up to a power of
+  two), at a row length that is not one. It failed on the gather, then on the length."""
+  from tests.kernels.test_triton_lowering import T as LONG, _lowered_for_cuda
+
+  monkeypatch.setattr(flash.jax, "default_backend", lambda: "gpu")  # what impl=auto consults
+  config = tiny_config(scheme, random_positions=4096)
+  config.data.seq_len = LONG
+  m = config.model
+  m.vocab_size, m.max_len, m.num_layers, m.num_kv_heads = VOCAB, LONG, 1, 1
+  assert impl.resolve_impl(m) == "pallas"
+  graphdef, params = nnx.split(model.Decoder(m, rngs=nnx.Rngs(0)), nnx.Param)
+  zeros_BxL = jnp.zeros((1, LONG), jnp.int32)
+  batch = {"inputs": zeros_BxL, "targets": zeros_BxL, "segment_ids": zeros_BxL + 1}
+  batch |= {"positions": jnp.arange(LONG)[None], "loss_mask": jnp.ones((1, LONG))}
+  sample = train.position_sampler(config)
+
+  def loss(params):
+    pos_BxL, distances_L = sample(batch, 0)
+    assert distances_L is not None
+    return train.loss_fn(nnx.merge(graphdef, params), batch, pos_BxL, distances_L)
+
+  assert _lowered_for_cuda(jax.grad(loss), params).count("__gpu$xla.gpu.triton") >= 3
