@@ -604,8 +604,10 @@ def flash_attention(
   backend = jax.default_backend() if backend is None else backend
   module, _ = positions_base.unwrapped(scheme)
   state = nnx.state(module)
-  leaves, head_axes = jax.tree.leaves(state), _head_axes(state)
   bias, consts = _traced_bias(scheme, bq, bk)
+  # Parameters are inputs only for a bias: a learned position table (embedded outside) is no
+  # kernel's business, and on a GPU an input of another size than a power of two fails.
+  leaves, head_axes = (jax.tree.leaves(state), _head_axes(state)) if bias is not None else ([], ())
   head_consts = _head_constants(module) if bias is not None else []
   st = _Static(
     uses=tuple(br.use for br in branches),

@@ -234,22 +234,15 @@ def test_a_train_batch_in_the_kernel_equals_xla(scheme, fields):
   _assert_pallas_equals_xla(config)
 
 
-@pytest.mark.parametrize(
-  "scheme", sorted(s for s in positions.SCHEMES if positions.spec(s).cls.bias_of_distance)
-)
-def test_random_distances_lower_for_cuda_under_auto(scheme, monkeypatch):
-  """On a GPU auto runs the kernel, and randomized distances reach it: the wrapper's bias
-  lowers to Triton (no gather: the table read by compares; distances repeated up to a power of
-  two), at a row length that is not one. It failed on the gather, then on the length."""
+def _cuda_train_hlo(config, monkeypatch) -> str:
+  """The train loss's gradient at the lowering test's length (T = 384: three 128-blocks, not
+  a power of two), lowered for CUDA with auto seeing a GPU, one row, one layer unless set."""
   from tests.kernels.test_triton_lowering import T as LONG, _lowered_for_cuda
 
   monkeypatch.setattr(flash.jax, "default_backend", lambda: "gpu")  # what impl=auto consults
-  config = tiny_config(scheme, random_positions=4096)
-  config.data.seq_len = LONG
-  m = config.model
-  m.vocab_size, m.max_len, m.num_layers, m.num_kv_heads = VOCAB, LONG, 1, 1
-  assert impl.resolve_impl(m) == "pallas"
-  graphdef, params = nnx.split(model.Decoder(m, rngs=nnx.Rngs(0)), nnx.Param)
+  config.data.seq_len, config.model.max_len, config.model.vocab_size = LONG, LONG, VOCAB
+  assert impl.resolve_impl(config.model) == "pallas"
+  graphdef, params = nnx.split(model.Decoder(config.model, rngs=nnx.Rngs(0)), nnx.Param)
   zeros_BxL = jnp.zeros((1, LONG), jnp.int32)
   batch = {"inputs": zeros_BxL, "targets": zeros_BxL, "segment_ids": zeros_BxL + 1}
   batch |= {"positions": jnp.arange(LONG)[None], "loss_mask": jnp.ones((1, LONG))}
@@ -257,7 +250,34 @@ def test_random_distances_lower_for_cuda_under_auto(scheme, monkeypatch):
 
   def loss(params):
     pos_BxL, distances_L = sample(batch, 0)
-    assert distances_L is not None
     return train.loss_fn(nnx.merge(graphdef, params), batch, pos_BxL, distances_L)
 
-  assert _lowered_for_cuda(jax.grad(loss), params).count("__gpu$xla.gpu.triton") >= 3
+  return _lowered_for_cuda(jax.grad(loss), params)
+
+
+@pytest.mark.parametrize("scheme, fields", [p for p in PARAMS if "refused" not in p.id])
+def test_the_train_batch_lowers_for_cuda_under_auto(scheme, fields, monkeypatch):
+  """On a GPU auto runs the kernel with every option of the case: it lowers to Triton, or
+  the scheme's blocker keeps auto on XLA there (pallas: an error naming the field)."""
+  sampled = {f: 4096 for f in ("train.random_positions", "train.pose_target") if f in fields}
+  config = _config(scheme, {"model.num_layers": 1, **fields, **sampled})
+  if impl.unsupported(config.model, "gpu"):
+    assert impl.resolve_impl(config.model, "gpu") == "xla"
+    config.model.attention.impl = "pallas"
+    with pytest.raises(ValueError, match=r"^model.attention.impl='pallas' .*on a GPU"):
+      impl.check_impl(config.model, "gpu")
+    return
+  assert _cuda_train_hlo(config, monkeypatch).count("__gpu$xla.gpu.triton") >= 3
+
+
+@pytest.mark.parametrize(
+  "scheme", sorted(s for s in positions.SCHEMES if positions.spec(s).cls.bias_of_distance)
+)
+def test_random_distances_lower_for_cuda_under_auto(scheme, monkeypatch):
+  """On a GPU auto runs the kernel, and randomized distances reach it: the wrapper's bias
+  lowers to Triton (no gather: the table read by compares; distances repeated up to a power of
+  two), at a row length that is not one. It failed on the gather, then on the length."""
+  config = tiny_config(scheme, random_positions=4096)
+  config.model.num_layers, config.model.num_kv_heads = 1, 1
+  assert train.position_sampler(config)(_batch(), 0)[1] is not None  # distances sampled
+  assert _cuda_train_hlo(config, monkeypatch).count("__gpu$xla.gpu.triton") >= 3
