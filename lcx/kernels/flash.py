@@ -203,7 +203,7 @@ def _fwd_kernel(*refs, st: _Static):
   leaves = [x[...] for x in r.leaves]
   e = o_ref.shape[-1]
   if st.has_sink:
-    m0, l0 = jnp.full((bq,), _of_head(r.sink[...], h)), jnp.ones((bq,), F32)
+    m0, l0 = jnp.full((bq,), r.sink[0]), jnp.ones((bq,), F32)  # head h's entry
   else:
     m0, l0 = jnp.full((bq,), NEG_INF, F32), jnp.zeros((bq,), F32)
 
@@ -317,7 +317,7 @@ def _dkv_kernel(*refs, st: _Static):
 
 
 def _full(shape):
-  """A whole-array block (parameters, the sink), the same for every program."""
+  """A whole-array block (parameters), the same for every program."""
   return pl.BlockSpec(shape, lambda *_: (0,) * len(shape))
 
 
@@ -355,7 +355,8 @@ def _in_specs(st: _Static, diff, nondiff) -> list:
   specs += [_leaf_spec(x.shape, a) for x, a in zip(leaves, st.head_axes)]
   specs += [_leaf_spec(x.shape, 0) for x in consts[: st.num_head_consts]]
   specs += [_full(x.shape) for x in consts[st.num_head_consts :]]
-  return specs + ([_full(sink.shape)] if st.has_sink else [])
+  # The sink: head h's entry alone (H need not be a power of two, Triton's sizes).
+  return specs + ([_leaf_spec(sink.shape, 0)] if st.has_sink else [])
 
 
 def _args(st, diff, nondiff) -> list:

@@ -281,3 +281,14 @@ def test_random_distances_lower_for_cuda_under_auto(scheme, monkeypatch):
   config.model.num_layers, config.model.num_kv_heads = 1, 1
   assert train.position_sampler(config)(_batch(), 0)[1] is not None  # distances sampled
   assert _cuda_train_hlo(config, monkeypatch).count("__gpu$xla.gpu.triton") >= 3
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "kerple_log", "t5", "sandwich"])
+def test_six_heads_and_a_sink_lower_for_cuda_under_auto(scheme, monkeypatch):
+  """6 query heads over 3 kv heads: each program reads its own head's sink, slopes or
+  parameters (one entry, not H: the whole sink vector of 6 failed to lower)."""
+  fields = {"model.num_heads": 6, "model.num_kv_heads": 3, "model.d_model": 96}
+  fields |= {"model.head_dim": 16, "model.num_layers": 1, "model.attention.sink": "learned"}
+  config = _config(scheme, fields)
+  config_lib.check_fields(config)
+  assert _cuda_train_hlo(config, monkeypatch).count("__gpu$xla.gpu.triton") >= 3
