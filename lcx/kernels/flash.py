@@ -589,7 +589,8 @@ def flash_attention(
   """-> out_BxHxTxE; the inputs of `reference.attention_reference` (q, k already rotated).
 
   T is padded to a multiple of the blocks (each a power of two, at most T's next power of two);
-  padded keys come after every real query, so causality hides them. Branch positions go in as
+  padded keys come after every real query, so causality hides them. E is padded with zeros to
+  a power of two. Branch positions go in as
   float32, so a bias hook takes its elementwise path (FIRE: no gather, no cond). `backend`
   (default: jax's) is the platform lowered for: interpret mode on CPU unless `interpret` says.
   """
@@ -601,6 +602,13 @@ def flash_attention(
 
   def pad(x, axis=1):
     return jnp.pad(x, [(0, tp - t) if a == axis else (0, 0) for a in range(x.ndim)], mode="edge")
+
+  # E padded with zeros to a power of two (Triton's block sizes): q.k and p.v are unchanged
+  # and the output's padded features are cut; the scale stays E's.
+  ep = pl.next_power_of_2(e)
+
+  def pad_e(x):
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, ep - e)])
 
   backend = jax.default_backend() if backend is None else backend
   module, _ = positions_base.unwrapped(scheme)
@@ -628,9 +636,9 @@ def flash_attention(
   )
   seg, doc = pad(seg_BxT.astype(jnp.int32)), pad(doc_BxT.astype(jnp.int32))
   diff = (
-    [pad(q) for q, _ in qk_pairs],
-    [pad(k) for _, k in qk_pairs],
-    pad(v_BxGxTxE, axis=2),
+    [pad_e(pad(q)) for q, _ in qk_pairs],
+    [pad_e(pad(k)) for _, k in qk_pairs],
+    pad_e(pad(v_BxGxTxE, axis=2)),
     leaves,
     None if sink_H is None else sink_H.astype(F32),
   )
@@ -643,4 +651,4 @@ def flash_attention(
     block_mask(seg, doc, pattern, bq, bk),
     head_consts + [jnp.asarray(c) for c in consts],
   )
-  return _flash(st, diff, nondiff)[:, :, :t]
+  return _flash(st, diff, nondiff)[:, :, :t, :e]

@@ -127,6 +127,7 @@ FACTORS = {
     {"train.random_positions": 64, "train.random_bias": "positions"},
     {"train.pose_target": 64},
   ],
+  "head_dim": [{}, {"model.head_dim": 24}],  # not a power of two: the kernel pads E
   "pattern": [{}]
   + [
     {"model.attention.pattern": {"name": name, **{f: 3 if f == "sink" else 5 for f in fields}}}
