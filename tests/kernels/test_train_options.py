@@ -82,12 +82,18 @@ def _assert_pallas_equals_xla(config, steps=(0,)) -> None:
       np.testing.assert_allclose(g, w, **TOL, err_msg=jax.tree_util.keystr(path))
 
 
-@pytest.mark.parametrize("scheme", ["alibi", "t5"])
+@pytest.mark.parametrize(
+  "scheme",
+  [
+    s if s in ("alibi", "t5") else pytest.param(s, marks=pytest.mark.slow)
+    for s in sorted(s for s in positions.SCHEMES if positions.spec(s).cls.bias_of_distance)
+  ],
+)
 def test_random_distances_with_a_bias_in_the_kernel_equal_xla(scheme):
   """Randomized training of a distance-only bias samples distances: the scheme reaches the
   kernel inside `RandomDistances`, a wrapper nnx cannot split (it crashed in `_traced_bias`:
-  IndexError). ALiBi's per-head slopes and T5's per-head table are the inner scheme's; two
-  steps, two samples of distances."""
+  IndexError). ALiBi's per-head slopes and T5's per-head table are the inner scheme's (quick;
+  KERPLE and Sandwich slow); two steps, two samples of distances."""
   config = _config(scheme, {"train.random_positions": 64, "model.num_layers": 1})
   config_lib.check_fields(config)
   _assert_pallas_equals_xla(config, steps=(0, 1))
