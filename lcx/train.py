@@ -102,9 +102,9 @@ def loss_fn(model, batch, pos_BxL, distances_L=None):
   return (nll_BxL * mask_BxL).sum() / jnp.maximum(mask_BxL.sum(), 1.0)
 
 
-def make_step(graphdef, tx, config):
-  """The pure train step: (params, opt_state, batch, step) -> (params, opt_state, metrics)."""
-  schedule = learning_rate(config.train)
+def position_sampler(config):
+  """(batch, step) -> (pos_BxL, distances_L or None): the positions a train step feeds the
+  model (randomized, PoSE or the batch's own), a pure function of the seed and the step."""
   key = jax.random.key(config.seed)
   random_max, pose_target = config.train.random_positions, config.train.pose_target
   # Ruoss et al.: a distance-only bias samples sorted distances, every other scheme positions.
@@ -114,7 +114,7 @@ def make_step(graphdef, tx, config):
     and positions.spec(config.model.position.name).cls.bias_of_distance
   )
 
-  def step_fn(params, opt_state, batch, step):
+  def sample(batch, step):
     pos_BxL, distances_L = batch["positions"], None
     if distances:
       length = pos_BxL.shape[1]
@@ -127,6 +127,18 @@ def make_step(graphdef, tx, config):
       pos_BxL = positions.pose_positions(
         jax.random.fold_in(key, step), pos_BxL, pose_target, batch["segment_ids"]
       )
+    return pos_BxL, distances_L
+
+  return sample
+
+
+def make_step(graphdef, tx, config):
+  """The pure train step: (params, opt_state, batch, step) -> (params, opt_state, metrics)."""
+  schedule = learning_rate(config.train)
+  sample = position_sampler(config)
+
+  def step_fn(params, opt_state, batch, step):
+    pos_BxL, distances_L = sample(batch, step)
     loss, grads = jax.value_and_grad(
       lambda p: loss_fn(nnx.merge(graphdef, p), batch, pos_BxL, distances_L)
     )(params)

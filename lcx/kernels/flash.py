@@ -42,6 +42,7 @@ from flax import nnx
 from jax.experimental import pallas as pl
 
 from lcx import attention
+from lcx.positions import base as positions_base
 
 F32 = jnp.float32
 NEG_INF = attention.NEG_INF
@@ -202,7 +203,7 @@ def _fwd_kernel(*refs, st: _Static):
   leaves = [x[...] for x in r.leaves]
   e = o_ref.shape[-1]
   if st.has_sink:
-    m0, l0 = jnp.full((bq,), _of_head(r.sink[...], h)), jnp.ones((bq,), F32)
+    m0, l0 = jnp.full((bq,), r.sink[0]), jnp.ones((bq,), F32)  # head h's entry
   else:
     m0, l0 = jnp.full((bq,), NEG_INF, F32), jnp.zeros((bq,), F32)
 
@@ -316,7 +317,7 @@ def _dkv_kernel(*refs, st: _Static):
 
 
 def _full(shape):
-  """A whole-array block (parameters, the sink), the same for every program."""
+  """A whole-array block (parameters), the same for every program."""
   return pl.BlockSpec(shape, lambda *_: (0,) * len(shape))
 
 
@@ -354,7 +355,8 @@ def _in_specs(st: _Static, diff, nondiff) -> list:
   specs += [_leaf_spec(x.shape, a) for x, a in zip(leaves, st.head_axes)]
   specs += [_leaf_spec(x.shape, 0) for x in consts[: st.num_head_consts]]
   specs += [_full(x.shape) for x in consts[st.num_head_consts :]]
-  return specs + ([_full(sink.shape)] if st.has_sink else [])
+  # The sink: head h's entry alone (H need not be a power of two, Triton's sizes).
+  return specs + ([_leaf_spec(sink.shape, 0)] if st.has_sink else [])
 
 
 def _args(st, diff, nondiff) -> list:
@@ -544,23 +546,24 @@ def _traced_bias(scheme, block_q: int, block_k: int):
   per-head inputs are all of these returns a one-head bias: a program evaluates only its own
   head. Captured constants become kernel inputs: a Pallas kernel may capture none.
   """
-  graphdef, state = nnx.split(scheme)
+  module, rewrap = positions_base.unwrapped(scheme)  # a BiasWrapper's parameters: its inner's
+  graphdef, state = nnx.split(module)
   leaves, treedef = jax.tree.flatten(state)
   leaves = [
     x if a is None else jax.lax.slice_in_dim(x, 0, 1, axis=a)
     for x, a in zip(leaves, _head_axes(state))
   ]
-  names = getattr(scheme, "head_constants", ())
+  names = getattr(module, "head_constants", ())
 
   def bias(*args):
     *params, q_pos_1xQ, k_pos_1xS = args
     module = nnx.merge(graphdef, jax.tree.unflatten(treedef, params[: len(leaves)]))
     for name, x_1 in zip(names, params[len(leaves) :]):
       setattr(module, name, nnx.data(x_1))
-    return module.kernel_bias(q_pos_1xQ, k_pos_1xS)
+    return rewrap(module).kernel_bias(q_pos_1xQ, k_pos_1xS)
 
   blocks = (jnp.zeros((1, block_q), F32), jnp.zeros((1, block_k), F32))
-  head_consts = [x[:1] for x in _head_constants(scheme)]
+  head_consts = [x[:1] for x in _head_constants(module)]
   closed = jax.make_jaxpr(bias)(*leaves, *head_consts, *blocks)
   if not closed.out_avals:
     return None, []
@@ -586,7 +589,8 @@ def flash_attention(
   """-> out_BxHxTxE; the inputs of `reference.attention_reference` (q, k already rotated).
 
   T is padded to a multiple of the blocks (each a power of two, at most T's next power of two);
-  padded keys come after every real query, so causality hides them. Branch positions go in as
+  padded keys come after every real query, so causality hides them. E is padded with zeros to
+  a power of two. Branch positions go in as
   float32, so a bias hook takes its elementwise path (FIRE: no gather, no cond). `backend`
   (default: jax's) is the platform lowered for: interpret mode on CPU unless `interpret` says.
   """
@@ -599,11 +603,21 @@ def flash_attention(
   def pad(x, axis=1):
     return jnp.pad(x, [(0, tp - t) if a == axis else (0, 0) for a in range(x.ndim)], mode="edge")
 
+  # E padded with zeros to a power of two (Triton's block sizes): q.k and p.v are unchanged
+  # and the output's padded features are cut; the scale stays E's.
+  ep = pl.next_power_of_2(e)
+
+  def pad_e(x):
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, ep - e)])
+
   backend = jax.default_backend() if backend is None else backend
-  state = nnx.state(scheme)
-  leaves, head_axes = jax.tree.leaves(state), _head_axes(state)
+  module, _ = positions_base.unwrapped(scheme)
+  state = nnx.state(module)
   bias, consts = _traced_bias(scheme, bq, bk)
-  head_consts = _head_constants(scheme) if bias is not None else []
+  # Parameters are inputs only for a bias: a learned position table (embedded outside) is no
+  # kernel's business, and on a GPU an input of another size than a power of two fails.
+  leaves, head_axes = (jax.tree.leaves(state), _head_axes(state)) if bias is not None else ([], ())
+  head_consts = _head_constants(module) if bias is not None else []
   st = _Static(
     uses=tuple(br.use for br in branches),
     pattern=pattern,
@@ -622,9 +636,9 @@ def flash_attention(
   )
   seg, doc = pad(seg_BxT.astype(jnp.int32)), pad(doc_BxT.astype(jnp.int32))
   diff = (
-    [pad(q) for q, _ in qk_pairs],
-    [pad(k) for _, k in qk_pairs],
-    pad(v_BxGxTxE, axis=2),
+    [pad_e(pad(q)) for q, _ in qk_pairs],
+    [pad_e(pad(k)) for _, k in qk_pairs],
+    pad_e(pad(v_BxGxTxE, axis=2)),
     leaves,
     None if sink_H is None else sink_H.astype(F32),
   )
@@ -637,4 +651,4 @@ def flash_attention(
     block_mask(seg, doc, pattern, bq, bk),
     head_consts + [jnp.asarray(c) for c in consts],
   )
-  return _flash(st, diff, nondiff)[:, :, :t]
+  return _flash(st, diff, nondiff)[:, :, :t, :e]

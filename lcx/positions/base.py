@@ -33,6 +33,7 @@ Shape letters (E head dim, S key length, R rotary pairs, ...): lcx/attention.py'
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Callable
 
@@ -258,3 +259,19 @@ class BiasWrapper:
   def kernel_bias(self, q_pos_1xQ, k_pos_1xS):
     """The wrapper's own `bias`: what it changes holds in the flash kernel too."""
     return self.bias(q_pos_1xQ, k_pos_1xS)
+
+
+def unwrapped(scheme) -> tuple[Scheme, Callable[[Scheme], object]]:
+  """(the nnx Scheme inside any BiasWrappers, a function that puts another copy of it back
+  inside the same wrappers). The flash kernel splits and rebuilds the Scheme (its parameters
+  are kernel inputs); a wrapper is a plain object that nnx cannot split."""
+  if not isinstance(scheme, BiasWrapper):
+    return scheme, lambda module: module
+  module, rewrap = unwrapped(scheme.inner)
+
+  def wrap(inner):
+    outer = copy.copy(scheme)
+    outer.inner = rewrap(inner)
+    return outer
+
+  return module, wrap

@@ -31,7 +31,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lcx.positions import base
+from lcx.positions import base, biases
 from lcx.positions.documents import document_index, document_length
 
 
@@ -123,7 +123,10 @@ class RandomDistances(base.BiasWrapper):
 
   def __init__(self, inner, distances_L):
     super().__init__(inner)
-    self.distances_L = distances_L
+    # Repeated up to a power of two (Triton's arrays: the flash kernel's input): offsets past
+    # L - 1 occur only between masked tokens, and both hooks read them as D[L - 1] anyway.
+    n = distances_L.shape[0]
+    self.distances_L = jnp.pad(distances_L, (0, (1 << (n - 1).bit_length()) - n), mode="edge")
 
   def bias(self, q_pos_BxQ, k_pos_BxS):
     n = self.distances_L.shape[0]
@@ -132,3 +135,14 @@ class RandomDistances(base.BiasWrapper):
     offset_BxQxS = jnp.asarray(q_pos_BxQ)[:, :, None] - jnp.asarray(k_pos_BxS)[:, None, :]
     offset_BxQxS = jnp.clip(offset_BxQxS.astype(jnp.int32), 0, n - 1)
     return jnp.moveaxis(jnp.take(table_HxN, offset_BxQxS, axis=1), 0, 1)  # BxHxQxS
+
+  def kernel_bias(self, q_pos_1xQ, k_pos_1xS):
+    """`bias` as the GPU flash kernel lowers it: the table from the inner scheme's own
+    `kernel_bias`, read by offset with compares and selects (`biases.table_lookup`, a loop
+    over the offsets the block holds), no gather."""
+    n = self.distances_L.shape[0]
+    d_1xN = self.distances_L[None, :].astype(jnp.float32)
+    table_1xHxNx1 = self.inner.kernel_bias(d_1xN, jnp.zeros((1, 1), jnp.float32))
+    offset_1xQxS = jnp.asarray(q_pos_1xQ)[:, :, None] - jnp.asarray(k_pos_1xS)[:, None, :]
+    offset_1xQxS = jnp.clip(offset_1xQxS.astype(jnp.int32), 0, n - 1)
+    return biases.table_lookup(table_1xHxNx1[0, :, :, 0].T, offset_1xQxS)
