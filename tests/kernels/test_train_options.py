@@ -243,11 +243,15 @@ def test_a_train_batch_in_the_kernel_equals_xla(scheme, fields):
 
 def _cuda_train_hlo(config, monkeypatch) -> str:
   """The train loss's gradient at the lowering test's length (T = 384: three 128-blocks, not
-  a power of two), lowered for CUDA with auto seeing a GPU, one row, one layer unless set."""
+  a power of two), lowered for CUDA with auto seeing a GPU (pallas where auto keeps xla for a
+  measurement, `Scheme.gpu_auto_xla`), one row, one layer unless set."""
   from tests.kernels.test_triton_lowering import T as LONG, _lowered_for_cuda
 
   monkeypatch.setattr(flash.jax, "default_backend", lambda: "gpu")  # what impl=auto consults
   config.data.seq_len, config.model.max_len, config.model.vocab_size = LONG, LONG, VOCAB
+  if positions.spec(config.model.position.name).cls.gpu_auto_xla:  # measured slower there:
+    assert impl.resolve_impl(config.model) == "xla"  # auto keeps xla, pallas still runs it
+    config.model.attention.impl = "pallas"
   assert impl.resolve_impl(config.model) == "pallas"
   graphdef, params = nnx.split(model.Decoder(config.model, rngs=nnx.Rngs(0)), nnx.Param)
   zeros_BxL = jnp.zeros((1, LONG), jnp.int32)
