@@ -7,6 +7,7 @@ run's; a value given on the command line wins over either.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from absl import flags
 
@@ -157,6 +158,13 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
   ):
     if values[name] not in allowed:
       raise errors.not_allowed(f"--{name}", values[name], allowed)
+  out_dir = os.path.dirname(os.path.abspath(values["out"]))
+  try:  # made now: a missing folder would otherwise fail only after every section has run
+    os.makedirs(out_dir, exist_ok=True)
+  except OSError as error:
+    raise errors.not_allowed(
+      "--out", values["out"], f"a path whose folder exists or can be made ({error.strerror})"
+    ) from None
   if values["deadline_s"] is not None and values["deadline_s"] <= 0:
     raise errors.not_allowed("--deadline_s", values["deadline_s"], "a number of seconds > 0")
   point = values["eval_point"]

@@ -88,3 +88,14 @@ def test_cli_errors_are_one_line():
     "error: --sections='peak,speed' is not allowed; allowed: "
     "comma lists of peak, train, positions, eval, peers\n"
   )
+
+
+def test_out_in_a_missing_folder_is_made_before_anything_runs(tmp_path):
+  # It used to fail only when writing, after every section had run: the results were lost.
+  out = tmp_path / "new" / "folder" / "bench.json"
+  assert bench_options(f"--out={out}").out == str(out)
+  assert out.parent.is_dir()
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(ValueError, match=r"^--out="):
+    bench_options(f"--out={blocker / 'bench.json'}")
