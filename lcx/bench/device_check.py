@@ -345,45 +345,14 @@ def _in_process(point: dict, timeout_s: int) -> dict:
 def plan_points(plan: dict) -> list[dict]:
   """The plan's points in the order run: the most wanted numbers first."""
   points = [{"what": "peak", "n": plan["peak_n"]}]
-  for size, batch, seq_len in plan["train"]:
-    for impl in plan["train_impls"]:
-      points.append(
-        {
-          "what": "train",
-          "scheme": "rope",
-          "size": size,
-          "batch": batch,
-          "seq_len": seq_len,
-          "impl": impl,
-          "steps": plan["steps"],
-        }
-      )
-  for size, batch, seq_len in plan["train_tuned"]:
-    points.append(
-      {
-        "what": "train",
-        "scheme": "rope",
-        "size": size,
-        "batch": batch,
-        "seq_len": seq_len,
-        "impl": "pallas",
-        "steps": plan["steps"],
-        "tuned": True,
-      }
-    )
-  for scheme, size, batch, seq_len, impl in plan["train_remat"]:
-    points.append(
-      {
-        "what": "train",
-        "scheme": scheme,
-        "size": size,
-        "batch": batch,
-        "seq_len": seq_len,
-        "impl": impl,
-        "steps": plan["steps"],
-        "remat": "block",
-      }
-    )
+
+  def train(scheme, size, batch, seq_len, impl, **extra):
+    point = {"what": "train", "scheme": scheme, "size": size, "batch": batch}
+    return point | {"seq_len": seq_len, "impl": impl, "steps": plan["steps"], **extra}
+
+  points += [train("rope", *shape, impl) for shape in plan["train"] for impl in plan["train_impls"]]
+  points += [train("rope", *shape, "pallas", tuned=True) for shape in plan["train_tuned"]]
+  points += [train(*point, remat="block") for point in plan["train_remat"]]
   eval_size, train_len = plan["eval_model"]
 
   def evals(pairs):
