@@ -155,9 +155,11 @@ def _head_bias(st, r: _Refs, leaves, q_pos_Q, k_pos_S, h, *, evaluate=_eval_prim
   return bias[0].astype(F32) if bias.shape[0] == 1 else _of_head(bias, h)
 
 
-def _scores(st, r: _Refs, leaves, h, i, j):
+def _scores(st, r: _Refs, leaves, h, i, j, *, bias_vjps=None):
   """Query block i against key block j for head h: merged, masked f32 logits, each branch's
-  selection (None with one branch), and the blocks of scaled q and of k per branch."""
+  selection (None with one branch), and the blocks of scaled q and of k per branch.
+  `bias_vjps`: a list that receives each branch's vjp of the bias in the parameters, from the
+  same evaluation that gives the logits (the dq kernel: the bias is evaluated once a block)."""
   qs, ks = pl.ds(i * st.block_q, st.block_q), pl.ds(j * st.block_k, st.block_k)
   q_blocks = [q[qs, :] * st.scale for q in r.qs]
   k_blocks = [k[ks, :] for k in r.ks]
@@ -165,7 +167,16 @@ def _scores(st, r: _Refs, leaves, h, i, j):
   for b, (q, k) in enumerate(zip(q_blocks, k_blocks)):
     s_QxS = jnp.einsum("qe,se->qs", q, k, preferred_element_type=F32)
     if st.bias is not None:
-      s_QxS = s_QxS + _head_bias(st, r, leaves, r.q_pos[b][qs], r.k_pos[b][ks], h)
+      q_pos, k_pos = r.q_pos[b][qs], r.k_pos[b][ks]
+      if bias_vjps is None:
+        bias_QxS = _head_bias(st, r, leaves, q_pos, k_pos, h)
+      else:
+        bias_QxS, vjp = jax.vjp(
+          lambda lv: _head_bias(st, r, lv, q_pos, k_pos, h, evaluate=jax.core.eval_jaxpr),
+          leaves,
+        )
+        bias_vjps.append(vjp)
+      s_QxS = s_QxS + bias_QxS
     logits.append(s_QxS)
   sels = [None] * st.branches
   s_QxS = logits[-1]
@@ -238,7 +249,8 @@ def _dq_kernel(*refs, st: _Static):
   def key_block(j, carry):
     def body(carry):
       dqs, dleaves = carry
-      s_QxS, sels, _, k_blocks = _scores(st, r, leaves, h, i, j)
+      vjps = [] if st.bias is not None and leaves else None
+      s_QxS, sels, _, k_blocks = _scores(st, r, leaves, h, i, j, bias_vjps=vjps)
       ks = pl.ds(j * bk, bk)
       p_QxS = jnp.exp(s_QxS - lse_Q[:, None])
       dp_QxS = jnp.einsum("qe,se->qs", do_QxE, r.v[ks, :], preferred_element_type=F32)
@@ -250,15 +262,9 @@ def _dq_kernel(*refs, st: _Static):
         )
         for dq, sel, k in zip(dqs, sels, k_blocks)
       ]
-      if st.bias is not None and leaves:  # the bias hook's vjp on this block, per branch
-        for b, sel in enumerate(sels):
-          q_pos, k_pos = r.q_pos[b][qs], r.k_pos[b][ks]
-          _, vjp = jax.vjp(
-            lambda lv: _head_bias(st, r, lv, q_pos, k_pos, h, evaluate=jax.core.eval_jaxpr),
-            leaves,
-          )
-          (grads,) = vjp(_picked(ds_QxS, sel))
-          dleaves = [a + g.astype(F32) for a, g in zip(dleaves, grads)]
+      for vjp, sel in zip(vjps or (), sels):  # the bias's vjp in its parameters, per branch
+        (grads,) = vjp(_picked(ds_QxS, sel))
+        dleaves = [a + g.astype(F32) for a, g in zip(dleaves, grads)]
       return dqs, dleaves
 
     return _visit(r, i, j, body, carry)

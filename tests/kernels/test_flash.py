@@ -322,3 +322,46 @@ def test_bfloat16_model_forward_is_close_to_xla():
   assert logits["pallas"].dtype == jnp.float32
   np.testing.assert_allclose(logits["pallas"], logits["xla"], rtol=0, atol=0.05)
   assert float(jnp.abs(logits["xla"]).max()) > 0.5  # logits of a size the tolerance is small to
+
+
+def _count(jaxpr, name: str) -> int:
+  """Equations of primitive `name` in a jaxpr and every jaxpr nested in its equations."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    total += eqn.primitive.name == name
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      total += _count(sub, name)
+  return total
+
+
+def test_each_kernel_evaluates_the_bias_once_a_block():
+  """KERPLE-log's bias has one log1p a block; the dq kernel takes the parameters' vjp from the
+  same evaluation that gives its logits, so it holds one log1p, like the forward and dk/dv
+  kernels (it evaluated the bias twice, once more for the vjp: a log1p an element per block)."""
+  scheme = positions.build(positions.default_config("kerple_log"), DIMS, rngs=nnx.Rngs(0))
+  graphdef, state = nnx.split(scheme)
+  x = _inputs()
+  kernel = impl.flash_kernel(BLOCK)
+
+  def loss(q, state):
+    s = nnx.merge(graphdef, state)
+    plan = kernel.prepare(
+      x["pos"],
+      x["seg"],
+      scheme=s,
+      remap=remaps.build(remaps.default_config("none"), DIMS),
+      pattern=None,
+    )
+    return jnp.sum(kernel.attend(q, x["k"], x["v"], plan, scheme=s, sink_H=None) * x["w"])
+
+  jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(x["q"], state).jaxpr
+  calls = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
+  calls += [
+    e
+    for e in jaxpr.eqns
+    for sub in jax.extend.core.jaxprs_in_params(e.params)
+    for e in sub.eqns
+    if e.primitive.name == "pallas_call"
+  ]
+  logs = [_count(e.params["jaxpr"], "log1p") for e in calls]
+  assert len(logs) == 3 and logs == [1, 1, 1], logs  # forward, dq, dk/dv
