@@ -12,17 +12,25 @@ the session start trims the cache to CACHE_KEEP_BYTES instead, oldest first, onc
 
 Compiling, not running, is most of a test's time: tests compile at XLA's lowest backend (LLVM)
 optimization level (`jax_disable_most_optimizations`; the HLO passes, hence fusion, buffers
-and memory, are unchanged), a tenth to a quarter less time for a cold test."""
+and memory, are unchanged), a tenth to a quarter less time for a cold test.
+
+Trained fixtures are built once per run, not once per xdist worker: a test file with a
+module-scoped fixture is one unit of work for the scheduler (`_FixtureFileScheduling`; every
+other test is a unit of its own, as `--dist load`), and the session-scoped runs are trained
+by the first worker that needs them and copied by the others (`_built_once`)."""
 
 import fcntl
+import functools
 import os
 import pathlib
+import shutil
 import sys
 
 import jax
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 from tests.helpers import DATA_DIR  # noqa: E402
 
 CACHE_DIR = os.path.join(DATA_DIR, "jax_cache")
@@ -54,6 +62,52 @@ def pytest_sessionstart(session):
     _trim_cache(CACHE_DIR, CACHE_KEEP_BYTES)
 
 
+@functools.cache
+def _has_module_fixture(path: str) -> bool:
+  return 'scope="module"' in (ROOT / path).read_text()
+
+
+def _scheduling():
+  """xdist's scope scheduler, its units being the files that hold a module-scoped fixture
+  (built once, on the worker that runs the file) and every other test alone. xdist's own
+  `--dist loadgroup` would do it with marks, but silently stopped grouping under pytest 9.2
+  (pytest-dev/pytest-xdist#1386)."""
+  from xdist.scheduler import LoadScopeScheduling
+
+  class FixtureFileScheduling(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+      path = nodeid.split("::", 1)[0]
+      return path if _has_module_fixture(path) else nodeid
+
+  return FixtureFileScheduling
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  if config.getoption("dist") == "load":  # the default (launch.sh test); others as asked
+    return _scheduling()(config, log)
+  return None
+
+
+def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
+  """A fresh copy, in this worker's temporary directory, of `build(directory)`'s directory,
+  which the first worker to get here builds for the run (under a lock) and the others copy:
+  the tests may write into their copy as they did into a fixture of their own."""
+  base = tmp_path_factory.getbasetemp()
+  shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's
+  built = shared / f"{name}.built"
+  with open(shared / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (built / ".complete").exists():
+      shutil.rmtree(built, ignore_errors=True)
+      build(built)
+      (built / ".complete").touch()
+    fcntl.flock(lock, fcntl.LOCK_UN)
+  copy = tmp_path_factory.mktemp(name) / "run"
+  shutil.copytree(built, copy, ignore=shutil.ignore_patterns(".complete"))
+  return copy
+
+
 @pytest.fixture(scope="session", autouse=True)
 def default_dataset():
   """Builds the default dataset once, whichever worker gets the lock first."""
@@ -78,9 +132,10 @@ def tiny_run(tmp_path_factory, default_dataset):
   from lcx import train
   from tests.helpers import tiny_config
 
-  workdir = str(tmp_path_factory.mktemp("tiny_run") / "run")
-  train.train(tiny_config("rope", steps=2, warmup_steps=1, checkpoint_every=2), workdir)
-  return workdir
+  def build(workdir):
+    train.train(tiny_config("rope", steps=2, warmup_steps=1, checkpoint_every=2), str(workdir))
+
+  return str(_built_once(tmp_path_factory, "tiny_run", build))
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +147,6 @@ def copy_run(tmp_path_factory, default_dataset):
   from lcx import train
   from tests.helpers import tiny_config
 
-  workdir = str(tmp_path_factory.mktemp("copy"))
   config = tiny_config(
     "rope", steps=300, warmup_steps=15, lr=3e-3, log_every=100, checkpoint_every=1000
   )
@@ -105,5 +159,5 @@ def copy_run(tmp_path_factory, default_dataset):
     batch_size=16,
     task_eval_examples=120,
   )
-  train.train(config, workdir)
-  return config, workdir
+  workdir = _built_once(tmp_path_factory, "copy", lambda d: train.train(config, str(d)))
+  return config, str(workdir)
