@@ -19,26 +19,26 @@ usage: ./launch.sh COMMAND [FLAGS...]
                the default data, print the length-sweep table once at the end
   train        python -m lcx.main --mode=train --config=... --workdir=...  [--config.x.y=V]
   eval         python -m lcx.main --mode=eval  --config=... --workdir=...  (same config as train)
-  generate     python -m lcx.generate --workdir=DIR --prompt=TEXT [--max_new_tokens=64]
+  generate     python -m lcx.tools.generate --workdir=DIR --prompt=TEXT [--max_new_tokens=64]
                [--temperature=0 --top_k=0 --seed=0 --eval_step=STEP] [--config.model...=V]:
                the run's checkpoint continues TEXT (KV cache; temperature 0 is greedy);
                prints the prompt and continuation, and tokens/s on stderr
-  report       python -m lcx.report PATH... --out=DIR [--title=T] [--baseline=RUN/VARIANT]
+  report       python -m lcx.tools.report PATH... --out=DIR [--title=T] [--baseline=RUN/VARIANT]
                [--effective_tolerance=NATS]: tables
                (stdout), DIR/report.md, results.csv and plots from result JSON files,
                directories or globs (no jax); paired intervals where results allow
-  sweep        python -m lcx.sweep experiments/NAME[:full] [--dry_run] [--only=RUN,...]
+  sweep        python -m lcx.tools.sweep experiments/NAME[:full] [--dry_run] [--only=RUN,...]
                [--shard=i/n] [--runs_dir=runs] [--force_eval] [--merge_shards]: the experiment's
                runs in order (resumable), then experiments/NAME/results/ and its report (a
                shard of n > 1: one archive in shards/; --merge_shards: unpack them, report)
-  longrope     python -m lcx.longrope --workdir=DIR --config.eval.longrope.target_len=N
+  longrope     python -m lcx.tools.longrope --workdir=DIR --config.eval.longrope.target_len=N
                [--config.eval.longrope.*=V]: LongRoPE's evolutionary search for a run's RoPE
                rescale factors at length N (resumable) -> DIR/longrope/{state,factors}.json;
                evaluate them with eval --config.eval.variants=longrope@DIR/longrope/factors.json
   bench        throughput, MFU, position overhead, long eval, peers -> bench.json (adds the bench extra)
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
-  export       python -m lcx.export --workdir=DIR [--step=N] [--out=DIR/export]: the
-               checkpoint's parameters as model.safetensors plus config.json (lcx.export.load)
+  export       python -m lcx.tools.export --workdir=DIR [--step=N] [--out=DIR/export]: the
+               checkpoint's parameters as model.safetensors plus config.json (lcx.tools.export.load)
   config       python -m lcx.fields [--config=...]: every config field, its default, what is
                allowed and a one-line description
   test         the test suite (pytest flags pass through; adds the test extra)
@@ -122,17 +122,17 @@ export GLIBC_TUNABLES=${GLIBC_TUNABLES:-$LCX_GLIBC_TUNABLES}
 # a namespace package `lcx` shadowing the venv's editable install).
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 case "$cmd" in
-  quickstart) exec "$PY" -m lcx.quickstart "$@" ;;
+  quickstart) exec "$PY" -m lcx.tools.quickstart "$@" ;;
   train) exec "$PY" -m lcx.main --mode=train "$@" ;;
   eval) exec "$PY" -m lcx.main --mode=eval "$@" ;;
-  generate) exec "$PY" -m lcx.generate "$@" ;;
-  report) exec "$PY" -m lcx.report "$@" ;;
-  sweep) exec "$PY" -m lcx.sweep "$@" ;;
-  longrope) exec "$PY" -m lcx.longrope "$@" ;;
-  bench) exec "$PY" -m lcx.bench "$@" ;;
-  data) exec "$PY" -m lcx.data.stats "$@" ;;
+  generate) exec "$PY" -m lcx.tools.generate "$@" ;;
+  report) exec "$PY" -m lcx.tools.report "$@" ;;
+  sweep) exec "$PY" -m lcx.tools.sweep "$@" ;;
+  longrope) exec "$PY" -m lcx.tools.longrope "$@" ;;
+  bench) exec "$PY" -m lcx.tools.bench "$@" ;;
+  data) exec "$PY" -m lcx.run.data.stats "$@" ;;
   config) exec "$PY" -m lcx.fields "$@" ;;
-  export) exec "$PY" -m lcx.export "$@" ;;
+  export) exec "$PY" -m lcx.tools.export "$@" ;;
   test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
   tensorboard) exec "$PY" -m tensorboard.main --logdir "$@" ;;
   notebook)

@@ -9,7 +9,7 @@ import argparse
 import os
 import shlex
 
-from lcx import sweep
+from lcx.tools import sweep
 
 
 def lines(target: str, runs_dir: str, skip: set[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """Command-line plumbing shared by the entry points. Nothing here imports jax, so the light
 entry points (report, sweep) can use it; the config-file helpers serve the jax ones (lcx.main,
-lcx.longrope), which start from a run's own config the same way."""
+lcx.tools.longrope), which start from a run's own config the same way."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from absl import flags
 
 from lcx import errors
 
-# `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/run_config.py's get_config), named by
+# `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/run/run_config.py's get_config), named by
 # path so that this module need not import it (and jax).
-RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_config.py")
-# --distributed (lcx.sharding): call jax.distributed.initialize() without arguments when a cluster
-# is detected (auto), always (on) or never (off). Here, so the flag is defined before jax loads.
+RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run", "run_config.py")
+# --distributed (lcx.run.sharding): call jax.distributed.initialize() without arguments when a
+# cluster is detected (auto), always (on) or never (off). Here, so the flag is defined before jax
+# loads.
 DISTRIBUTED_MODES = ("auto", "on", "off")
 OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 # Where a relative `configs/...` or `experiments/...` not found in the caller's directory is
@@ -84,7 +85,7 @@ def with_shipped_config(argv):
 
 
 def with_run_config(argv):
-  """Adds --config=lcx/run_config.py:WORKDIR when --config is absent and WORKDIR is a run."""
+  """Adds --config=lcx/run/run_config.py:WORKDIR when --config is absent and WORKDIR is a run."""
   if config_argument(argv) is not None:
     return argv
   workdir = None

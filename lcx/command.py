@@ -11,17 +11,17 @@ import sys
 # subcommand -> the module it runs and the flags that go first; launch.sh dispatches to the
 # same (tests/test_command.py checks the two agree).
 COMMANDS = {
-  "quickstart": ("lcx.quickstart", ()),
+  "quickstart": ("lcx.tools.quickstart", ()),
   "train": ("lcx.main", ("--mode=train",)),
   "eval": ("lcx.main", ("--mode=eval",)),
-  "generate": ("lcx.generate", ()),
-  "report": ("lcx.report", ()),
-  "sweep": ("lcx.sweep", ()),
-  "longrope": ("lcx.longrope", ()),
+  "generate": ("lcx.tools.generate", ()),
+  "report": ("lcx.tools.report", ()),
+  "sweep": ("lcx.tools.sweep", ()),
+  "longrope": ("lcx.tools.longrope", ()),
   "config": ("lcx.fields", ()),
-  "bench": ("lcx.bench", ()),
-  "data": ("lcx.data.stats", ()),
-  "export": ("lcx.export", ()),
+  "bench": ("lcx.tools.bench", ()),
+  "data": ("lcx.run.data.stats", ()),
+  "export": ("lcx.tools.export", ()),
 }
 # glibc's malloc on transparent huge pages: XLA:CPU steps 1.3x faster (README, launch.sh).
 TUNABLES = "glibc.malloc.hugetlb=1"

@@ -4,11 +4,11 @@ ml_collections already rejects unknown fields and wrong types on the command lin
 words its errors with `field_path_error`); this module checks ranges and cross-field rules from
 the declarations, and delegates each sub-dict to the package that owns it. The checks that need
 other code live with it: the model's (a scheme's hooks and dimensions, remaps, kernels) in
-`lcx.model.check_config`, the mesh's in `lcx.sharding.check_mesh`, the evaluation's in
-`lcx.evaluate.checks`, the LongRoPE search's in `lcx.longrope.validate`.
+`lcx.model.decoder.check_config`, the mesh's in `lcx.run.sharding.check_mesh`, the evaluation's in
+`lcx.tools.evaluate.checks`, the LongRoPE search's in `lcx.tools.longrope.validate`.
 
 Importing it loads no jax: the allowed values of the model options live here (the modules that
-implement them import them), and the schemes' fields in lcx/positions/fields.py, so that
+implement them import them), and the schemes' fields in lcx/model/positions/fields.py, so that
 `check_declared` refuses a bad value before the entry points import jax. `check_fields` and
 `validate` then import the model's and the mesh's checks when they run.
 """
@@ -21,7 +21,9 @@ import os
 
 import ml_collections
 
-from lcx import data, errors, metrics, patterns, protocols
+from lcx import errors, protocols
+from lcx.model import patterns
+from lcx.model.positions import fields as position_fields
 from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   DTYPES,
   GATES,
@@ -33,12 +35,12 @@ from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   TEMPERATURES,
   is_block_size,
 )
-from lcx.positions import fields as position_fields
+from lcx.run import data, metrics
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
-RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/positions/randomized.py)
+RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/model/positions/randomized.py)
 # (field, predicate, what is allowed)
 RANGES = [
   ("seed", lambda v: v >= 0, ">= 0"),
@@ -195,10 +197,10 @@ def _get(config, dotted):
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError on the first bad field; call before building anything, and after
   jax.distributed.initialize (the mesh is checked against the global device count).
-  `lcx.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  `lcx.run.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
   import jax
 
-  from lcx import sharding  # the mesh check is the mesh's owner's
+  from lcx.run import sharding  # the mesh check is the mesh's owner's
 
   check_fields(config)
   sharding.check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
@@ -210,7 +212,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   jax is imported."""
   check_declared(config)
   data.validate(config.data)  # the global batch split across jax.process_count() processes
-  from lcx import model  # jax: imported once the declared fields passed
+  from lcx.model import decoder as model  # jax: imported once the declared fields passed
 
   model.check_config(config, train_length(config))
 

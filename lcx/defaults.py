@@ -7,8 +7,10 @@ every field and default.
 
 import ml_collections
 
-from lcx import data, errors, patterns
-from lcx.positions import fields  # the schemes' and remaps' fields, declared without jax
+from lcx import errors
+from lcx.model import patterns
+from lcx.model.positions import fields  # the schemes' and remaps' fields, declared without jax
+from lcx.run import data
 
 # Sections picked whole by name, replaced by that name's fields and defaults: on the command line
 # (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.variants).
@@ -44,7 +46,7 @@ def get_config(arg=None):
 
   config = ml_collections.ConfigDict()
   config.seed = 0  # parameter init and sampled training positions (data.seed: data order)
-  config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/data/config.py)
+  config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/run/data/config.py)
 
   # The decoder: every field but the eval-time ones (lcx/variants.py) is trained.
   config.model = ml_collections.ConfigDict()
@@ -68,15 +70,15 @@ def get_config(arg=None):
   config.model.position = fields.default_config(arg.pos)
   # A training-free position remap; --config.model.remap.name=X brings X's fields.
   config.model.remap = fields.remap_config("none")
-  # Per-layer schedule (lcx/model.py): every nope_every-th block without positions (0: none),
-  # and the other blocks attending only to the last position_window keys (0: all).
+  # Per-layer schedule (lcx/model/decoder.py): every nope_every-th block without positions (0:
+  # none), and the other blocks attending only to the last position_window keys (0: all).
   config.model.nope_every = 0
   config.model.position_window = 0
   config.model.attention = ml_collections.ConfigDict()  # the attention kernel and its options
   # A sparse attention pattern; --config.model.attention.pattern.name=X brings X's fields.
   config.model.attention.pattern = patterns.default_config("dense")
   config.model.attention.chunk_size = 512  # query chunk of the chunked kernel
-  # Logit temperature (lcx/temperature.py): none | log_n | ssmax | scale_invariant | llama4
+  # Logit temperature (lcx/model/temperature.py): none | log_n | ssmax | scale_invariant | llama4
   # (trained; scale_invariant's length scale tau: si_tau, the paper's 10), and C of the
   # eval-time factor 1 + C ln(T/L) past the training length (variant beta@C; 0: off).
   config.model.attention.temperature = "none"
@@ -86,13 +88,14 @@ def get_config(arg=None):
   config.model.attention.ssmax_n = "keys"
   config.model.attention.sink = "none"  # none | learned: a per-head sink logit (gpt-oss)
   # none | elementwise | headwise: a sigmoid gate from the block input on each head's output
-  # (gated attention, lcx/gating.py; elementwise is the paper's best).
+  # (gated attention, lcx/model/gating.py; elementwise is the paper's best).
   config.model.attention.gate = "none"
-  # softmax | stick_breaking (lcx/stick_breaking.py: each query breaks a stick over its keys
+  # softmax | stick_breaking (lcx/model/stick_breaking.py: each query breaks a stick over its keys
   # from the nearest back, weights summing to <= 1; no sink).
   config.model.attention.kind = "softmax"
-  # auto | xla | pallas (lcx/kernels/impl.py): auto runs the Pallas flash kernel on GPU and TPU,
-  # the XLA kernels on CPU; block_size: the Pallas kernel's query and key block (a power of two).
+  # auto | xla | pallas (lcx/model/kernels/impl.py): auto runs the Pallas flash kernel on GPU and
+  # TPU, the XLA kernels on CPU; block_size: the Pallas kernel's query and key block (a power of
+  # two).
   config.model.attention.impl = "auto"
   config.model.attention.block_size = 128
   # stick_breaking only: the stick's remainder times a learned vector per head (from 0) joins
@@ -141,10 +144,10 @@ def get_config(arg=None):
   config.train.scaling_file = ""
   config.train.eval_every = 0  # >0: score eval.during_train lengths every N steps
 
-  config.eval = ml_collections.ConfigDict()  # evaluation by length (lcx/evaluate/)
+  config.eval = ml_collections.ConfigDict()  # evaluation by length (lcx/tools/evaluate/)
   config.eval.multipliers = (1, 2, 4, 8)  # eval lengths as multiples of the training length L
   config.eval.lengths = ()  # explicit eval lengths; override multipliers when set
-  # How windows are cut (lcx/evaluate/samples.py): windows | sliding | last_k.
+  # How windows are cut (lcx/tools/evaluate/samples.py): windows | sliding | last_k.
   config.eval.protocol = "windows"
   # Which documents: stream (documents concatenated as training packs them) | long (only
   # documents longer than the longest eval length, each scored on its own prefix).
@@ -156,7 +159,7 @@ def get_config(arg=None):
   # >0: score at randomized positions, a sorted sample of [0, this) per document (Ruoss 2023's
   # reference samples at test time too), drawn with eval.sample_seed; 0: positions 0..n-1;
   # -1: as trained (train.random_positions, so a randomized run is scored as Ruoss et al. do).
-  # Every evaluator's scoring (lcx/evaluate/runner.py), not the passkey probe's generation.
+  # Every evaluator's scoring (lcx/tools/evaluate/runner.py), not the passkey probe's generation.
   config.eval.random_positions = -1
   config.eval.bootstrap = 1000  # resamples of documents for 95% confidence intervals (0: none)
   config.eval.buckets_per_octave = 4  # loss-by-position buckets, log-spaced
@@ -174,7 +177,7 @@ def get_config(arg=None):
   config.eval.named_variants = ml_collections.ConfigDict()  # name -> {dotted.field: value}
   config.eval.during_train = (1, 4)  # train.eval_every: these multiples of L
   config.eval.during_train_tokens = 8192  # train.eval_every: tokens scored per length
-  # The LongRoPE search (`./launch.sh longrope`, lcx/longrope.py): per-pair rescale factors
+  # The LongRoPE search (`./launch.sh longrope`, lcx/tools/longrope.py): per-pair rescale factors
   # lambda_i (non-decreasing, in [1, max_factor]) and n_hat for one target length, by the
   # paper's evolutionary search; writes WORKDIR/longrope/{state,factors}.json. The defaults are
   # the paper's code's (population 64, 32 parents, 16 mutations + 16 crossovers, 40
@@ -195,7 +198,7 @@ def get_config(arg=None):
   config.eval.longrope.step = 0.01  # the grid mutations draw lambda from
   config.eval.longrope.max_factor = 0.0  # the largest lambda; 0: 1.25 s (the paper's space)
   config.eval.longrope.search_n_hat = True  # False: n_hat = 0 (every position scaled)
-  # Passkey retrieval through generation (lcx/evaluate/passkey.py), text runs only: prompt
+  # Passkey retrieval through generation (lcx/tools/evaluate/passkey.py), text runs only: prompt
   # lengths in tokens (empty: off) x needle depths, `examples` keys of `digits` digits each.
   config.eval.passkey = ml_collections.ConfigDict(
     {"lengths": (), "depths": (0.0, 0.25, 0.5, 0.75, 1.0), "examples": 8, "digits": 5, "seed": 0}

@@ -1,5 +1,5 @@
-"""The two wordings of a bad config value, shared by every check (and jax-free, for lcx.report
-and lcx.sweep), so a user reads one form whichever module found the mistake."""
+"""The two wordings of a bad config value, shared by every check (and jax-free, for lcx.tools.report
+and lcx.tools.sweep), so a user reads one form whichever module found the mistake."""
 
 from __future__ import annotations
 

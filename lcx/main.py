@@ -1,10 +1,10 @@
 """Entry point: python -m lcx.main --config=configs/base.py[:args] --workdir=DIR --mode=MODE.
 
 `--mode=eval --workdir=DIR` needs no --config: the run's own DIR/config.json is the config
-(`lcx/run_config.py:DIR`), and `--config.eval.*=...` overrides apply to it.
+(`lcx/run/run_config.py:DIR`), and `--config.eval.*=...` overrides apply to it.
 
 The same command runs on every host of a TPU pod slice or SLURM allocation: `--distributed=auto`
-joins the processes when the environment shows a cluster (see lcx.sharding). Restarting the same
+joins the processes when the environment shows a cluster (see lcx.run.sharding). Restarting the same
 command in the same workdir resumes from the last complete checkpoint. A bad flag or config is
 one `error: ...` line on stderr and exit status 2, before anything is written.
 """
@@ -15,9 +15,10 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, errors, metrics  # none of them imports jax
+from lcx import cli, config as config_lib, errors
 from lcx.cli import fail
-from lcx.metrics import say
+from lcx.run import metrics  # none of them imports jax
+from lcx.run.metrics import say
 
 # mode -> (trains, evaluates); eval modes plan (and check) every evaluation before training.
 MODES = {"train": (True, False), "eval": (False, True), "train_and_eval": (True, True)}
@@ -65,7 +66,7 @@ def main(argv):
     config_lib.check_declared(FLAGS.config)
   except ValueError as error:
     fail(str(error))
-  from lcx import sharding  # jax
+  from lcx.run import sharding  # jax
 
   try:
     sharding.initialize_distributed(
@@ -86,7 +87,8 @@ def run(
     config_lib.check_fields(config)
   except ValueError as error:
     fail(str(error))
-  from lcx import evaluate, prepare, train  # orbax, grain, TFDS: seconds
+  from lcx.run import prepare, train  # orbax, grain, TFDS: seconds
+  from lcx.tools import evaluate
 
   try:
     prepared = prepare.prepare(config, workdir if trains else None)  # + init_from

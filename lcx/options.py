@@ -2,14 +2,14 @@
 against them before jax is imported, and the modules that implement each option (attention,
 temperature, gating, kernels, model) read them from here, below both, so no import cycle forms."""
 
-SINKS = ("none", "learned")  # model.attention.sink (lcx/attention.py's _softmax)
-DTYPES = ("float32", "bfloat16")  # model.dtype (lcx/model.py's DTYPES)
-TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")  # lcx/temperature.py
+SINKS = ("none", "learned")  # model.attention.sink (lcx/model/attention.py's _softmax)
+DTYPES = ("float32", "bfloat16")  # model.dtype (lcx/model/decoder.py's DTYPES)
+TEMPERATURES = ("none", "log_n", "ssmax", "scale_invariant", "llama4")  # lcx/model/temperature.py
 SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
-GATES = ("none", "elementwise", "headwise")  # model.attention.gate (lcx/gating.py's GATES)
+GATES = ("none", "elementwise", "headwise")  # model.attention.gate (lcx/model/gating.py's GATES)
 KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
-IMPLS = ("auto", "xla", "pallas")  # model.attention.impl (lcx/kernels/impl.py)
-REMATS = ("none", "block")  # model.remat: what the backward pass recomputes (lcx/model.py)
+IMPLS = ("auto", "xla", "pallas")  # model.attention.impl (lcx/model/kernels/impl.py)
+REMATS = ("none", "block")  # model.remat: what the backward pass recomputes (lcx/model/decoder.py)
 
 
 def is_block_size(value) -> bool:

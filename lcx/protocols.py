@@ -3,7 +3,7 @@ which of a window's tokens are scored, the settings recorded beside the numbers,
 report describes them with, and their checks. Adding a protocol is adding a record here.
 
 Every protocol runs over every sequence `samples` draws (the stream, or each long document);
-`lcx.evaluate.samples.cut` turns the starts and the scored tokens into model inputs.
+`lcx.tools.evaluate.samples.cut` turns the starts and the scored tokens into model inputs.
 """
 
 from __future__ import annotations

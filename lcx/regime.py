@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from lcx import errors
-from lcx.positions import rotary, scaling
+from lcx.model.positions import rotary, scaling
 
 
 @dataclasses.dataclass(frozen=True)

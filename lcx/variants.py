@@ -24,8 +24,8 @@ from typing import Any, Callable
 import ml_collections
 
 from lcx import defaults, errors
-from lcx.positions.registry import Unset, plain
-from lcx.positions.scaling import SCALING_DEFAULTS
+from lcx.model.positions.registry import Unset, plain
+from lcx.model.positions.scaling import SCALING_DEFAULTS
 
 # Prefixes of the fields that may differ from training (the rest of TRAINED must match).
 EVAL_TIME = (
@@ -136,7 +136,7 @@ def _longrope(spec, path):
 
 def _hf(spec, path):
   """A Hugging Face config.json (rope_scaling or rope_parameters) or a bare scaling dict."""
-  from lcx.positions import scaling as scaling_lib
+  from lcx.model.positions import scaling as scaling_lib
 
   if not os.path.exists(path):
     raise ValueError(f"eval.variants: {spec!r}: no file {path}")

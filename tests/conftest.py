@@ -6,7 +6,7 @@ error: a broadcast of arrays of different ranks must be written out (`[None]`, `
 Every compiled program goes to a persistent cache in `.lcx_data/jax_cache`, shared the same
 way: many tests and CLI subprocesses compile the same tiny model's steps, and eager calls compile
 one program per op (a small dense attention call: 57 of them, 2.7 s); a warm cache loads them
-instead (tests/test_attention.py: 77 s cold, 30 s warm). Not JAX's size limit: with one, every
+instead (tests/model/test_attention.py: 77 s cold, 30 s warm). Not JAX's size limit: with one, every
 write scans the whole directory (with 10k entries a test ran 4x slower, 77 s against 18 s);
 the session start trims the cache to CACHE_KEEP_BYTES instead, oldest first, once.
 
@@ -112,7 +112,7 @@ def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
 def default_dataset():
   """Builds the default dataset once, whichever worker gets the lock first."""
   from configs import base
-  from lcx import data
+  from lcx.run import data
 
   os.makedirs(DATA_DIR, exist_ok=True)
   cfg = base.get_config("size=tiny").data
@@ -129,7 +129,7 @@ def tiny_run(tmp_path_factory, default_dataset):
   """A rope run of the tiny config trained for 2 steps (checkpoints 1 and 2), for the
   tests that need "a trained checkpoint" (one training per worker instead of one per file).
   Tests must not change it: copy it first."""
-  from lcx import train
+  from lcx.run import train
   from tests.helpers import tiny_config
 
   def build(workdir):
@@ -144,7 +144,7 @@ def copy_run(tmp_path_factory, default_dataset):
   (300 steps: exact match 0.97 at sizes 3, 5, 6 and greedy 1.0 at size 4, where the tests ask
   0.8 and 0.9; 600 steps gave 1.0 and 1.0), for the task evaluation and generation tests.
   Evaluations write their results into it; copy the config before changing it."""
-  from lcx import train
+  from lcx.run import train
   from tests.helpers import tiny_config
 
   config = tiny_config(

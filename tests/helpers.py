@@ -17,7 +17,7 @@ def schemes_with(*hooks: str) -> list[str]:
   """The registered position schemes that override any of `hooks` ("embed", "rotate", "bias",
   "contextual", "from_input"), sorted: tests parametrized by it cover a new scheme without
   being edited."""
-  from lcx import positions
+  from lcx.model import positions
 
   def overrides(name, hook):
     return getattr(positions.spec(name).cls, hook) is not getattr(positions.Scheme, hook)
@@ -112,10 +112,10 @@ def read_metrics(workdir) -> dict[int, dict]:
 
 
 def bench_options(*argv):
-  """lcx.bench's Options from command-line flags (a fresh FlagValues each call)."""
+  """lcx.tools.bench's Options from command-line flags (a fresh FlagValues each call)."""
   from absl import flags
 
-  from lcx.bench import options
+  from lcx.tools.bench import options
 
   fv = flags.FlagValues()
   options.define_flags(fv)

@@ -7,10 +7,12 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, defaults, patterns, sharding
-from lcx.evaluate import checks as eval_checks
-from lcx.positions import remaps
-from lcx.positions.registry import Unset
+from lcx import cli, config as config_lib, defaults
+from lcx.model import patterns
+from lcx.model.positions import remaps
+from lcx.model.positions.registry import Unset
+from lcx.run import sharding
+from lcx.tools.evaluate import checks as eval_checks
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config
 
 
@@ -224,10 +226,10 @@ HEAVY = (
   "orbax.checkpoint",
   "grain",
   "tensorflow_datasets",
-  "lcx.checkpoint",
-  "lcx.prepare",
-  "lcx.evaluate",
-  "lcx.train",
+  "lcx.run.checkpoint",
+  "lcx.run.prepare",
+  "lcx.tools.evaluate",
+  "lcx.run.train",
 )
 # Runs an entry point as `python -m`, then prints the HEAVY modules imported by the time it exits.
 IMPORTED_AT_EXIT = (
@@ -264,7 +266,12 @@ IMPORTED_AT_EXIT = (
       "model.remap.window is not a known field; allowed: chunk_size, local_window, name",
     ),
     (
-      ["lcx.generate", "--workdir={run}", "--prompt=x", "--config.model.attention.gate=bogus"],
+      [
+        "lcx.tools.generate",
+        "--workdir={run}",
+        "--prompt=x",
+        "--config.model.attention.gate=bogus",
+      ],
       "model.attention.gate='bogus' is not allowed; allowed: one of ('none', 'elementwise', ",
     ),
   ],
@@ -368,7 +375,7 @@ def test_relative_remap_with_absolute_scheme_fails_in_validation():
 
 def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
   """Lengths a scheme cannot score are reported as skipped in the results, with the reason
-  (tests/evaluate), so a sweep over schemes is not stopped by one of them."""
+  (tests/tools/evaluate), so a sweep over schemes is not stopped by one of them."""
   config = tiny_config("learned")
   for name in ("task", "stdlib"):
     config.data.name = name

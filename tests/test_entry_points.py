@@ -34,17 +34,17 @@ CASES = {
     "eval.protocol='rolling' is not allowed; allowed: windows, sliding, last_k",
   ),
   "quickstart": (
-    "lcx.quickstart",
+    "lcx.tools.quickstart",
     ["--workdir={tmp}/q", "--schemes=rope,spiral"],
     "model.position.name='spiral' is not allowed; allowed: alibi, ",
   ),
   "bench": (
-    "lcx.bench",
+    "lcx.tools.bench",
     ["--schemes=rope,spiral", "--out={tmp}/bench.json"],
     "--schemes='rope,spiral' is not allowed; allowed: comma lists of ",
   ),
   "data_build": (
-    "lcx.data.build",
+    "lcx.run.data.build",
     [
       "--config=configs/base.py",
       "--config.data.data_dir={tmp}/data",
@@ -54,32 +54,32 @@ CASES = {
     "data.text_files='/nonexistent/dir' matches no .txt or .jsonl file",
   ),
   "data_stats": (
-    "lcx.data.stats",
+    "lcx.run.data.stats",
     ["--config=configs/base.py", "--config.data.name=wikipedia"],
     "data.name='wikipedia' is not allowed; allowed: stdlib, books, ",
   ),
   "report": (
-    "lcx.report",
+    "lcx.tools.report",
     ["{tmp}/in/bad.json", "--out={tmp}/report"],
     "{tmp}/in/bad.json: kind='speed' is not allowed; allowed: lengths, tasks, ",
   ),
   "sweep": (
-    "lcx.sweep",
+    "lcx.tools.sweep",
     ["experiments/alibi_table", "--shard=2/2", "--runs_dir={tmp}/runs"],
     "--shard='2/2' is not allowed; allowed: i/n with 0 <= i < n",
   ),
   "generate": (
-    "lcx.generate",
+    "lcx.tools.generate",
     ["--workdir={run}", "--prompt=hi", "--config.model.position.base=-10"],
     BAD_BASE,
   ),
   "generate_top_k": (
-    "lcx.generate",
+    "lcx.tools.generate",
     ["--workdir={run}", "--prompt=hi", "--top_k=100000"],
     "--top_k=100000 is not allowed; allowed: 0..259, the vocabulary size",
   ),
   "longrope": (
-    "lcx.longrope",
+    "lcx.tools.longrope",
     [
       "--workdir={run}",
       "--config.eval.longrope.target_len=128",
@@ -88,7 +88,7 @@ CASES = {
     "eval.longrope.population=2 is not allowed; allowed: >= 3",
   ),
   "export": (
-    "lcx.export",
+    "lcx.tools.export",
     ["--workdir={tmp}/none"],
     "--workdir={tmp}/none: no config.json there (not an lcx run directory)",
   ),

@@ -10,9 +10,10 @@ import shlex
 
 import pytest
 
-from lcx import report, sweep, variants
+from lcx import variants
+from lcx.tools import report, sweep
 from tests.helpers import ROOT
-from tests.report.results import lengths_result, with_documents
+from tests.tools.report.results import lengths_result, with_documents
 
 EXPERIMENTS = sorted(p.parent for p in (ROOT / "experiments").glob("*/sweep.py"))
 
@@ -141,7 +142,7 @@ def test_readme_tables_are_the_report_of_the_committed_results(experiment: pathl
 )
 def test_committed_report_and_csv_regenerate_byte_identical(experiment: pathlib.Path):
   """report.md and results.csv are what the report writes over the committed results today
-  (under the title the sweep gave, NAME or NAME:ARG), so a change to lcx.report that moves a
+  (under the title the sweep gave, NAME or NAME:ARG), so a change to lcx.tools.report that moves a
   byte of any experiment's report fails here."""
   committed = (experiment / "report.md").read_text()
   title = committed.splitlines()[0].removeprefix("# ")
@@ -166,7 +167,7 @@ def _schemes_module():
 
 @pytest.mark.parametrize("arg", ["", "full"])
 def test_schemes_has_a_row_per_registered_scheme_and_option_with_three_seeds(arg):
-  from lcx import positions
+  from lcx.model import positions
 
   runs = _schemes_sweep(arg).runs
   module = _schemes_module()
@@ -187,7 +188,7 @@ def test_schemes_has_a_row_per_registered_scheme_and_option_with_three_seeds(arg
 
 
 def test_a_newly_registered_scheme_is_a_schemes_row(monkeypatch):
-  from lcx import positions
+  from lcx.model import positions
 
   monkeypatch.setitem(positions.SCHEMES, "brand_new", positions.SCHEMES["nope"])
   runs = _schemes_sweep().runs

@@ -4,11 +4,11 @@ A node is a module (a package is its __init__.py); an edge is an import statemen
 module: `import lcx.a`, `from lcx import a`, `from lcx.a import name` (-> lcx.a), relative ones
 too. Imports inside functions count as well: a deferred import hides a cycle at import time, it
 does not remove it (both cycles of issue 29 were closed by one). So do a lazy package's
-`importlib.import_module` calls (lcx.positions loads its scheme modules on first use): a module
-that calls it imports every lcx module, or submodule of its own (for a package), that a string
-in it names. Importing `lcx.p.m` runs the package `lcx.p`'s __init__ first, as Python does, so it is
-an edge to `lcx.p` too, unless the importer is inside `lcx.p`: Python ran that __init__ before
-any of its modules, so `import lcx.p` there only binds it and is no edge (`from lcx.p import
+`importlib.import_module` calls (lcx.model.positions loads its scheme modules on first use): a
+module that calls it imports every lcx module, or submodule of its own (for a package), that a
+string in it names. Importing `lcx.p.m` runs the package `lcx.p`'s __init__ first, as Python does,
+so it is an edge to `lcx.p` too, unless the importer is inside `lcx.p`: Python ran that __init__
+before any of its modules, so `import lcx.p` there only binds it and is no edge (`from lcx.p import
 name` there still is one: the name must be defined by then).
 """
 
@@ -121,14 +121,24 @@ def test_lcx_has_no_import_cycle():
 def test_the_graph_sees_module_level_deferred_and_relative_imports():
   """The graph is not vacuous: edges the tree is known to hold, and each import form."""
   edges = graph()
-  assert "lcx.attention" in edges["lcx.stick_breaking"]  # from lcx import attention
-  assert "lcx.evaluate.samples" in edges["lcx.evaluate.lengths"]  # from lcx.evaluate import m
-  assert "lcx.evaluate.runner" in edges["lcx.evaluate"]  # from lcx.evaluate.runner import Runner
-  assert "lcx.prepare" in edges["lcx.generate"]  # inside main: deferred
-  assert "lcx.positions" in edges["lcx.attention"]  # lcx.positions.documents runs its __init__
-  assert "lcx.positions.randomized" in edges["lcx.positions"]  # importlib, on first use
-  assert "lcx.data.pipeline" in edges["lcx.data"]  # importlib.import_module("lcx.data.pipeline")
-  assert "lcx.positions" not in edges["lcx.positions.base"]  # `import lcx.positions` inside it
+  assert "lcx.model.attention" in edges["lcx.model.stick_breaking"]  # from lcx import attention
+  assert (
+    "lcx.tools.evaluate.samples" in edges["lcx.tools.evaluate.lengths"]
+  )  # from lcx.tools.evaluate import m
+  assert (
+    "lcx.tools.evaluate.runner" in edges["lcx.tools.evaluate"]
+  )  # from lcx.tools.evaluate.runner import Runner
+  assert "lcx.run.prepare" in edges["lcx.tools.generate"]  # inside main: deferred
+  assert (
+    "lcx.model.positions" in edges["lcx.model.attention"]
+  )  # lcx.model.positions.documents runs its __init__
+  assert "lcx.model.positions.randomized" in edges["lcx.model.positions"]  # importlib, on first use
+  assert (
+    "lcx.run.data.pipeline" in edges["lcx.run.data"]
+  )  # importlib.import_module("lcx.run.data.pipeline")
+  assert (
+    "lcx.model.positions" not in edges["lcx.model.positions.base"]
+  )  # `import lcx.model.positions` inside it
   known = {name: pathlib.Path(name.replace(".", "/") + ".py") for name in ("lcx.a", "lcx.b")}
   known["lcx.p"] = pathlib.Path("lcx/p/__init__.py")
   known["lcx.p.c"] = pathlib.Path("lcx/p/c.py")

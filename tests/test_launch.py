@@ -73,7 +73,7 @@ def test_help_prints_usage_without_a_venv(checkout):
   assert proc.returncode == 0
   assert proc.stdout.startswith("usage: ./launch.sh COMMAND [FLAGS...]")
   assert "--distributed=auto" in proc.stdout
-  assert "  generate     python -m lcx.generate --workdir=DIR --prompt=TEXT" in proc.stdout
+  assert "  generate     python -m lcx.tools.generate --workdir=DIR --prompt=TEXT" in proc.stdout
   assert "(sinusoidal, rope, alibi, t5, nope)" in proc.stdout  # what quickstart trains
   assert "  config       python -m lcx.fields [--config=...]: every config field" in proc.stdout
   assert calls == [] and not (checkout / ".venv").exists()
@@ -104,12 +104,12 @@ def test_each_command_installs_its_extras_once(checkout):
   assert pip("test") == [".[test]"]
   assert pip("bench") == [".[test,bench]"]  # the union: test's packages stay
   assert pip("test") == [] and pip("bench") == [] and pip("eval") == [] and pip("data") == []
-  assert _launch(checkout, "report", "r", "--out=o")[1] == ["-m lcx.report r --out=o"]
+  assert _launch(checkout, "report", "r", "--out=o")[1] == ["-m lcx.tools.report r --out=o"]
   assert _launch(checkout, "config", "--config=c.py")[1] == ["-m lcx.fields --config=c.py"]
-  assert _launch(checkout, "sweep", "experiments/x")[1] == ["-m lcx.sweep experiments/x"]
-  assert _launch(checkout, "longrope", "--workdir=w")[1] == ["-m lcx.longrope --workdir=w"]
+  assert _launch(checkout, "sweep", "experiments/x")[1] == ["-m lcx.tools.sweep experiments/x"]
+  assert _launch(checkout, "longrope", "--workdir=w")[1] == ["-m lcx.tools.longrope --workdir=w"]
   assert _launch(checkout, "generate", "--workdir=w", "--prompt=a b")[1] == [
-    "-m lcx.generate --workdir=w --prompt=a b"
+    "-m lcx.tools.generate --workdir=w --prompt=a b"
   ]  # the base install
   assert pip("train", extras="gpu") == [".[test,bench,gpu]"]
   with open(checkout / "pyproject.toml", "a") as f:

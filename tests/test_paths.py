@@ -72,14 +72,14 @@ def test_train_eval_and_report_from_another_directory_write_there(tmp_path):
     result["lengths"]["32"]["perplexity"]
   )
   assert scalars[("eval_final/none/loss_32", 2)] == pytest.approx(result["lengths"]["32"]["loss"])
-  run_lcx(["runs/x/eval", "--out=rep"], module="lcx.report", cwd=elsewhere)
+  run_lcx(["runs/x/eval", "--out=rep"], module="lcx.tools.report", cwd=elsewhere)
   assert (elsewhere / "rep" / "report.md").is_file()
 
 
 def test_sweep_finds_lcx_experiments_and_puts_runs_in_the_callers_directory(tmp_path):
   proc = run_lcx(
     ["experiments/alibi_table", "--dry_run", "--runs_dir=myruns"],
-    module="lcx.sweep",
+    module="lcx.tools.sweep",
     cwd=tmp_path,
   )
   assert f"--workdir={tmp_path / 'myruns' / 'alibi_table'}" in proc.stdout

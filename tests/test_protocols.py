@@ -6,8 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from lcx import config as config_lib, protocols, report
-from lcx.evaluate import checks as eval_checks, lengths, samples
+from lcx import config as config_lib, protocols
+from lcx.tools import report
+from lcx.tools.evaluate import checks as eval_checks, lengths, samples
 from tests.helpers import tiny_config
 
 BOS, EOS = 256, 257

@@ -5,7 +5,8 @@ import json
 import ml_collections
 import pytest
 
-from lcx import defaults, patterns, variants
+from lcx import defaults, variants
+from lcx.model import patterns
 
 
 def test_names_to_overrides():

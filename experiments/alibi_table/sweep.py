@@ -11,7 +11,7 @@ and steps, all evaluated at the same lengths, L/2 to 32x L (issue 27 item 5).
 """
 
 from configs import extrapolation
-from lcx.sweep import Run
+from lcx.tools.sweep import Run
 
 # scheme label -> (config pos, overrides)
 SCHEMES = {

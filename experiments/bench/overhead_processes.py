@@ -6,7 +6,8 @@ differ by up to 3%. So this runs the bench's positions section (`./launch.sh ben
 --sections=positions`, NoPE plus the schemes and options asked for) in `--processes` fresh
 processes one after another, takes each process's ratio (the median of its per-round ratios,
 as the bench does), and reports the median over processes with its distribution-free interval
-(lcx.bench.timing.median_ci): the process is the unit that repeats. Run from the repository root:
+(lcx.tools.bench.timing.median_ci): the process is the unit that repeats. Run from the repository
+root:
 
   .venv/bin/python experiments/bench/overhead_processes.py \\
       --out=experiments/bench/cpu_2026-11-25e/overhead_processes.json
@@ -23,9 +24,9 @@ import tempfile
 
 from absl import app, flags
 
-from lcx.bench.overhead import ci_cell
-from lcx.bench.timing import median_ci, round_ratios
-from lcx.report import markdown_table
+from lcx.tools.bench.overhead import ci_cell
+from lcx.tools.bench.timing import median_ci, round_ratios
+from lcx.tools.report import markdown_table
 
 flags.DEFINE_list("schemes", ["cope"], "Schemes timed against NoPE (comma list).")
 flags.DEFINE_list("options", ["stick_breaking"], "Model options, as the bench's --options.")

@@ -19,7 +19,7 @@ import sys
 
 from absl import app, flags
 
-from lcx.report import markdown_table
+from lcx.tools.report import markdown_table
 
 flags.DEFINE_list("schemes", ["nope", "rope", "cope"], "Schemes of the default model to time.")
 flags.DEFINE_integer("repeats", 3, "Alternations of the two settings.")
@@ -27,11 +27,11 @@ flags.DEFINE_integer("steps", 8, "Timed train steps per process (after 3 warm-up
 flags.DEFINE_string("out", "", "JSON output path (empty: none).")
 FLAGS = flags.FLAGS
 
-# One process: the bench's own train step (lcx.bench.workload), timed after warm-up, with the
+# One process: the bench's own train step (lcx.tools.bench.workload), timed after warm-up, with the
 # process's minor page faults and kernel CPU time over the timed steps.
 CHILD = """
 import json, resource, sys, time
-from lcx.bench.workload import bench_config, lcx_program
+from lcx.tools.bench.workload import bench_config, lcx_program
 program = lcx_program(bench_config(sys.argv[1], "default", 16, 256))
 for _ in range(3):
   program.step()

@@ -9,7 +9,7 @@ Every model learns the NIAH mix of `configs/niah.py` (multi-key, multi-query, mu
 Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.3.
 """
 
-from lcx.sweep import Run
+from lcx.tools.sweep import Run
 
 NIAH = "multikey,multiquery,multivalue"
 WINDOW = 64  # RNoPE-SWA: the RoPE layers' sliding window, about a third of the longest document

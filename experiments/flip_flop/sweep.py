@@ -14,7 +14,7 @@ Published error rates (ID / sparse / dense): RoPE 6.9 / 40.3 / 0.01 %, stick-bre
 """
 
 from lcx import errors
-from lcx.sweep import Run
+from lcx.tools.sweep import Run
 
 SCHEMES = {  # label -> (configs/flip_flop.py pos, overrides)
   "rope": ("rope", {}),

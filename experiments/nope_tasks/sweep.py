@@ -6,8 +6,8 @@ sizes U(1, L), tested to 4x L; exact match per size bucket, ranked across tasks.
 Published mean reciprocal rank: NoPE 0.69 > T5 0.55 > ALiBi 0.50 > RoPE 0.33 > APE 0.22.
 """
 
-from lcx.data import tasks
-from lcx.sweep import Run
+from lcx.run.data import tasks
+from lcx.tools.sweep import Run
 
 SCHEMES = {
   "nope": ("nope", {}),

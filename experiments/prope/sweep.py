@@ -5,7 +5,7 @@ p in {0, 0.25, 0.5, 0.75, 1} (p=0 is NoPE, p=1 is RoPE), perplexity within and p
 Published (2B models, Wiki perplexity): NoPE 4.86, RoPE 4.46, 0.75-RoPE 4.44, 0.25-RoPE 4.53.
 """
 
-from lcx.sweep import Run
+from lcx.tools.sweep import Run
 
 PS = (0.0, 0.25, 0.5, 0.75, 1.0)
 

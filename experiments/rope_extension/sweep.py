@@ -11,7 +11,7 @@ work without; YaRN is best after fine-tuning; searched LongRoPE beats PI and YaR
 extends the window faster than direct fine-tuning.
 """
 
-from lcx.sweep import Run
+from lcx.tools.sweep import Run
 
 SCALE = 4  # the extension factor s: target length 4 x L
 

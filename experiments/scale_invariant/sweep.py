@@ -15,7 +15,7 @@ i holds row i's three seeds, so with JAX_COMPILATION_CACHE_DIR set seeds 1 and 2
 compiled programs).
 """
 
-from lcx.sweep import Run
+from lcx.tools.sweep import Run
 
 # row stem -> (config pos, overrides): the trained rows of the paper's Table 1
 SCHEMES = {

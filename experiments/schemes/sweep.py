@@ -2,7 +2,7 @@
 row trained at L, evaluated with one protocol (windows over the document stream) at 1x, 4x and
 16x L, seeds 0-2, so each row pairs with RoPE of the same seed on the same documents.
 
-Scheme rows come from the registry (`lcx.positions.SCHEMES`): a scheme registered later is a
+Scheme rows come from the registry (`lcx.model.positions.SCHEMES`): a scheme registered later is a
 row here without editing this file. Option rows put one model option on the scheme its paper
 used (RoPE unless OPTIONS says otherwise). FoX and PaTH are registered schemes, so they are
 scheme rows.
@@ -13,8 +13,8 @@ shard i holds rows i, i + SHARDS, ... with their three seeds; README: the time e
 """
 
 from configs import extrapolation
-from lcx import positions
-from lcx.sweep import Run
+from lcx.model import positions
+from lcx.tools.sweep import Run
 
 SEEDS = (0, 1, 2)
 # CPU rows: the bytes regime's 600 steps (RoPE: perplexity 8.0 at L against a byte unigram's
@@ -71,7 +71,7 @@ def get_runs(arg=""):
       runs[f"{row}-s{seed}"] = Run(
         f"configs/extrapolation.py:pos={pos},data=books,regime={regime},steps={steps}",
         {"seed": seed, **extra, "eval.multipliers": MULTIPLIERS, "eval.variants": "none"},
-        # :full: seeds 1-2 wait for seed 0, which keeps a row's seeds on one shard (lcx.sweep
+        # :full: seeds 1-2 wait for seed 0, which keeps a row's seeds on one shard (lcx.tools.sweep
         # shards by `needs`), where they reuse its compiled programs.
         needs=(f"{row}-s0",) if full and seed else (),
       )

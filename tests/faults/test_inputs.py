@@ -9,7 +9,9 @@ import shutil
 
 import pytest
 
-from lcx import cli, config as config_lib, errors, evaluate, report, sweep, train, variants
+from lcx import cli, config as config_lib, errors, variants
+from lcx.run import train
+from lcx.tools import evaluate, report, sweep
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
 
 
@@ -121,7 +123,7 @@ def test_report_refuses_a_directory_holding_a_truncated_result(evaluated, tmp_pa
   shutil.copytree(os.path.join(evaluated, "eval"), results / "a")
   shutil.copytree(os.path.join(evaluated, "eval"), results / "b")
   _truncated_result(evaluated, results / "b" / "none.json")
-  proc = run_lcx([str(results), f"--out={tmp_path}/out"], check=False, module="lcx.report")
+  proc = run_lcx([str(results), f"--out={tmp_path}/out"], check=False, module="lcx.tools.report")
   line = _error_line(proc)
   assert f"{results / 'b' / 'none.json'}: not an lcx result: not JSON" in line
   assert "truncated" in line
@@ -200,7 +202,7 @@ def _build(data_dir, text_files):
       f"--config.data.text_files={text_files}",
     ],
     check=False,
-    module="lcx.data.build",
+    module="lcx.run.data.build",
   )
 
 
@@ -264,7 +266,7 @@ def test_a_non_utf8_prompt_is_one_line(run):
   proc = run_lcx(
     [f"--workdir={run}", "--prompt=caf\udce9"],  # surrogateescape: the byte 0xe9
     check=False,
-    module="lcx.generate",
+    module="lcx.tools.generate",
   )
   assert _error_line(proc) == (
     "error: --prompt is not UTF-8 text: byte 0xe9 at character 3; pass UTF-8 text"
@@ -274,7 +276,7 @@ def test_a_non_utf8_prompt_is_one_line(run):
 def test_a_syntax_error_in_a_sweep_file_is_one_line(tmp_path):
   (tmp_path / "exp").mkdir()
   (tmp_path / "exp" / "sweep.py").write_text("def get_runs(arg):\n  return {\n")
-  proc = run_lcx([str(tmp_path / "exp"), "--dry_run"], check=False, module="lcx.sweep")
+  proc = run_lcx([str(tmp_path / "exp"), "--dry_run"], check=False, module="lcx.tools.sweep")
   assert _error_line(proc).startswith(f"error: {tmp_path / 'exp' / 'sweep.py'}:2: ")
 
 
@@ -324,7 +326,7 @@ def test_a_truncated_longrope_state_is_named(run, tmp_path):
       "--config.eval.longrope.generations=0",
     ],
     check=False,
-    module="lcx.longrope",
+    module="lcx.tools.longrope",
   )
   line = _error_line(proc)
   assert line.startswith(f"error: {path}: not JSON, truncated or corrupt (")
@@ -390,7 +392,7 @@ def test_a_remap_named_by_flag_alone_generates_with_its_defaults(run, remap):
       "--max_new_tokens=2",
       f"--config.model.remap.name={remap}",
     ],
-    module="lcx.generate",
+    module="lcx.tools.generate",
   )
   assert proc.stdout.startswith("def ")
 
@@ -407,7 +409,7 @@ def test_dual_chunk_with_its_own_fields_by_flags_generates(run):
       "--config.model.remap.chunk_size=8",
       "--config.model.remap.local_window=2",
     ],
-    module="lcx.generate",
+    module="lcx.tools.generate",
   )
   assert proc.stdout.startswith("def ")
 
@@ -421,7 +423,9 @@ def test_a_remap_field_of_another_remap_is_refused_naming_it(run):
 
 def test_non_finite_float_flags_are_refused(run):
   proc = run_lcx(
-    [f"--workdir={run}", "--prompt=x", "--temperature=nan"], check=False, module="lcx.generate"
+    [f"--workdir={run}", "--prompt=x", "--temperature=nan"],
+    check=False,
+    module="lcx.tools.generate",
   )
   assert _error_line(proc) == "error: --temperature=nan is not allowed; allowed: a finite number"
 

@@ -14,11 +14,13 @@ import time
 
 import pytest
 
-from lcx import evaluate, main, prepare, report, sweep, train
-from lcx.data import corpus
-from lcx.evaluate import memory
+from lcx import main
+from lcx.run import prepare, train
+from lcx.run.data import corpus
+from lcx.tools import evaluate, report, sweep
+from lcx.tools.evaluate import memory
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx, tiny_config
-from tests.test_sweep import _experiment, _sweep
+from tests.tools.test_sweep import _experiment, _sweep
 
 
 def _eval_config(**train_fields):
@@ -68,7 +70,7 @@ def test_other_eval_settings_keep_the_earlier_result_and_report_reads_the_newest
   assert report.superseded([workdir]) == [os.path.join(history, kept)]
   assert report.superseded([history]) == []
   assert report.load(history)[0]["settings"] == first["settings"]
-  proc = run_lcx([workdir, f"--out={tmp_path / 'report'}"], module="lcx.report")
+  proc = run_lcx([workdir, f"--out={tmp_path / 'report'}"], module="lcx.tools.report")
   assert proc.stderr.splitlines() == [
     "[report] read the newest result of each name (eval/NAME.json); left out 1 replaced ones "
     f"in history/ folders (name such a file to read it): {os.path.join(history, kept)}"

@@ -7,12 +7,12 @@
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 (git rev-parse HEAD; git status --short | head -5) > $OUT/git.txt 2>&1
 python3 -c "
-import json; from lcx.bench import device_check as d
+import json; from lcx.tools.bench import device_check as d
 (p,) = [p for p in d.plan_points(d.PLANS['full']) if p['what'] == 'correct']
 for case in p['cases']: print(json.dumps(p | {'cases': [case]}))" > /tmp/correct.jsonl
 mkdir -p $OUT/correct; i=0
 while read -r point; do
-  (XLA_PYTHON_CLIENT_PREALLOCATE=false timeout $1 python3 -m lcx.bench --device_point="$point" > $OUT/correct/$i.log 2>&1) &
+  (XLA_PYTHON_CLIENT_PREALLOCATE=false timeout $1 python3 -m lcx.tools.bench --device_point="$point" > $OUT/correct/$i.log 2>&1) &
   i=$((i+1))
 done < /tmp/correct.jsonl
 export LCX_DATA_DIR=$PWD/.whl/data JAX_COMPILATION_CACHE_DIR=/tmp/jaxcache JAX_DEFAULT_MATMUL_PRECISION=highest

@@ -1,0 +1,127 @@
+"""`model.attention.impl`: which attention implementation a model runs.
+
+auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.model.attention) on CPU; a model
+        the kernel cannot run (CoPE's contextual hook, FoX's input hook, PaTH's Householders,
+        stick-breaking attention) falls back to XLA
+xla     lcx.model.attention's dense and chunked kernels, everywhere
+pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
+        slow, for tests); generation's cached steps stay on the XLA path
+
+The XLA kernels of each `model.attention.kind` (`get_kernel`): softmax (lcx.model.attention) and
+stick-breaking (lcx.model.stick_breaking, built on lcx.model.attention's logits), which share the
+plans. Chosen here, above both modules, so neither imports the other's user.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+
+from lcx import errors, options
+from lcx.model import attention, stick_breaking
+from lcx.model.kernels import flash
+from lcx.model.positions import base as positions_base
+
+FIELD = "model.attention.impl"
+GPUS = flash.GPUS  # backends where the kernel lowers through Triton
+ACCELERATORS = GPUS + ("tpu",)  # jax.default_backend() names where auto picks the kernel
+
+
+class Attends(NamedTuple):
+  """A `model.attention.kind`'s attend functions, one per plan (`attention.Kernel.attend`)."""
+
+  dense: Callable[..., jax.Array]
+  chunked: Callable[..., jax.Array]  # takes chunk_size=
+
+
+ATTENDS = {
+  "softmax": Attends(attention.attend_dense, attention.attend_chunked),
+  "stick_breaking": Attends(stick_breaking.attend_dense, stick_breaking.attend_chunked),
+}
+KINDS = options.KINDS  # model.attention.kind's values (lcx/options.py, checked before jax)
+
+
+def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
+  """The XLA kernel `name` (dense | chunked) running attention `kind`."""
+  if kind not in ATTENDS:
+    raise errors.not_allowed("model.attention.kind", kind, KINDS)
+  attends = ATTENDS[kind]
+  kernels = {
+    "dense": attention.Kernel(attention.prepare_dense, attends.dense),
+    "chunked": attention.Kernel(
+      attention.prepare_chunked, functools.partial(attends.chunked, chunk_size=chunk_size)
+    ),
+  }
+  if name not in kernels:
+    raise errors.not_allowed("kernel", name, sorted(kernels))
+  return kernels[name]
+
+
+# model.attention.impl's values and block_size's test (lcx/options.py, checked before jax).
+IMPLS, is_block_size = options.IMPLS, options.is_block_size
+
+
+def unsupported(model_cfg, backend: str | None = None) -> str | None:
+  """Why the Pallas kernel cannot run this model on `backend` (default: jax's), a field and its
+  value, or None."""
+  if model_cfg.attention.kind != "softmax":
+    return f"model.attention.kind={model_cfg.attention.kind!r}"
+  if positions_base.is_contextual(model_cfg.position.name):
+    return f"model.position.name={model_cfg.position.name!r} (a contextual hook)"
+  if positions_base.has_householder(model_cfg.position.name):
+    return f"model.position.name={model_cfg.position.name!r} (Householder transforms, PaTH)"
+  if positions_base.reads_input(model_cfg.position.name):
+    return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
+  if model_cfg.attention.get("temperature") == "scale_invariant":
+    return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
+  blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
+  backend = jax.default_backend() if backend is None else backend
+  if blocker and backend in GPUS:
+    return f"model.position.name={model_cfg.position.name!r} on a GPU ({blocker})"
+  return None
+
+
+def check_impl(model_cfg, backend: str | None = None) -> None:
+  """Raises ValueError naming the field for `pallas` with a model the kernel cannot run (the
+  values themselves are checked with the other options, lcx.config.OPTIONS)."""
+  impl = model_cfg.attention.get("impl", "auto")
+  why = unsupported(model_cfg, backend)
+  if impl == "pallas" and why:
+    raise errors.not_allowed(FIELD, impl, f"auto, xla (the Pallas kernel does not run {why})")
+
+
+def resolve_impl(model_cfg, backend: str | None = None) -> str:
+  """`xla` or `pallas`: what `auto` means on `backend` (default: jax's) for this model."""
+  impl = model_cfg.attention.get("impl", "auto")
+  if impl != "auto":
+    return impl
+  backend = jax.default_backend() if backend is None else backend
+  if backend in GPUS and positions_base.spec(model_cfg.position.name).cls.gpu_auto_xla:
+    return "xla"  # the kernel runs it, but was measured slower there
+  return "pallas" if backend in ACCELERATORS and unsupported(model_cfg, backend) is None else "xla"
+
+
+def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, block=flash.BLOCK):
+  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel."""
+  if scheme.contextual is not None:
+    raise ValueError(f"{FIELD}='pallas' cannot run a scheme with a contextual hook (CoPE)")
+  return flash.flash_attention(
+    attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme),
+    v_BxGxTxE,
+    plan.branches,
+    plan.pos_BxT,
+    plan.seg_BxT,
+    plan.doc_BxT,
+    scheme=scheme,
+    pattern=plan.extras["pattern"],
+    sink_H=sink_H,
+    block_q=block,
+    block_k=block,
+  )
+
+
+def flash_kernel(block: int = flash.BLOCK) -> attention.Kernel:
+  """The Pallas kernel as an `attention.Kernel`: the chunked kernel's plan (positions only)."""
+  return attention.Kernel(attention.prepare_chunked, functools.partial(attend_flash, block=block))

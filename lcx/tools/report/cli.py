@@ -1,0 +1,60 @@
+"""`python -m lcx.tools.report PATH... --out=DIR`: load, check the flags (one `error:` line, exit 2,
+nothing written), print the tables, write the report."""
+
+import os
+import sys
+
+from absl import flags
+
+from lcx import cli, errors
+from lcx.tools.report.lengths import baselines
+from lcx.tools.report.load import HISTORY, corpus_warning, load, superseded
+from lcx.tools.report.write import format_tables, write
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("out", None, "Directory for report.md, results.csv and the plots.")
+  flags.DEFINE_string("title", "lcx report", "Title of report.md.")
+  flags.DEFINE_string(
+    "baseline", "", "run/variant each result is paired against (default: each group's first)."
+  )
+  flags.DEFINE_float(
+    "effective_tolerance",
+    None,
+    "Adds the effective context length table: the longest length whose loss stays within this "
+    "many nats/token of the loss at the training length.",
+  )
+  flags.mark_flag_as_required("out")
+
+
+def main(argv):
+  paths = argv[1:]
+  if not paths:
+    cli.fail("give at least one PATH: a result JSON, a directory or a glob")
+  out = flags.FLAGS.out
+  if os.path.exists(out) and not os.path.isdir(out):
+    cli.fail(f"--out={out}: exists and is not a directory")
+  try:
+    results = load(paths)
+  except ValueError as error:
+    cli.fail(str(error))
+  baseline = flags.FLAGS.baseline
+  if baseline and baseline not in baselines(results):
+    cli.fail(str(errors.not_allowed("--baseline", baseline, baselines(results) or ["(none)"])))
+  tolerance = flags.FLAGS.effective_tolerance
+  if tolerance is not None and not tolerance >= 0:
+    cli.fail(str(errors.not_allowed("--effective_tolerance", tolerance, ">= 0 (nats/token)")))
+  older = superseded(paths)
+  if older:
+    print(
+      f"[report] read the newest result of each name (eval/NAME.json); left out {len(older)} "
+      f"replaced ones in {HISTORY}/ folders (name such a file to read it): " + ", ".join(older),
+      file=sys.stderr,
+      flush=True,
+    )
+  warning = corpus_warning(results)
+  if warning:
+    print(warning, file=sys.stderr, flush=True)
+  print(format_tables(results, baseline, tolerance), flush=True)
+  written = write(results, out, flags.FLAGS.title, baseline, tolerance)
+  print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)

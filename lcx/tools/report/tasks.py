@@ -1,0 +1,197 @@
+"""The "tasks" kind: exact match and error rate per task-size bucket, across seeds, ranked."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from lcx.tools.report import tables
+
+
+def bucket_order(name: str):
+  """Size buckets `LO-HI` by their sizes, any other name after them."""
+  lo, _, hi = name.partition("-")
+  return (int(lo), int(hi)) if lo.isdigit() and hi.isdigit() else (1 << 62, 0, name)
+
+
+def group_key(r: dict) -> tuple:
+  """Results that share a table: the same task and trained sizes."""
+  return (r["task"], tuple(r["train_sizes"]))
+
+
+def task_tables(results: Sequence[dict]) -> str:
+  """(d): exact match per size bucket, a row per result, one table per task; per needle depth
+  (depth x bucket, one table per result) for passkey-style tasks; from the CSV rows."""
+  out = []
+  for group in tables.groups(tables.of_kind(results, "tasks"), group_key):
+    rows_R = [csv_rows(r) for r in group]
+    top_R = [[x for x in rows if x["depth"] == ""] for rows in rows_R]
+    buckets = sorted({x["bucket"] for rows in top_R for x in rows}, key=bucket_order)
+
+    def cells(rows):
+      return tables.pivot_cells(rows, "bucket", buckets, "accuracy", tables.f3, tables.f2)
+
+    body = [[tables.label(r)] + cells(rows) for r, rows in zip(group, top_R)]
+    low, high = group[0]["train_sizes"]
+    by_bucket_R = [{x["bucket"]: x for x in rows} for rows in top_R]
+    examples = "; ".join(
+      f"{b}: {tables.span(by.get(b, {}).get('examples') for by in by_bucket_R)}" for b in buckets
+    )
+    skips = [
+      f"- {tables.label(r)} sizes {x['bucket']}: skipped: {x['note']}"
+      for r, rows in zip(group, top_R)
+      for x in rows
+      if x["metric"] == "skipped"
+    ]
+    out.append(
+      "\n".join(
+        [
+          f"Task {group[0]['task']}: exact match by task size, 95% CI; trained "
+          f"on sizes {low}-{high}. Examples per bucket: {examples}.",
+          "",
+          tables.markdown_table(["run/variant"] + buckets, body),
+        ]
+        + ([""] + skips if skips else [])
+      )
+    )
+    for r, rows in zip(group, rows_R):
+      if r.get("depths"):
+        depths = sorted(r["depths"], key=float)
+        body = [[f"depth {d}"] + cells([x for x in rows if x["depth"] == d]) for d in depths]
+        out.append(
+          f"{tables.label(r)}: {r['task']} exact match by needle depth and size\n\n"
+          + tables.markdown_table(["depth"] + buckets, body)
+        )
+  return "\n\n".join(out)
+
+
+def task_error_tables(results: Sequence[dict]) -> str:
+  """Per task: the error rate on the scored answer tokens (wrong / all, pooled over examples:
+  flip-flop's read bits, MQAR's values) per size bucket, from the long-form rows; results
+  recorded before it have none."""
+  out = []
+  chosen = [
+    r
+    for r in tables.of_kind(results, "tasks")
+    if any("error_rate" in b for b in r["buckets"].values())
+  ]
+  for group in tables.groups(chosen, group_key):
+    # With the accuracy rows, which every scored bucket has, every bucket is a column.
+    metrics = ("accuracy", "error_rate")
+    top_R = [[x for x in csv_rows(r, metrics) if x["depth"] == ""] for r in group]
+    buckets = sorted({x["bucket"] for rows in top_R for x in rows}, key=bucket_order)
+    body = [
+      [tables.label(r)]
+      + tables.pivot_cells(rows, "bucket", buckets, "error_rate", tables.f3, skipped=False)
+      for r, rows in zip(group, top_R)
+    ]
+    low, high = group[0]["train_sizes"]
+    out.append(
+      f"Task {group[0]['task']}: error rate on the scored answer tokens by task size, 95% CI; "
+      f"trained on sizes {low}-{high}.\n\n" + tables.markdown_table(["run/variant"] + buckets, body)
+    )
+  return "\n\n".join(out)
+
+
+TASK_METRICS = {"accuracy": "exact match", "error_rate": "error rate on the scored answer tokens"}
+
+
+def task_seed_tables(results: Sequence[dict], metric: str = "accuracy") -> str:
+  """Task runs named STEM-s<seed> that differ only in the seed: per size bucket, the mean of
+  `metric` (a TASK_METRICS key) over seeds [min, max across seeds], from the long-form rows.
+  One table per task; stems with one seed, and results that do not record `metric`, are left
+  out."""
+  out = []
+  chosen = [
+    r for r in tables.of_kind(results, "tasks") if any(metric in b for b in r["buckets"].values())
+  ]
+  for group in tables.groups(chosen, group_key):
+    # With the accuracy rows, which every scored bucket has, every bucket is a column.
+    metrics = tuple(dict.fromkeys(("accuracy", metric)))
+    rows = [row for r in group for row in csv_rows(r, metrics) if row["depth"] == ""]
+    buckets, body = tables.seed_table(rows, "bucket", metric, tables.f3, order=bucket_order)
+    if not body:
+      continue
+    low, high = group[0]["train_sizes"]
+    out.append(
+      f"Task {group[0]['task']}: {TASK_METRICS[metric]} by task size; trained on sizes "
+      f"{low}-{high}. Cells: mean over seeds [min, max across seeds].\n\n"
+      + tables.markdown_table(
+        ["runs/variant", "seeds"] + buckets, body, align="ll" + "r" * len(buckets)
+      )
+    )
+  return "\n\n".join(out)
+
+
+def system(r: dict) -> str:
+  """What a task result ranks as: its run name without the task (`copy-alibi-s1` -> `alibi`)
+  and seed suffix, joined with its variant unless `none` (sweeps name runs TASK-LABEL-sSEED).
+  A variant that picks the task (`data.task`) ranks without the words of its name that name
+  the task: `multikey_yarn` on niah_multikey is `yarn`, `multikey` is the run itself."""
+  name = re.sub(r"-s\d+$", "", r["run"])
+  name = name[len(r["task"]) + 1 :] if name.startswith(r["task"] + "-") else name
+  variant = r.get("variant", "none")
+  if "data.task" in (r.get("overrides") or {}):
+    variant = "_".join(w for w in variant.split("_") if w not in r["task"].split("_")) or "none"
+  return name if variant == "none" else f"{name}/{variant}"
+
+
+def extrapolation_accuracy(r: dict) -> float | None:
+  """Mean exact match over the size buckets past the training sizes (None: none scored), from
+  the result's accuracy rows."""
+  high = r["train_sizes"][1]
+  scores = [
+    row["value"]
+    for row in csv_rows(r, ("accuracy",))
+    if row["metric"] == "accuracy"
+    and row["depth"] == ""
+    and row["value"] != ""
+    and bucket_order(row["bucket"])[0] > high
+  ]
+  return sum(scores) / len(scores) if scores else None
+
+
+def rank_tables(results: Sequence[dict]) -> str:
+  """Mean reciprocal rank of systems across tasks (the NoPE paper's summary): per task, systems
+  ranked by exact match on sizes past training (seeds averaged; ties share the better rank);
+  shown only when at least two systems were evaluated on at least two tasks."""
+  rows = [
+    {"task": r["task"], "system": system(r), "value": value}
+    for r in tables.of_kind(results, "tasks")
+    if (value := extrapolation_accuracy(r)) is not None
+  ]
+  tasks, body = tables.rank_table(rows)
+  if not body:
+    return ""
+  return (
+    "Mean reciprocal rank across tasks of each system's exact match on sizes past "
+    "training (mean over seeds and over those size buckets), and that exact match per "
+    "task.\n\n" + tables.markdown_table(["system", "MRR"] + tasks, body)
+  )
+
+
+# The CSV's task metrics; the seed tables ask for others too (error_rate).
+CSV_METRICS = ("accuracy", "token_accuracy")
+
+
+def csv_rows(r: dict, metrics: Sequence[str] = CSV_METRICS) -> list[dict]:
+  """Per size bucket (then per needle depth and bucket): each of `metrics` it records (every
+  scored bucket has an accuracy row, empty where not scored), or why it was skipped."""
+  out = []
+  base = {**tables.row_base(r), "task": r["task"]}
+  cuts = [("", r["buckets"])] + [
+    (d, r["depths"][d]) for d in sorted(r.get("depths") or {}, key=float)
+  ]
+  for depth, buckets in cuts:
+    for name in sorted(buckets, key=bucket_order):
+      b = buckets[name]
+      where = dict(bucket=name, depth=depth, examples=b.get("examples"))
+      if b.get("skipped"):
+        out.append(tables.row(base, metric="skipped", note=b["skipped"], **where))
+        continue
+      for metric in metrics:
+        if b.get(metric) is not None or metric == "accuracy":
+          out.append(
+            tables.row(base, metric=metric, value=b.get(metric), ci=b.get(f"{metric}_ci"), **where)
+          )
+  return out

@@ -1,0 +1,624 @@
+"""A named set of runs, trained and evaluated one after another, then one report.
+
+    python -m lcx.tools.sweep experiments/NAME[:ARG] [--dry_run] [--only=RUN,...] [--shard=i/n]
+                        [--runs_dir=runs] [--force_eval] [--merge_shards]
+
+experiments/NAME/sweep.py defines `get_runs(arg) -> {name: Run}` (arg "" for the CPU-sized
+sweep, e.g. "full" for the GPU-sized one). Each run is `python -m lcx.main` in a subprocess with
+workdir RUNS_DIR/NAME/RUN (RUNS_DIR/NAME_ARG/RUN with an ARG, so the two sizes never share a
+checkpoint), in dependency order. A run that exits 0 gets RUN/sweep_done.json holding its
+command; later invocations skip it while the command is unchanged, and re-run an interrupted one
+(lcx.main resumes from its checkpoint). A training run whose command changed while its
+workdir holds checkpoints is refused, naming the difference (RUN/sweep_started.json records
+each launch's command): those weights belong to the old settings. Afterwards every
+RUNS_DIR/.../RUN/eval/*.json is copied to experiments/NAME/results/RUN/
+(experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints) and lcx.tools.report writes
+report.md, results.csv and the plots next to results/. A shard of n > 1 (`--shard=i/n`, e.g.
+one lent GPU's share) instead packs its runs' results into one archive,
+OUT/shards/shard-i-of-n.tar.gz (at most 16 MiB, to bring back and commit), and leaves results/
+and report.md alone; `--merge_shards` unpacks every archive there and writes the report once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import datetime
+import glob
+import gzip
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+from lcx import cli, errors
+from lcx.run import progress
+from lcx.tools import report
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # config paths are relative to it
+MODES = ("train", "eval", "train_and_eval", "longrope")
+MARKER = "sweep_done.json"
+STARTED = "sweep_started.json"  # the command of the last launch, finished or not
+TRAINS = ("train", "train_and_eval")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run of a sweep.
+
+  config: a --config spec, e.g. "configs/base.py:pos=alibi,size=small" (relative to the repo
+    root). overrides: dotted config field -> value, each passed as --config.FIELD=VALUE; `{runs}`
+    in a string value becomes this sweep's runs directory (init_from="{runs}/rope"). needs: runs
+    that must finish first (they also stay on this run's shard). mode: an lcx.main --mode, or
+    "longrope" (`python -m lcx.tools.longrope`, the LongRoPE search). on: another run (one of needs)
+    whose checkpoint this run works on, in that run's workdir: an evaluation with other settings
+    or the LongRoPE search; config "" then means that run's own config.json. Its results are
+    collected with that run's.
+  """
+
+  config: str
+  overrides: dict = dataclasses.field(default_factory=dict)
+  needs: tuple[str, ...] = ()
+  mode: str = "train_and_eval"
+  on: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  """A loaded sweep: its runs in dependency order and where everything goes."""
+
+  name: str
+  arg: str
+  runs: dict[str, Run]  # dependency order
+  runs_dir: str  # RUNS_DIR/NAME[_ARG]: the runs' workdirs are below it
+  out_dir: str  # experiments/NAME[/ARG]: results/, report.md, results.csv, plots
+
+  def workdir(self, run: str) -> str:
+    """The run's own directory (its checkpoints, or only its marker for a run `on` another)."""
+    return os.path.join(self.runs_dir, run)
+
+  def target(self, run: str) -> str:
+    """The workdir the run's command works in: its own, or that of the run it is `on`."""
+    return self.workdir(self.runs[run].on or run)
+
+  def command(self, run: str) -> list[str]:
+    """The argument list (after `python`) that runs `run`."""
+    spec = self.runs[run]
+    head = (
+      ["-m", "lcx.tools.longrope"]
+      if spec.mode == "longrope"
+      else ["-m", "lcx.main", f"--mode={spec.mode}"]
+    )
+    config = [f"--config={spec.config}"] if spec.config else []
+    return (
+      head
+      + config
+      + [f"--workdir={_shown(self.target(run))}"]
+      + [f"--config.{field}={self._value(value)}" for field, value in spec.overrides.items()]
+    )
+
+  def _value(self, value) -> str:
+    if isinstance(value, bool):
+      return str(value).lower()
+    if isinstance(value, (tuple, list)):
+      return "(" + ",".join(self._value(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return str(value).replace("{runs}", _shown(self.runs_dir))
+
+
+def _shown(path: str) -> str:
+  """A path as the subprocess (cwd: the repo root) sees it: relative inside the repo, so the
+  command and its marker read `runs/NAME/RUN` and survive moving the checkout."""
+  path = os.path.abspath(path)
+  relative = os.path.relpath(path, ROOT)
+  return path if relative == ".." or relative.startswith(".." + os.sep) else relative
+
+
+def _check_runs(runs, where: str) -> None:
+  if not isinstance(runs, dict) or not runs:
+    raise ValueError(
+      f"{where}: get_runs must return a non-empty dict {{name: Run}}, got {type(runs).__name__}"
+    )
+  for name, run in runs.items():
+    if not isinstance(name, str) or not NAME.match(name):
+      raise ValueError(
+        f"{where}: run name {name!r} must match {NAME.pattern} (it is a directory name)"
+      )
+    if not isinstance(run, Run):
+      raise ValueError(f"{where}: run {name!r} is a {type(run).__name__}; use lcx.tools.sweep.Run")
+    if run.mode not in MODES:
+      raise errors.not_allowed(f"{where}: run {name!r}: mode", run.mode, MODES)
+    if not isinstance(run.overrides, dict) or not all(isinstance(k, str) for k in run.overrides):
+      raise ValueError(f"{where}: run {name!r}: overrides must be a dict of dotted field names")
+    if isinstance(run.needs, str) or not all(isinstance(n, str) for n in run.needs):
+      raise ValueError(f"{where}: run {name!r}: needs must be a tuple of run names")
+    unknown = [n for n in run.needs if n not in runs]
+    if unknown:
+      raise ValueError(
+        f"{where}: run {name!r} needs unknown run(s) {', '.join(unknown)}; runs: {', '.join(runs)}"
+      )
+    if run.on and run.on not in run.needs:
+      raise ValueError(f"{where}: run {name!r}: on={run.on!r} must be one of its needs")
+    if not run.on and (run.mode == "longrope" or not run.config):
+      raise ValueError(
+        f"{where}: run {name!r}: mode={run.mode!r} without a config needs "
+        "on=<the run whose checkpoint it uses>"
+      )
+    config_file = run.config.split(":", 1)[0]
+    if run.config and not (ROOT / config_file).is_file():
+      raise ValueError(
+        f"{where}: run {name!r}: config file {config_file} not found (config "
+        f"paths are relative to the repo root {ROOT})"
+      )
+
+
+def dependency_order(runs: dict[str, Run]) -> list[str]:
+  """Runs with each after the runs it needs, otherwise in get_runs order; a cycle is an error."""
+  order, state = [], {}
+
+  def visit(name, chain):
+    if state.get(name) == "done":
+      return
+    if state.get(name) == "visiting":
+      raise ValueError(f"runs need each other in a cycle: {' -> '.join(chain + [name])}")
+    state[name] = "visiting"
+    for need in runs[name].needs:
+      visit(need, chain + [name])
+    state[name] = "done"
+    order.append(name)
+
+  for name in runs:
+    visit(name, [])
+  return order
+
+
+def shards(runs: dict[str, Run], count: int) -> list[list[str]]:
+  """Runs split into `count` shards: runs connected by `needs` form a group that stays on one
+  shard, and groups go round-robin in dependency order (group k on shard k mod count)."""
+  parent = {name: name for name in runs}
+
+  def root(name):
+    while parent[name] != name:
+      name = parent[name]
+    return name
+
+  for name, run in runs.items():
+    for need in run.needs:
+      parent[root(name)] = root(need)
+  groups: dict[str, int] = {}
+  out = [[] for _ in range(count)]
+  for name in dependency_order(runs):
+    group = groups.setdefault(root(name), len(groups))
+    out[group % count].append(name)
+  return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+  match = re.fullmatch(r"(\d+)/(\d+)", text)
+  if not match or not int(match.group(1)) < int(match.group(2)):
+    raise errors.not_allowed("--shard", text, "i/n with 0 <= i < n, e.g. 0/2")
+  return int(match.group(1)), int(match.group(2))
+
+
+def load(target: str, runs_dir: str = "runs") -> Sweep:
+  """experiments/NAME[:ARG] -> its Sweep (get_runs(ARG), checked, in dependency order)."""
+  directory, arg = target, ""
+  head, sep, tail = target.rpartition(":")
+  if sep and "/" not in tail:
+    directory, arg = head, tail
+  if arg and not re.fullmatch(r"[A-Za-z0-9_]+", arg):
+    raise ValueError(f"{target}: the argument after ':' must be a word, e.g. full")
+  directory = os.path.normpath(cli.shipped(directory))
+  if not os.path.isdir(directory):
+    raise ValueError(f"{target}: no experiment directory {directory}")
+  path = os.path.join(directory, "sweep.py")
+  if not os.path.isfile(path):
+    raise ValueError(f"{target}: no {path} (it defines get_runs(arg) -> {{name: Run}})")
+  name = os.path.basename(os.path.abspath(directory))
+  if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # a sweep.py may import configs
+  spec = importlib.util.spec_from_file_location(f"lcx_sweep_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as error:  # the user's file: where, not a traceback through importlib
+    raise ValueError(f"{path}:{error.lineno}: {error.msg}: {(error.text or '').strip()}") from None
+  if not callable(getattr(module, "get_runs", None)):
+    raise ValueError(f"{path} defines no get_runs(arg) -> {{name: Run}}")
+  runs = module.get_runs(arg)
+  _check_runs(runs, path)
+  order = dependency_order(runs)
+  suffix = f"_{arg}" if arg else ""
+  return Sweep(
+    name,
+    arg,
+    {r: runs[r] for r in order},
+    os.path.join(runs_dir, name + suffix),
+    os.path.join(directory, arg) if arg else directory,
+  )
+
+
+def done(sweep: Sweep, run: str) -> bool:
+  """Finished earlier with the same command (the marker is written after exit status 0)."""
+  try:
+    with open(os.path.join(sweep.workdir(run), MARKER)) as f:
+      return json.load(f).get("command") == sweep.command(run)
+  except (OSError, ValueError):
+    return False
+
+
+def _recorded_command(sweep: Sweep, run: str) -> list[str] | None:
+  """The command that last ran `run` (its marker, else the record of its launch), if any."""
+  for name in (MARKER, STARTED):
+    try:
+      with open(os.path.join(sweep.workdir(run), name)) as f:
+        return json.load(f)["command"]
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+  return None
+
+
+def _has_checkpoint(workdir: str) -> bool:
+  directory = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory))
+
+
+def check_unchanged(sweep: Sweep, chosen: list[str]) -> None:
+  """ValueError naming the difference for a training run whose command changed while its
+  workdir holds checkpoints: resuming would train (or evaluate) old weights under the new
+  settings, and its config.json would claim them."""
+  for run in chosen:
+    if sweep.runs[run].mode not in TRAINS or sweep.runs[run].on:
+      continue
+    old, new = _recorded_command(sweep, run), sweep.command(run)
+    if old is None or old == new or not _has_checkpoint(sweep.workdir(run)):
+      continue
+    removed = [a for a in old if a not in new] or ["(nothing)"]
+    added = [a for a in new if a not in old] or ["(nothing)"]
+    raise ValueError(
+      f"run {sweep.name}/{run} changed since it trained: {' '.join(removed)} became "
+      f"{' '.join(added)}, and {_shown(sweep.workdir(run))} holds the old settings' "
+      "checkpoints; remove that directory to train it again, or restore the old settings"
+    )
+
+
+def select(sweep: Sweep, only: list[str], shard: tuple[int, int]) -> list[str]:
+  """The runs this invocation handles: this shard's, filtered by --only, in dependency order.
+  A selected run's needs must be selected too or already done."""
+  unknown = [name for name in only if name not in sweep.runs]
+  if unknown:
+    raise ValueError(
+      f"--only={','.join(only)}: unknown run(s) {', '.join(unknown)}; runs: {', '.join(sweep.runs)}"
+    )
+  chosen = shards(sweep.runs, shard[1])[shard[0]]
+  chosen = [name for name in chosen if not only or name in only]
+  for name in chosen:
+    for need in sweep.runs[name].needs:
+      if need not in chosen and not done(sweep, need):
+        raise ValueError(
+          f"run {name} needs {need}, which is neither selected nor done; add it to --only"
+        )
+  check_unchanged(sweep, chosen)
+  return chosen
+
+
+class _Signals:
+  """SIGTERM while a run trains is passed on to it (lcx.main saves a checkpoint and exits 0) and
+  the run is not marked done; SIGINT (Ctrl-C reaches the whole process group) stops the sweep
+  after the current run. Either way the sweep then exits 128 + the signal number."""
+
+  def __init__(self):
+    self.child, self.received = None, None
+
+  def __enter__(self):
+    self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    return self
+
+  def __exit__(self, *exc):
+    for s, handler in self.previous.items():
+      signal.signal(s, handler)
+
+  def _handle(self, signum, frame):
+    del frame
+    self.received = signum
+    if signum == signal.SIGTERM and self.child is not None and self.child.poll() is None:
+      self.child.send_signal(signum)  # lcx.main's handler only sets a flag: twice is harmless
+
+
+def to_run(sweep: Sweep, run: str, force_eval: bool) -> list[str] | None:
+  """The command this call runs for `run`: None when it is done (skipped); with force_eval an
+  evaluating run gets --force, and a done one is evaluated again (--mode=eval)."""
+  command = sweep.command(run)
+  if not (force_eval and sweep.runs[run].mode not in ("train", "longrope")):
+    return None if done(sweep, run) else command
+  if done(sweep, run):
+    command = ["--mode=eval" if c.startswith("--mode=") else c for c in command]
+  return command + ["--force"]
+
+
+def stopped_line(sweep: Sweep, run: str, signum: int) -> str:
+  """What the sweep says when a signal stops it during `run`: whether the run is marked done
+  (it may finish on its own while the signal reached the sweep alone, `kill PID`), and how to
+  go on."""
+  state = "it finished and is marked done" if done(sweep, run) else "it is not marked done"
+  return (
+    f"[sweep] {signal.Signals(signum).name} during {sweep.name}/{run}: stopped; {state}, run "
+    "the same command to resume"
+  )
+
+
+def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
+  """A run's first line; once a run has finished in this call, with the runs done/total and an
+  ETA from the finished runs' mean duration (runs skipped as done earlier cost nothing)."""
+  if not durations:
+    return head
+  return f"{head} runs {progress.progress_text(done, total, sum(durations) / len(durations))}"
+
+
+def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> int:
+  marker = os.path.join(sweep.workdir(run), MARKER)
+  if os.path.exists(marker) and not done(sweep, run):
+    print(
+      f"[sweep] {sweep.name}/{run}: its command changed since it finished: running again",
+      flush=True,
+    )
+    os.remove(marker)
+  _write_json(os.path.join(sweep.workdir(run), STARTED), {"command": sweep.command(run)})
+  print("$ python " + shlex.join(command), flush=True)
+  signals.child = subprocess.Popen(
+    [sys.executable, *command],
+    cwd=ROOT,
+    env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    preexec_fn=_dies_with(os.getpid()),
+  )
+  status = signals.child.wait()
+  signals.child = None
+  if status == 0 and signals.received != signal.SIGTERM:  # after SIGTERM, 0 means "saved"
+    _write_json(
+      marker,
+      {
+        "command": sweep.command(run),
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      },
+    )
+  return status
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with(parent: int):
+  """A run's preexec_fn: the kernel sends it SIGTERM (lcx.main saves a checkpoint and exits)
+  when the sweep dies, even by SIGKILL, so no training outlives its sweep and overlaps a
+  re-run. Linux only; elsewhere a no-op."""
+
+  def arm():
+    try:
+      ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+      return
+    if os.getppid() != parent:  # the sweep died before prctl took effect
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  return arm
+
+
+def _write_json(path: str, value: dict) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(value, f, indent=2)
+  os.replace(path + ".tmp", path)
+
+
+def collect(sweep: Sweep) -> list[str]:
+  """Copies every run's eval/*.json to OUT/results/RUN/ (overwriting); returns the copies."""
+  copied = []
+  for run in (r for r, spec in sweep.runs.items() if not spec.on):  # `on` runs: with theirs
+    for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
+      target = os.path.join(sweep.out_dir, "results", run, os.path.basename(source))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      shutil.copyfile(source, target + ".tmp")  # a killed copy leaves no truncated result
+      os.replace(target + ".tmp", target)
+      copied.append(target)
+  return copied
+
+
+MAX_ARCHIVE_BYTES = 16 * 2**20  # what one shard may bring back from a lent machine and commit
+RESULT_MEMBER = re.compile(r"^results/([A-Za-z0-9][A-Za-z0-9_.-]*)/([^/]+\.json)$")
+
+
+def archive_path(sweep: Sweep, shard: tuple[int, int]) -> str:
+  return os.path.join(sweep.out_dir, "shards", f"shard-{shard[0]}-of-{shard[1]}.tar.gz")
+
+
+def pack(sweep: Sweep, runs: list[str], path: str) -> list[str]:
+  """Every eval/*.json of `runs` (a run `on` another: that run's) into one gzipped tar at `path`,
+  members `results/RUN/NAME.json` sorted, with no times or owners, so the same results give the
+  same bytes. Written atomically; over MAX_ARCHIVE_BYTES it is a ValueError and nothing is
+  written (the results stay in the runs' workdirs). Returns the member names."""
+  members = []
+  for run in sorted({sweep.runs[r].on or r for r in runs}):
+    for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
+      members.append((f"results/{run}/{os.path.basename(source)}", source))
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped:
+    with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+      for name, source in members:
+        info = tar.gettarinfo(source, arcname=name)
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        with open(source, "rb") as f:
+          tar.addfile(info, f)
+  size = os.path.getsize(tmp)
+  if size > MAX_ARCHIVE_BYTES:
+    os.remove(tmp)
+    raise ValueError(
+      f"{path}: {len(members)} results pack to {size / 2**20:.1f} MiB, over the "
+      f"{MAX_ARCHIVE_BYTES // 2**20} MiB one shard may bring back; split the sweep into more "
+      "shards (--shard=i/n with a larger n); the results are still in the runs' eval/"
+    )
+  os.replace(tmp, path)
+  return [name for name, _ in members]
+
+
+def unpack(sweep: Sweep) -> list[str]:
+  """Every shard archive under OUT/shards/ into OUT/results/ (members results/RUN/NAME.json
+  of this sweep's runs only; anything else is refused naming it). Returns the files written."""
+  archives = sorted(glob.glob(os.path.join(sweep.out_dir, "shards", "*.tar.gz")))
+  if not archives:
+    raise ValueError(
+      f"--merge_shards: no shard archive (shard-i-of-n.tar.gz) in "
+      f"{os.path.join(sweep.out_dir, 'shards')}; run the shards with --shard=i/n first"
+    )
+  for path in archives:  # every member checked before any is written
+    with tarfile.open(path, "r:gz") as tar:
+      for info in tar.getmembers():
+        match = RESULT_MEMBER.match(info.name)
+        if not (info.isfile() and match and match.group(1) in sweep.runs):
+          raise ValueError(
+            f"{path}: member {info.name!r} is not results/RUN/NAME.json of a run of "
+            f"{sweep.name}; runs: {', '.join(sweep.runs)}"
+          )
+  written = []
+  for path in archives:
+    with tarfile.open(path, "r:gz") as tar:
+      for info in tar.getmembers():
+        target = os.path.join(sweep.out_dir, info.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with tar.extractfile(info) as f, open(target + ".tmp", "wb") as out:
+          shutil.copyfileobj(f, out)
+        os.replace(target + ".tmp", target)
+        written.append(target)
+  return written
+
+
+def write_report(sweep: Sweep) -> dict[str, str]:
+  results_dir = os.path.join(sweep.out_dir, "results")
+  results = report.load([results_dir], allow_empty=True) if os.path.isdir(results_dir) else []
+  if not results:
+    print(
+      f"[sweep] no lcx result JSON (schema {report.SCHEMA}) under {results_dir} yet", flush=True
+    )
+  else:
+    print(report.format_tables(results), flush=True)
+  title = f"{sweep.name}{':' + sweep.arg if sweep.arg else ''}"
+  return report.write(results, sweep.out_dir, title=title)
+
+
+def main(argv):
+  from absl import flags
+
+  FLAGS = flags.FLAGS
+  if len(argv) != 2:
+    cli.fail(
+      "give one experiment: python -m lcx.tools.sweep experiments/NAME[:ARG] [flags]; got "
+      f"{len(argv) - 1} arguments"
+    )
+  try:
+    shard = parse_shard(FLAGS.shard)
+    sweep = load(argv[1], FLAGS.runs_dir)
+    if FLAGS.merge_shards:
+      if shard != (0, 1) or FLAGS.only or FLAGS.dry_run or FLAGS.force_eval:
+        raise ValueError(
+          "--merge_shards runs nothing: give it without --shard, --only, --dry_run or --force_eval"
+        )
+      unpacked = unpack(sweep)
+    chosen = select(sweep, FLAGS.only or [], shard)
+  except ValueError as error:
+    cli.fail(str(error))
+  if FLAGS.merge_shards:
+    print(
+      f"[sweep] unpacked {len(unpacked)} result files from "
+      f"{os.path.join(sweep.out_dir, 'shards')} to {os.path.join(sweep.out_dir, 'results')}",
+      flush=True,
+    )
+    written = write_report(sweep)
+    print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
+    return
+  total, durations = len(chosen), []
+  with _Signals() as signals:
+    for i, run in enumerate(chosen, 1):
+      head = f"[sweep {sweep.name}/{run} {i}/{total}]"
+      command = to_run(sweep, run, FLAGS.force_eval)
+      if command is None:
+        print(
+          f"{head} done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped",
+          flush=True,
+        )
+        continue
+      if FLAGS.dry_run:
+        print(f"{head}\n$ python {shlex.join(command)}", flush=True)
+        continue
+      print(start_line(head, i - 1, total, durations), flush=True)
+      started = time.perf_counter()
+      status = run_one(sweep, run, command, signals)
+      durations.append(time.perf_counter() - started)
+      if signals.received is not None:
+        print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
+        sys.exit(128 + signals.received)
+      if status != 0:
+        cli.fail(
+          f"run {sweep.name}/{run} failed with exit status {status}; the sweep stopped "
+          f"(its output is above; {i - 1} of {total} runs done in this call)",
+          status=1,
+        )
+  if FLAGS.dry_run:
+    return
+  if shard[1] > 1:  # one archive to bring back; the report is written once, by --merge_shards
+    path = archive_path(sweep, shard)
+    try:
+      members = pack(sweep, chosen, path)
+    except ValueError as error:
+      cli.fail(str(error), status=1)
+    print(
+      f"[sweep] shard {shard[0]}/{shard[1]}: packed {len(members)} result files into {path} "
+      f"({os.path.getsize(path) / 2**20:.2f} MiB); once every shard's archive is in "
+      f"{os.path.dirname(path)}, `--merge_shards` writes the report",
+      flush=True,
+    )
+    return
+  copied = collect(sweep)
+  print(
+    f"[sweep] copied {len(copied)} result files to {os.path.join(sweep.out_dir, 'results')}",
+    flush=True,
+  )
+  written = write_report(sweep)
+  print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+
+  from lcx.tools import (
+    sweep,  # the module experiments' sweep.py files import Run from, not __main__
+  )
+
+  flags.DEFINE_bool("dry_run", False, "Print each run's command; run and write nothing.")
+  flags.DEFINE_list("only", [], "Run only these runs (comma list); their needs must be done.")
+  flags.DEFINE_string(
+    "shard",
+    "0/1",
+    "i/n: this invocation's share of the runs, 0 <= i < n; "
+    "runs connected by `needs` stay on one shard.",
+  )
+  flags.DEFINE_string("runs_dir", "runs", "Runs go to RUNS_DIR/NAME/RUN.")
+  flags.DEFINE_bool(
+    "merge_shards",
+    False,
+    "Run nothing: unpack every OUT/shards/*.tar.gz into OUT/results/ and write the report.",
+  )
+  flags.DEFINE_bool(
+    "force_eval",
+    False,
+    "Evaluate again (lcx.main --mode=eval --force) runs "
+    "that are done; pass --force to the others' evaluation.",
+  )
+  app.run(sweep.main, flags_parser=cli.parse_flags)

@@ -1,0 +1,129 @@
+"""Exact resume across processes, SIGKILL and SIGTERM (no evaluation after it), partial
+checkpoints, notebook restore."""
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from lcx.run import checkpoint
+from tests.helpers import ROOT, TINY_FLAGS, read_metrics, run_lcx
+
+
+def _flags(workdir, *extra):
+  return [*TINY_FLAGS, f"--workdir={workdir}", *extra]
+
+
+def _assert_same_run(a, b, steps):
+  ma, mb = read_metrics(a), read_metrics(b)
+  for step in range(1, steps + 1):
+    assert ma[step]["loss"] == mb[step]["loss"], step  # bitwise on CPU
+  pa, _ = checkpoint.restore_params(str(a))
+  pb, _ = checkpoint.restore_params(str(b))
+  for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.slow
+def test_exact_resume_after_process_exit(tmp_path):
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  run_lcx(_flags(straight, "--config.train.steps=12"))
+  run_lcx(_flags(resumed, "--config.train.steps=12", "--config.train.stop_after=6"))
+  assert checkpoint.Checkpointer(str(resumed), every=1, keep=3).latest_step() == 6
+  out = run_lcx(_flags(resumed, "--config.train.steps=12"))
+  assert "resumed from step 6" in out.stderr
+  _assert_same_run(straight, resumed, 12)
+
+
+def _wait_for(predicate, proc, timeout=120):
+  deadline = time.time() + timeout
+  while not predicate():
+    assert proc.poll() is None, proc.communicate()
+    assert time.time() < deadline, "timed out"
+    time.sleep(0.05)
+
+
+def _start(workdir, *extra):
+  return subprocess.Popen(
+    [sys.executable, "-m", "lcx.main", *_flags(workdir, *extra)],
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+
+
+def _steps_logged(workdir):
+  path = workdir / "metrics.jsonl"
+  return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.slow
+def test_sigkill_resumes_from_last_complete_checkpoint(tmp_path):
+  steps = 150
+  straight, killed = tmp_path / "straight", tmp_path / "killed"
+  flags = (f"--config.train.steps={steps}", "--config.train.checkpoint_every=20")
+  run_lcx(_flags(straight, *flags))
+  proc = _start(killed, *flags)
+  _wait_for(lambda: _steps_logged(killed) >= 45, proc)
+  proc.kill()
+  proc.wait()
+  ckpts = killed / "checkpoints"
+  complete = checkpoint.Checkpointer(str(killed), every=1, keep=3).latest_step()
+  assert complete is not None and complete < steps
+  # A save killed mid-way leaves a tmp folder; plant one past the last complete step.
+  partial = ckpts / f"{complete + 20}.orbax-checkpoint-tmp-1234"
+  shutil.copytree(ckpts / str(complete), partial)
+  shutil.rmtree(partial / "state")
+  out = run_lcx(_flags(killed, *flags))
+  assert f"resumed from step {complete}" in out.stderr
+  _assert_same_run(straight, killed, steps)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_current_step_and_exits_zero(tmp_path):
+  proc = _start(tmp_path, "--config.train.steps=100000", "--config.train.checkpoint_every=5000")
+  _wait_for(lambda: _steps_logged(tmp_path) >= 5, proc)
+  proc.send_signal(signal.SIGTERM)
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == 0, stderr[-3000:]
+  saved = checkpoint.Checkpointer(str(tmp_path), every=1, keep=3).latest_step()
+  logged = max(read_metrics(tmp_path))
+  assert saved is not None and 5 <= saved < 5000
+  assert logged == saved  # the checkpoint is at the step the run had reached
+  assert "SIGTERM" in stderr
+
+
+@pytest.mark.slow
+def test_train_and_eval_skips_evaluation_after_sigterm(tmp_path):
+  proc = _start(
+    tmp_path,
+    "--mode=train_and_eval",
+    "--config.train.steps=100000",
+    "--config.train.checkpoint_every=5000",
+  )
+  _wait_for(lambda: _steps_logged(tmp_path) >= 3, proc)
+  proc.send_signal(signal.SIGTERM)
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == 0, stderr[-3000:]
+  assert "training stopped early (SIGTERM or preemption): skipping evaluation" in stderr
+  assert checkpoint.Checkpointer(str(tmp_path), every=1, keep=3).latest_step() is not None
+  assert not (tmp_path / "eval").exists()
+
+
+@pytest.mark.slow
+def test_restore_params_on_another_device_layout(tmp_path):
+  run_lcx(
+    _flags(tmp_path, "--config.train.steps=4", "--config.train.checkpoint_every=2"),
+    env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"},
+  )
+  params, meta = checkpoint.restore_params(str(tmp_path))
+  assert meta["step"] == 4 and meta["tokenizer"]["vocab_size"] == 259
+  leaves = jax.tree.leaves(params)
+  assert leaves and all(isinstance(x, np.ndarray) for x in leaves)
+  assert params["embed"].shape == (259, 64)

@@ -1,0 +1,124 @@
+"""lcx.run.prepare, where every entry point starts: the resolved config, the abstract (unallocated)
+sharded parameters, a variant's re-trace, a run's checkpoints and config read back, and the
+errors that come before anything is written. Fine-tuning's init_from checks: test_finetune.py;
+resume checks: faults/test_runs.py."""
+
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from lcx import defaults, variants
+from lcx.run import prepare
+from tests.helpers import tiny_config
+
+
+@pytest.fixture(scope="module")
+def prepared():
+  return prepare.prepare(tiny_config("rope"))
+
+
+def test_the_config_is_resolved_and_the_parameters_are_abstract_and_sharded(prepared):
+  config = prepared.config
+  assert config.model.vocab_size == prepared.tokenizer.vocab_size == 259  # the byte tokenizer's
+  assert config.model.max_len == config.data.seq_len == 32
+  leaves = jax.tree.leaves(prepared.abstract_params)
+  assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)  # nothing allocated
+  assert all(x.sharding.mesh == prepared.mesh for x in leaves)
+  assert prepared.abstract_params["embed"].get_value().shape == (259, 64)
+  assert prepared.init_from is None
+
+
+def test_a_variant_re_traces_only_when_the_model_changes(prepared):
+  same = prepare.for_variant(prepared, prepared.config)
+  assert same.graphdef is prepared.graphdef
+  yarn = variants.apply(prepared.config, variants.overrides("yarn@4", {}))
+  varied = prepare.for_variant(prepared, yarn)
+  assert varied.config.model.position.scaling.rope_type == "yarn"
+  assert varied.graphdef is not prepared.graphdef
+  assert varied.abstract_params is prepared.abstract_params  # the parameters are the trained ones
+  assert prepared.config.model.position.scaling.rope_type == "default"  # not changed in place
+
+
+def test_a_bad_field_is_refused_before_the_corpus_is_built(tmp_path):
+  config = tiny_config("rope")
+  config.data.data_dir = str(tmp_path / "data")
+  config.model.num_heads = 0
+  with pytest.raises(ValueError, match=r"^model\.num_heads"):
+    prepare.prepare(config)
+  assert not (tmp_path / "data").exists()
+
+
+def test_a_missing_corpus_is_refused_naming_the_field(tmp_path):
+  config = tiny_config("rope")
+  config.data.update(name="text_files", text_files=str(tmp_path / "none"))
+  config.data.data_dir = str(tmp_path / "data")
+  with pytest.raises(ValueError, match=r"data\.text_files"):
+    prepare.prepare(config)
+
+
+def test_zero_training_steps_are_refused_without_writing_the_run(tmp_path):
+  with pytest.raises(ValueError, match=r"^train\.steps=0 is not allowed; allowed: >= 1 to train"):
+    prepare.prepare(tiny_config("rope", steps=0), str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+  "value,parsed",
+  [("runs/a", ("runs/a", None)), ("runs/a@20", ("runs/a", 20)), ("x@y@3", ("x@y", 3))],
+)
+def test_init_from_is_a_dir_and_an_optional_step(value, parsed):
+  assert prepare.parse_init_from(value) == parsed
+
+
+def test_init_from_with_a_step_that_is_not_an_integer_is_refused():
+  with pytest.raises(ValueError, match=r"^train\.init_from='runs/a@last': the step after '@'"):
+    prepare.parse_init_from("runs/a@last")
+
+
+def test_checkpoints_and_their_metadata_read_back(tiny_run):
+  assert prepare.checkpoint_steps(tiny_run) == [1, 2]  # the first step is saved too
+  step, meta = prepare.checkpoint_meta(tiny_run)
+  assert step == 2 and meta["config"]["train"]["steps"] == 2
+  assert meta["tokenizer"] == {"kind": "byte", "vocab_size": 259}
+  assert not prepare.resumed_from(tiny_run, 2, 1)  # trained from scratch
+  with pytest.raises(ValueError, match=r"^--eval_step=5: no checkpoint at step 5 in .*\[1, 2\]$"):
+    prepare.checkpoint_meta(tiny_run, 5)
+
+
+def test_a_run_without_checkpoints_is_said_and_left_as_it_is(tmp_path):
+  with pytest.raises(FileNotFoundError, match="no checkpoint in .*checkpoints; train first"):
+    prepare.checkpoint_meta(str(tmp_path))
+  assert os.listdir(tmp_path) == []
+
+
+def test_the_restored_parameters_have_the_abstract_shapes(tiny_run):
+  prepared = prepare.prepare(prepare.run_config(tiny_run))
+  params = prepare.restore_params(prepared, tiny_run, 2)
+  shapes = jax.tree.map(np.shape, jax.tree.leaves(params))
+  assert shapes == [x.shape for x in jax.tree.leaves(prepared.abstract_params)]
+
+
+def test_a_runs_config_reads_back_over_todays_defaults(tiny_run, tmp_path):
+  config = prepare.run_config(tiny_run)
+  with open(os.path.join(tiny_run, "config.json")) as f:
+    saved = json.load(f)
+  assert config.model.max_len == saved["model"]["max_len"] == 32
+  assert config.data.seq_len == 32 and config.train.steps == 2
+  assert isinstance(config.eval.multipliers, tuple)  # a JSON list back to the field's tuple
+  saved["train"]["field_of_an_older_lcx"] = 1  # kept as saved: old runs stay readable
+  del saved["eval"]["num_tokens"]  # a field added since: today's default
+  run = tmp_path / "run"
+  shutil.copytree(tiny_run, run)
+  (run / "config.json").write_text(json.dumps(saved))
+  config = prepare.run_config(str(run))
+  assert config.train.field_of_an_older_lcx == 1
+  assert config.eval.num_tokens == defaults.get_config("pos=rope").eval.num_tokens
+
+
+def test_a_directory_without_config_json_is_not_a_run(tmp_path):
+  with pytest.raises(ValueError, match=r"^--workdir=.*: no config\.json there"):
+    prepare.run_config(str(tmp_path))

@@ -1,0 +1,146 @@
+"""lcx.tools.bench.device_check: the full plan has every row of issue 26 in the order run, a failed
+row stays a row, the deadline stops starting points, and the tiny plan runs end to end on CPU
+(slow)."""
+
+import json
+import pathlib
+
+import pytest
+
+from lcx.model import kernels, positions
+from lcx.tools.bench import device_check
+from tests.helpers import run_lcx, schemes_with
+
+
+def test_device_check_full_plan_has_every_row_of_issue_26():
+  points = device_check.plan_points(device_check.PLANS["full"])
+  whats = [p["what"] for p in points]
+  assert whats[0] == "peak" and whats.count("correct") == 1
+  (correct,) = [p for p in points if p["what"] == "correct"]
+  assert correct["cases"] == device_check.CORRECT_CASES  # every case on the device
+  train = [
+    (p["scheme"], p["size"], p["impl"], p.get("tuned", False), p.get("remat", "none"))
+    for p in points
+    if p["what"] == "train" and (p["batch"], p["seq_len"]) == (64, 1024)
+  ]
+  assert train == [
+    *[("rope", s, "pallas", False, "none") for s in ("large", "default")],
+    ("rope", "large", "pallas", True, "none"),  # the CPU-tuned backward passes, A/B
+    ("rope", "large", "pallas", False, "block"),  # the memory target with remat
+    ("cope", "default", "auto", False, "block"),  # CoPE's XLA step, out of memory without
+  ]
+  evals = [(p["length"], p["impl"], p.get("block_size")) for p in points if p["what"] == "eval"]
+  assert evals == [
+    (65536, "pallas", None),
+    (262144, "pallas", None),
+    (1048576, "pallas", None),
+    *[(262144, "pallas", block) for block in (128, 128, 64)],  # the tune points
+    (65536, "xla", None),
+    (262144, "xla", None),
+  ]
+  assert {p["size"] for p in points if p["what"] == "eval"} == {"default"}  # all one model
+  (schemes,) = [p for p in points if p["what"] == "schemes"]
+  assert schemes["schemes"] == ["nope", *[s for s in positions.SCHEMES if s != "nope"]]
+  (peer,) = [p for p in points if p["what"] == "peer"]
+  assert (peer["size"], peer["batch"], peer["seq_len"]) == ("large", 64, 1024)
+  assert {"nope", "rope", "alibi", "t5"} <= set(peer["schemes"])
+  failed = {
+    "what": "train",
+    "scheme": "rope",
+    "size": "large",
+    "batch": 64,
+    "seq_len": 1024,
+    "impl": "xla",
+  }
+  table = device_check.table({"rows": [{**failed, "error": "exit 1: RESOURCE_EXHAUSTED"}]})
+  assert "error: exit 1: RESOURCE_EXHAUSTED" in table  # a failed row stays a row
+
+
+def test_scheme_and_peer_points_run_t5_on_the_kernel_on_a_gpu():
+  """impl=auto as the full plan's `schemes` and `peer` points configure it, resolved for a GPU:
+  the Pallas kernel for T5 (its blocker dropped), XLA for FIRE (its bias MLP does not lower)
+  and Sandwich (measured slower in the kernel) among the bias schemes."""
+  points = device_check.plan_points(device_check.PLANS["full"])
+  (schemes,) = [p for p in points if p["what"] == "schemes"]
+  (peer,) = [p for p in points if p["what"] == "peer"]
+
+  def resolved(point, scheme):
+    config = device_check._config(scheme, point["size"], point["batch"], point["seq_len"], "auto")
+    return kernels.resolve_impl(config.model, "gpu")
+
+  assert resolved(peer, "t5") == "pallas"
+  got = {s: resolved(schemes, s) for s in schemes["schemes"] if s in schemes_with("bias")}
+  assert got == {s: "xla" if s in ("fire", "sandwich") else "pallas" for s in schemes_with("bias")}
+
+
+def test_no_point_starts_after_the_deadline(tmp_path, monkeypatch):
+  ran = []
+
+  def fake(point, timeout_s):
+    ran.append(timeout_s)
+    return {**point, "error": "measured"}
+
+  monkeypatch.setattr(device_check, "_in_process", fake)
+  clock = iter(range(0, 1000, 30))  # each call of the clock: 30 s later
+  monkeypatch.setattr(device_check.time, "perf_counter", lambda: next(clock))
+  results = device_check.run(str(tmp_path / "d.json"), quick=True, deadline_s=100)
+  assert ran == [130, 100, 70]  # started at 30, 60, 90 s; each stopped 60 s after the deadline
+  late = results["rows"][3:]
+  assert late and all("past the check's deadline (100 s)" in r["error"] for r in late)
+  written = json.loads((tmp_path / "d.json").read_text())["rows"]
+  assert written == json.loads(json.dumps(results["rows"]))  # every row, the late ones too
+
+
+@pytest.mark.slow
+def test_device_check_runs_end_to_end_on_cpu(tmp_path):
+  """`--device_check` on CPU: the tiny plan, one process per point, JSON and table written."""
+  out = tmp_path / "device_check.json"
+  run_lcx(["--device_check", f"--out={out}"], module="lcx.tools.bench", timeout=900)
+  rows = json.loads(out.read_text())["rows"]
+  assert [r["what"] for r in rows] == (
+    ["peak", "train", "train", "eval", "scheme", "scheme", "peer", "eval", "correct", "correct"]
+    + ["eval"]
+  )
+  peers = [r for r in rows if r["what"] == "peer"]
+  for row in rows:
+    if row in peers and "error" in row:  # the bench extra (torch, x-transformers) is optional
+      assert row["error"].startswith("not importable")
+      continue
+    assert "error" not in row, row
+    assert row["backend"] == "cpu" and row["jax"] and row["device"] and row["peak_gb"] > 0
+  for row in [r for r in rows if r["what"] == "correct"]:  # interpret mode: exact f32
+    assert row["out_rel_err"] < 1e-5 and row["grad_rel_err"] < 1e-5, row
+  peak_bf16 = rows[0]["bfloat16_flops"]
+  train = rows[1:3]
+  for row, impl in zip(train, ("pallas", "xla")):
+    assert row["impl"] == impl and row["tokens_per_s"] == pytest.approx(64 / row["step_s"])
+    assert row["mfu_bf16"] == pytest.approx(
+      row["flops_per_token"] * row["tokens_per_s"] / peak_bf16
+    )
+  schemes = [r for r in rows if r["what"] == "scheme"]
+  assert [r["scheme"] for r in schemes] == ["nope", "alibi"]
+  assert schemes[0]["vs_nope"] == 1.0 and all(r["impl_resolved"] == "xla" for r in schemes)
+  for row in peers:
+    assert "error" in row or row["lcx_speedup"] > 0
+  evals = [r for r in rows if r["what"] == "eval"]
+  assert [r["impl"] for r in evals] == ["pallas", "pallas", "xla"] and evals[0]["forward_s"] > 0
+  assert (
+    evals[1]["block_size"] == 16
+    and "block 16, 8 warps, 2 stages" in out.with_suffix(".md").read_text()
+  )  # the tune point: the kernel at another block and Triton settings
+  table = out.with_suffix(".md").read_text().strip().splitlines()
+  assert len(table) == 2 + len(rows) and all("cpu" in line for line in table[2:])
+
+
+COMMITTED = sorted(
+  (pathlib.Path(__file__).resolve().parents[3] / "experiments" / "bench").glob(
+    "*/device_check*.json"
+  )
+)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_device_check_tables_regenerate_from_their_json(path):
+  """Each committed table is `table` over its committed JSON, byte for byte."""
+  results = json.loads(path.read_text())
+  assert device_check.table(results) + "\n" == path.with_suffix(".md").read_text()

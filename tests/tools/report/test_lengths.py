@@ -1,0 +1,238 @@
+"""The "lengths" kind: length, variant, paired, effective-length and LongPPL tables."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from lcx.tools import bootstrap, report
+from tests.tools.report.results import lengths_result, row_cells, with_documents
+
+
+def test_length_table_header_and_ci_cells():
+  text = report.length_tables([lengths_result(losses={1: 2.0, 2: 2.1, 4: 2.3})])
+  lines = text.splitlines()
+  assert lines[0].startswith(
+    "windows protocol on stream documents, 4096 tokens per length, "
+    "95% bootstrap CI over documents (1000 resamples, seed 0); "
+    "train length 64."
+  )
+  assert lines[1] == (
+    "Per length: 64: 4096 tokens, 12 documents; 128: 4096 tokens, 12 "
+    "documents; 256: 4096 tokens, 12 documents."
+  )
+  assert lines[3] == (
+    "| run/variant |           64 (1x) |          128 (2x) |           256 (4x) |"
+  )
+  assert lines[4].startswith("|:") and lines[4].endswith(":|")
+  cells = row_cells(lines[5])
+  # exp(2.0) = 7.389, exp(1.98) = 7.243, exp(2.02) = 7.538
+  assert cells[:2] == ["rope/none", "7.39 [7.24, 7.54]"]
+
+
+def test_tables_group_by_protocol_and_mark_skipped_lengths():
+  results = [
+    lengths_result("alibi"),
+    lengths_result("learned", losses={1: 2.0}, skipped={"128": "max_len=64 < 128"}),
+    lengths_result("rope", documents="long"),
+  ]
+  text = report.length_tables(results)
+  assert text.startswith("windows protocol on stream documents")
+  stream, long = text.split("\n\nwindows protocol on long documents")
+  assert "alibi/none" in stream and "learned/none" in stream and "rope" not in stream
+  assert "rope/none" in long and "alibi" not in long
+  learned = next(line for line in stream.splitlines() if line.startswith("| learned"))
+  assert row_cells(learned)[2:] == ["skipped", "-"]
+  assert "- learned/none at 128: skipped: max_len=64 < 128" in text
+
+
+def test_bits_per_byte_only_where_present():
+  results = [lengths_result("a"), lengths_result("b", bpb=False)]
+  text = report.length_tables(results, "bits_per_byte")
+  assert "a/none" in text and "b/none" not in text
+  assert "| a/none      | 2.885 [2.857, 2.914] |" in text  # 2.0 / ln 2
+  assert report.length_tables([lengths_result(bpb=False)], "bits_per_byte") == ""
+
+
+def test_variant_tables_per_run_with_several_variants():
+  results = [
+    lengths_result("rope", "none"),
+    lengths_result("rope", "yarn@4"),
+    lengths_result("alibi", "none"),
+  ]
+  text = report.variant_tables(results)
+  assert text.startswith("### rope\n")
+  assert "alibi" not in text  # one variant: nothing to compare
+  header = next(line for line in text.splitlines() if line.startswith("| variant"))
+  assert row_cells(header)[0] == "variant"
+
+
+def test_paired_tables_are_the_bootstrap_of_the_per_document_losses():
+  a = with_documents(lengths_result("alibi"), shift=0.3, seed=1)
+  b = with_documents(lengths_result("rope"), seed=2)
+  text = report.format_tables([a, b])
+  weights = bootstrap.resample_weights(20, 1000, 0)
+
+  def cell(x, y):
+    diff, (lo, hi) = bootstrap.paired_difference(
+      *(np.asarray(e["per_document"][k], float) for e in (x, y) for k in ("loss", "tokens")),
+      weights,
+    )
+    return f"{diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+  def rows(heading):
+    body = text.split(f"## {heading}\n")[1].split("\n## ")[0]
+    return {x.split("|")[1].strip(): x for x in body.splitlines() if x.startswith("|")}
+
+  la = a["lengths"]
+  assert rows("Paired: each length against 1x")["alibi/none"].endswith(
+    f"| {cell(la['128'], la['64'])} | {cell(la['256'], la['64'])} |"
+  )
+  assert "minus alibi/none" in text
+  assert rows("Paired: each result against a baseline")["rope/none"].endswith(
+    " | ".join(cell(b["lengths"][n], la[n]) for n in ("64", "128", "256")) + " |"
+  )
+
+  def interval(x, y):
+    return [float(v) for v in cell(x, y).split("[")[1].rstrip("]").split(", ")]
+
+  lo, hi = interval(la["128"], la["64"])  # the built-in 0.1 per doubling, noise 0.02 / doc
+  assert lo < 0.1 < hi and hi - lo < 0.05
+  lo, hi = interval(b["lengths"]["64"], la["64"])
+  assert lo < -0.3 < hi and hi - lo < 0.05  # 0.5 spread across documents cancels
+  # Another baseline by name; results on other tokens (counts differ) get no paired cell.
+  b["lengths"]["128"]["per_document"]["tokens"][0] += 1
+  text = report.format_tables([a, b], baseline="rope/none")
+  row = rows("Paired: each result against a baseline")["alibi/none"]
+  cells = [c.strip() for c in row.split("|")[2:-1]]
+  assert "minus rope/none" in text and cells[1] == "-" and cells[0].startswith("+0.")
+
+
+def test_the_csv_holds_the_paired_numbers():
+  a = with_documents(lengths_result("alibi"), shift=0.3, seed=1)
+  b = with_documents(lengths_result("rope"), seed=2)
+  rows = list(csv.DictReader(report.format_csv([a, b]).splitlines()))
+  weights = bootstrap.resample_weights(20, 1000, 0)
+
+  def expected(x, y):
+    return bootstrap.paired_difference(
+      *(np.asarray(e["per_document"][k], float) for e in (x, y) for k in ("loss", "tokens")),
+      weights,
+    )
+
+  one = [r for r in rows if r["metric"] == "loss_minus_1x"]
+  assert [(r["run"], r["length"]) for r in one] == [
+    ("alibi", "128"),
+    ("alibi", "256"),
+    ("rope", "128"),
+    ("rope", "256"),
+  ]
+  diff, (lo, hi) = expected(a["lengths"]["256"], a["lengths"]["64"])
+  assert [float(one[1][k]) for k in ("value", "ci_lo", "ci_hi")] == pytest.approx([diff, lo, hi])
+  versus = [r for r in rows if r["metric"] == "loss_minus_baseline"]
+  assert [(r["run"], r["length"], r["note"]) for r in versus] == [
+    ("rope", n, "minus alibi/none") for n in ("64", "128", "256")
+  ]
+  diff, (lo, hi) = expected(b["lengths"]["64"], a["lengths"]["64"])
+  assert [float(versus[0][k]) for k in ("value", "ci_lo", "ci_hi")] == pytest.approx([diff, lo, hi])
+
+
+def test_results_without_per_document_losses_print_no_paired_table():
+  old = [lengths_result("alibi"), lengths_result("rope")]
+  assert "Paired" not in report.format_tables(old) and report.baselines(old) == []
+  assert "loss_minus" not in report.format_csv(old)
+
+
+def _drifting(run, drift, docs=30, seed=0):
+  """A lengths result at 1x..8x (L = 64) whose documents' loss rises by `drift[i]` at the i-th
+  length (noise 0.03 per document); each length's loss is its token-weighted mean."""
+  result = lengths_result(run, losses={1: 2.0, 2: 2.0, 4: 2.0, 8: 2.0})
+  rng = np.random.default_rng(seed)
+  hard = rng.normal(2.0, 0.5, docs)
+  tokens = rng.integers(50, 300, docs).astype(float)
+  for entry, rise in zip(result["lengths"].values(), drift):
+    loss = hard + rise + rng.normal(0, 0.03, docs)
+    entry["loss"] = float((loss * tokens).sum() / tokens.sum())
+    entry["per_document"] = {
+      "ids": list(range(docs)),
+      "loss": list(loss),
+      "tokens": list(tokens),
+    }
+  return result
+
+
+def _effective_directly(result, tolerance, weights_D):
+  """The statistic by hand on one set of document weights: walk up from L, stop at the first
+  length whose weighted mean loss exceeds L's by more than `tolerance`."""
+  entries = sorted(result["lengths"].items(), key=lambda kv: int(kv[0]))
+
+  def mean(entry):
+    d = entry["per_document"]
+    w = weights_D * np.asarray(d["tokens"])
+    return float((w * np.asarray(d["loss"])).sum() / w.sum())
+
+  base, best = mean(entries[0][1]), int(entries[0][0])
+  for n, entry in entries[1:]:
+    if mean(entry) - base > tolerance:
+      break
+    best = int(n)
+  return best
+
+
+def test_effective_length_is_the_longest_length_within_tolerance_with_its_bootstrap_interval():
+  result = _drifting("rope", [0.0, 0.03, 0.07, 0.4])
+  weights_RxD = bootstrap.resample_weights(30, 1000, 0)
+  for tolerance, expected in ((0.05, 128), (0.1, 256), (0.5, 512), (0.01, 64)):
+    n, (lo, hi) = report.effective_length(result, tolerance)
+    assert n == expected == _effective_directly(result, tolerance, np.ones(30))
+    by_resample = sorted(_effective_directly(result, tolerance, w) for w in weights_RxD)
+    assert [lo, hi] == [by_resample[24], by_resample[975]]  # 2.5% and 97.5%, lower/higher
+  # Within again past a length that was not: the effective length stops at the first excess.
+  bumpy = _drifting("alibi", [0.0, 0.3, 0.0, 0.0])
+  assert report.effective_length(bumpy, 0.1)[0] == 64
+  # Without per-document losses: the point from the lengths' losses, no interval.
+  plain = lengths_result("nope", losses={1: 2.0, 2: 2.04, 4: 2.2})
+  assert report.effective_length(plain, 0.05) == (128, None)
+  del plain["lengths"]["64"]
+  assert report.effective_length(plain, 0.05) is None
+
+
+def test_the_effective_length_table_shows_only_with_a_tolerance():
+  results = [_drifting("rope", [0.0, 0.03, 0.07, 0.4]), lengths_result("nope")]
+  assert "Effective context length" not in report.format_tables(results)
+  text = report.format_tables(results, tolerance=0.05)
+  body = text.split("## Effective context length\n")[1].split("\n## ")[0]
+  assert "within 0.05 nats/token" in body
+  n, (lo, hi) = report.effective_length(results[0], 0.05)
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.splitlines()
+    if x.startswith("|")
+  }
+  assert rows["rope/none"] == [f"{n} (2x)", f"[{lo}, {hi}]"]
+  assert rows["nope/none"] == ["64 (1x)", "-"]  # 2.1 - 2.0 > 0.05 already at 2x
+
+
+def test_longppl_table_shows_the_recorded_values_only_where_computed():
+  plain = lengths_result("nope")
+  assert "LongPPL" not in report.format_tables([plain])
+  withppl = lengths_result("rope")
+  for n, entry in withppl["lengths"].items():
+    key = 0 if n == "64" else 7
+    entry["longppl"] = {
+      "longppl": None if key == 0 else 3.5,
+      "longppl_ci": None if key == 0 else [3.0, 4.25],
+      "key_tokens": key,
+      "short": 64,
+      "alpha": 2.0,
+      "beta": -2.0,
+    }
+  text = report.format_tables([plain, withppl])
+  body = text.split("## LongPPL by evaluation length\n")[1].split("\n## ")[0]
+  rows = {
+    x.split("|")[1].strip(): [c.strip() for c in x.split("|")[2:-1]]
+    for x in body.splitlines()
+    if x.startswith("|")
+  }
+  assert "nope/none" not in rows and "at most 64 tokens of context" in body
+  assert rows["rope/none"] == ["-", "3.50 [3.00, 4.25] (7)", "3.50 [3.00, 4.25] (7)"]

@@ -1,0 +1,42 @@
+"""The plots: which are drawn, older results, crowded panels."""
+
+from lcx.tools import report
+from tests.tools.report.results import PNG, lengths_result, tasks_result
+
+
+def test_error_rates_at_the_trained_sizes_get_their_plot(tmp_path):
+  results = []
+  for seed in (0, 1):
+    r = tasks_result(run=f"flip-rope-s{seed}")
+    r["buckets"]["1-16"].update(error_rate=0.1 * seed, error_rate_ci=[0.0, 0.2])
+    results.append(r)
+  written = report.write(results, str(tmp_path))
+  assert set(written) == {"report", "csv", "tasks", "task_errors"}
+  assert (tmp_path / "task_errors.png").read_bytes().startswith(b"\x89PNG")
+  assert "![task errors](task_errors.png)" in open(written["report"]).read()
+  beyond = tasks_result(run="flip-rope-s0")  # error rates past the trained sizes only: no plot
+  beyond["buckets"]["17-32"].update(error_rate=0.5, error_rate_ci=[0.4, 0.6])
+  assert report.plot_task_errors([beyond], str(tmp_path / "none.png")) is None
+
+
+def test_plot_length_sweep_takes_older_results(tmp_path):
+  results = {
+    "rope": {"train_len": 64, "lengths": {"64": {"perplexity": 8.0}, "128": {"perplexity": 9.0}}}
+  }
+  path = report.plot_length_sweep(results, str(tmp_path / "sweep.png"))
+  assert open(path, "rb").read(8) == PNG
+
+
+def test_variants_plot_with_many_variants_keeps_one_band_and_the_legend_outside(monkeypatch):
+  figures = []
+  monkeypatch.setattr(report.plots, "_save", lambda fig, path: figures.append(fig) or path)
+  names = ["none", "linear@4", "ntk@4", "yarn@4", "dynamic@4", "rerope@64"]
+  report.plot_variants([lengths_result(variant=v) for v in names], "variants.png")
+  (ax,) = [a for a in figures[0].axes if a.get_visible()]
+  assert len(ax.collections) == 1  # the band of "none" only: five more would be one blob
+  legend = ax.get_legend().get_window_extent()
+  assert legend.x0 >= ax.get_window_extent().x1  # right of the axes, not over the lines
+  figures.clear()
+  report.plot_variants([lengths_result(variant=v) for v in names[:3]], "variants.png")
+  (ax,) = [a for a in figures[0].axes if a.get_visible()]
+  assert len(ax.collections) == 3  # few variants: each its band

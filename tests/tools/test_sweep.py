@@ -1,0 +1,406 @@
+"""The sweep runner: commands, dependency order, shards, skip/resume markers, results copied and
+reported. The end-to-end runs train two tiny models (TINY_FLAGS) for a few steps."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+
+import pytest
+
+from lcx.tools import sweep
+from tests.helpers import ROOT, TINY_FLAGS
+
+# TINY_FLAGS as Run overrides ({"data.seq_len": "32", ...}); the config spec comes from Run.
+TINY = {
+  flag.split("=", 1)[0][len("--config.") :]: flag.split("=", 1)[1]
+  for flag in TINY_FLAGS
+  if flag.startswith("--config.")
+}
+CONFIG = TINY_FLAGS[0].split("=", 1)[1]  # configs/base.py:size=tiny
+
+
+def _experiment(tmp_path, runs: str, name="toy"):
+  """experiments/NAME/sweep.py under tmp_path whose get_runs returns the dict `runs` (source)."""
+  directory = tmp_path / "experiments" / name
+  directory.mkdir(parents=True)
+  (directory / "sweep.py").write_text(
+    textwrap.dedent(f"""\
+      from lcx.tools.sweep import Run
+
+      TINY = {TINY!r}
+      CONFIG = {CONFIG!r}
+
+      def get_runs(arg):
+        return {runs}
+      """)
+  )
+  return directory
+
+
+TWO_RUNS = (
+  "{'b': Run(CONFIG, dict(TINY, seed=2, **{'train.steps': STEPS_B, "
+  "'eval.multipliers': (1, 2), 'train.checkpoint_every': 100}), needs=('a',)), "
+  "'a': Run(CONFIG, dict(TINY, seed=1, **{'train.steps': 10, "
+  "'eval.multipliers': (1, 2)}))}"
+)
+
+
+def _two_runs(tmp_path, steps_b=10):
+  return _experiment(tmp_path, TWO_RUNS.replace("STEPS_B", str(steps_b)))
+
+
+def _sweep(*args, popen=False):
+  command = [sys.executable, "-m", "lcx.tools.sweep", *map(str, args)]
+  env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
+  if popen:  # its own process group, so a test can kill the sweep and its run together
+    return subprocess.Popen(
+      command,
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      start_new_session=True,
+    )
+  return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_prints_commands_in_dependency_order_and_writes_nothing(tmp_path):
+  experiment = _experiment(
+    tmp_path,
+    "{'ft': Run(CONFIG, {'train.init_from': '{runs}/base', "
+    "'eval.multipliers': (1, 2)}, needs=('base',)), "
+    "'base': Run(CONFIG, {'seed': 3, 'model.x': True})}",
+  )
+  runs = tmp_path / "runs"
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+    "[sweep toy/base 1/2]",
+    f"$ python -m lcx.main --mode=train_and_eval --config={CONFIG} "
+    f"--workdir={runs}/toy/base --config.seed=3 --config.model.x=true",
+    "[sweep toy/ft 2/2]",
+    f"$ python -m lcx.main --mode=train_and_eval --config={CONFIG} "
+    f"--workdir={runs}/toy/ft --config.train.init_from={runs}/toy/base "
+    "'--config.eval.multipliers=(1,2)'",
+  ]
+  assert not runs.exists()
+  assert sorted(os.listdir(experiment)) == ["sweep.py"]
+
+
+def test_full_argument_gets_its_own_runs_and_results(tmp_path):
+  experiment = _experiment(
+    tmp_path, "{'a': Run(CONFIG, {'train.steps': 1000 if arg == 'full' else 10})}"
+  )
+  loaded = sweep.load(f"{experiment}:full", str(tmp_path / "runs"))
+  assert loaded.arg == "full" and loaded.runs_dir == str(tmp_path / "runs" / "toy_full")
+  assert loaded.out_dir == str(experiment / "full")
+  assert "--config.train.steps=1000" in loaded.command("a")
+
+
+def test_done_runs_are_skipped_until_their_command_changes(tmp_path):
+  experiment = _two_runs(tmp_path)
+  runs = tmp_path / "runs"
+  loaded = sweep.load(str(experiment), str(runs))
+  (runs / "toy" / "a").mkdir(parents=True)
+  marker = runs / "toy" / "a" / "sweep_done.json"
+  marker.write_text(json.dumps({"command": loaded.command("a")}))
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}")
+  assert proc.stdout.splitlines()[0] == (f"[sweep toy/a 1/2] done earlier ({marker}): skipped")
+  assert proc.stdout.splitlines()[1] == "[sweep toy/b 2/2]"
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}", "--force_eval")
+  lines = proc.stdout.splitlines()
+  assert lines[0] == "[sweep toy/a 1/2]"
+  assert lines[1].startswith(f"$ python -m lcx.main --mode=eval --config={CONFIG} ")
+  assert lines[1].endswith(" --force") and lines[3].endswith(" --force")
+  assert "--mode=train_and_eval" in lines[3]  # b is not done: it trains, then evaluates
+  marker.write_text(json.dumps({"command": loaded.command("a")[:-1]}))  # one flag fewer
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}")
+  assert proc.stdout.splitlines()[0] == "[sweep toy/a 1/2]"
+
+
+def test_a_signal_says_whether_the_run_it_stopped_at_is_marked_done(tmp_path):
+  """A run that finished while SIGINT reached the sweep alone is marked done, and the sweep's
+  last line says so (it used to say "not marked done" either way)."""
+  experiment = _two_runs(tmp_path)
+  runs = tmp_path / "runs"
+  loaded = sweep.load(str(experiment), str(runs))
+  assert sweep.stopped_line(loaded, "a", signal.SIGINT) == (
+    "[sweep] SIGINT during toy/a: stopped; it is not marked done, run the same command to resume"
+  )
+  (runs / "toy" / "a").mkdir(parents=True)
+  (runs / "toy" / "a" / "sweep_done.json").write_text(json.dumps({"command": loaded.command("a")}))
+  assert "stopped; it finished and is marked done, run" in sweep.stopped_line(
+    loaded, "a", signal.SIGINT
+  )
+
+
+def test_a_run_starts_with_runs_done_and_an_eta_from_the_finished_runs():
+  assert sweep.start_line("[sweep toy/a 1/3]", 0, 3, []) == "[sweep toy/a 1/3]"
+  head = "[sweep toy/c 3/4]"  # b took 30 s, c 90 s: 60 s each for the two left
+  assert sweep.start_line(head, 2, 4, [30.0, 90.0]) == f"{head} runs 2/4, ETA 2m00s"
+
+
+def test_shards_keep_runs_with_what_they_need():
+  run = sweep.Run("configs/base.py")
+  runs = {
+    "a": run,
+    "c": run,
+    "b": sweep.Run("configs/base.py", needs=("a",)),
+    "d": sweep.Run("configs/base.py", needs=("c",)),
+    "e": run,
+  }
+  assert sweep.shards(runs, 2) == [["a", "b", "e"], ["c", "d"]]
+  assert sweep.shards(runs, 1) == [["a", "c", "b", "d", "e"]]
+  assert sweep.shards(runs, 4) == [["a", "b"], ["c", "d"], ["e"], []]
+  assert sweep.dependency_order({"b": runs["b"], "a": run}) == ["a", "b"]
+
+
+def test_only_and_shard_select_runs(tmp_path):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG), 'b': Run(CONFIG), 'c': Run(CONFIG)}")
+  runs = tmp_path / "runs"
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}", "--shard=1/2")
+  assert [line for line in proc.stdout.splitlines() if line.startswith("[")] == [
+    "[sweep toy/b 1/1]"
+  ]
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={runs}", "--only=c,a")
+  assert [line for line in proc.stdout.splitlines() if line.startswith("[")] == [
+    "[sweep toy/a 1/2]",
+    "[sweep toy/c 2/2]",
+  ]
+
+
+@pytest.mark.parametrize(
+  "runs, args, message",
+  [
+    (None, ["{exp}/../missing"], "no experiment directory"),
+    ("{'a': Run(CONFIG)}", ["{exp}/.."], "sweep.py (it defines get_runs(arg)"),
+    ("{'a': Run(CONFIG)}", ["{exp}", "--only=a,zz"], "--only=a,zz: unknown run(s) zz; runs: a"),
+    (
+      "{'a': Run(CONFIG)}",
+      ["{exp}", "--shard=1/1"],
+      "--shard='1/1' is not allowed; allowed: i/n with 0 <= i < n",
+    ),
+    ("{'a': Run(CONFIG)}", ["{exp}", "--shard=one"], "--shard='one' is not allowed; allowed: i/n"),
+    ("{'a': Run(CONFIG, needs=('x',))}", ["{exp}"], "run 'a' needs unknown run(s) x; runs: a"),
+    (
+      "{'a': Run(CONFIG, needs=('b',)), 'b': Run(CONFIG, needs=('a',))}",
+      ["{exp}"],
+      "runs need each other in a cycle: a -> b -> a",
+    ),
+    (
+      "{'a': Run('configs/missing.py')}",
+      ["{exp}"],
+      "run 'a': config file configs/missing.py not found",
+    ),
+    (
+      "{'a': Run(CONFIG, mode='serve')}",
+      ["{exp}"],
+      "run 'a': mode='serve' is not allowed; allowed: train, eval, train_and_eval",
+    ),
+    ("{'a/b': Run(CONFIG)}", ["{exp}"], "run name 'a/b' must match"),
+    (
+      "{'a': Run(CONFIG), 'b': Run(CONFIG, needs=('a',))}",
+      ["{exp}", "--only=b"],
+      "run b needs a, which is neither selected nor done",
+    ),
+    ("{'a': {'config': CONFIG}}", ["{exp}"], "run 'a' is a dict; use lcx.tools.sweep.Run"),
+    ("[]", ["{exp}"], "get_runs must return a non-empty dict"),
+    ("{}", ["{exp}:full:x"], "no experiment directory"),
+    ("{}", [], "give one experiment"),
+  ],
+)
+def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, runs, args, message):
+  experiment = _experiment(tmp_path, runs) if runs else tmp_path / "experiments" / "toy"
+  proc = _sweep(*[a.format(exp=experiment) for a in args], f"--runs_dir={tmp_path / 'runs'}")
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  assert proc.stderr.splitlines()[-1].startswith("error: ") and message in proc.stderr, proc.stderr
+  assert "Traceback" not in proc.stderr and proc.stdout == ""
+  assert not (tmp_path / "runs").exists()
+
+
+def test_missing_get_runs_is_an_error(tmp_path):
+  (tmp_path / "exp").mkdir()
+  (tmp_path / "exp" / "sweep.py").write_text("RUNS = {}\n")
+  proc = _sweep(tmp_path / "exp", "--dry_run")
+  assert proc.returncode == 2
+  assert (
+    proc.stderr.strip() == f"error: {tmp_path}/exp/sweep.py defines no get_runs(arg) -> "
+    "{name: Run}"
+  )
+
+
+@pytest.mark.slow
+def test_a_failing_run_stops_the_sweep_naming_it(tmp_path):
+  experiment = _experiment(
+    tmp_path, "{'bad': Run(CONFIG, {'train.steps': -1}), 'never': Run(CONFIG)}"
+  )
+  runs = tmp_path / "runs"
+  proc = _sweep(experiment, f"--runs_dir={runs}")
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert proc.stderr.splitlines()[-1].startswith(
+    "error: run toy/bad failed with exit status 2; the sweep stopped"
+  )
+  assert "[sweep toy/never" not in proc.stdout
+  assert not (runs / "toy" / "bad" / "sweep_done.json").exists()
+  assert not (experiment / "report.md").exists()
+
+
+def _copied(experiment, runs, run):
+  """The run's eval/*.json and the sweep's copies, as {name: text} each."""
+  source = {
+    p: open(runs / "toy" / run / "eval" / p).read()
+    for p in os.listdir(runs / "toy" / run / "eval")
+    if p.endswith(".json")
+  }
+  copies = {
+    p: open(experiment / "results" / run / p).read()
+    for p in os.listdir(experiment / "results" / run)
+  }
+  return source, copies
+
+
+def _committed_checkpoint(workdir) -> bool:
+  directory = workdir / "checkpoints"
+  return directory.is_dir() and any(
+    (directory / d / "commit_success.txt").exists() for d in os.listdir(directory) if d.isdigit()
+  )
+
+
+@pytest.mark.slow
+def test_sweep_runs_in_order_resumes_after_a_kill_reports_then_skips(tmp_path):
+  """Killed while run b trains: the rerun skips a, resumes b from its checkpoint, copies every
+  eval JSON, writes the report; a third call only skips."""
+  experiment, runs = _two_runs(tmp_path, steps_b=300), tmp_path / "runs"
+  proc = _sweep(experiment, f"--runs_dir={runs}", popen=True)
+  deadline = time.time() + 120
+  while not _committed_checkpoint(runs / "toy" / "b"):
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    assert time.time() < deadline, "run b never saved a checkpoint"
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the run it started, no chance to clean up
+  proc.wait(timeout=30)
+  first = proc.stdout.read()
+  proc.stdout.close()
+  assert first.index("[sweep toy/a 1/2]") < first.index("[sweep toy/b 2/2]")
+  marker = json.loads((runs / "toy" / "a" / "sweep_done.json").read_text())
+  assert marker["command"] == sweep.load(str(experiment), str(runs)).command("a")
+  assert not (runs / "toy" / "b" / "sweep_done.json").exists()
+  assert not (experiment / "report.md").exists()
+
+  again = _sweep(experiment, f"--runs_dir={runs}")
+  assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+  assert f"[sweep toy/a 1/2] done earlier ({runs}/toy/a/sweep_done.json): skipped" in again.stdout
+  assert "[sweep toy/b 2/2]\n$ python -m lcx.main" in again.stdout
+  assert "resumed from step" in again.stderr
+  assert (runs / "toy" / "b" / "sweep_done.json").exists()
+  for run in ("a", "b"):
+    source, copies = _copied(experiment, runs, run)
+    assert source and copies == source
+  assert (experiment / "report.md").read_text().startswith("# toy\n")
+  assert (experiment / "results.csv").read_text().startswith("run,variant,step,kind")
+  assert not [d for d, _, _ in os.walk(experiment) if "checkpoints" in d]
+
+  start = time.perf_counter()
+  third = _sweep(experiment, f"--runs_dir={runs}")
+  assert third.returncode == 0, third.stderr
+  assert time.perf_counter() - start < 20  # nothing trained
+  assert f"[sweep toy/b 2/2] done earlier ({runs}/toy/b/sweep_done.json): skipped" in third.stdout
+  assert "lcx.main" not in third.stdout
+
+
+def test_runs_on_another_runs_checkpoint_use_its_workdir(tmp_path):
+  experiment = _experiment(
+    tmp_path,
+    "{'rope': Run(CONFIG, {}), "
+    "'search': Run('', {'eval.longrope.target_len': 128}, "
+    "needs=('rope',), mode='longrope', on='rope'), "
+    "'variants': Run('', {'eval.variants': 'none,yarn@4'}, "
+    "needs=('rope', 'search'), mode='eval', on='rope')}",
+  )
+  loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
+  rope = loaded.workdir("rope")
+  assert loaded.command("search")[:2] == ["-m", "lcx.tools.longrope"]
+  assert loaded.target("search") == loaded.target("variants") == rope
+  assert not any(c.startswith("--config=") for c in loaded.command("variants"))
+  assert loaded.workdir("variants") != rope  # its marker lives apart
+  bad = _experiment(tmp_path, "{'a': Run(CONFIG), 'b': Run('', mode='eval', on='a')}", "bad")
+  with pytest.raises(ValueError, match=r"run 'b': on='a' must be one of its needs"):
+    sweep.load(str(bad), str(tmp_path / "runs"))
+
+
+def _finished(experiment, runs, names):
+  """Runs marked done with their current command and one eval JSON each, as a sweep leaves
+  them; nothing trains."""
+  from tests.tools.report.results import lengths_result
+
+  loaded = sweep.load(str(experiment), str(runs))
+  for name in names:
+    workdir = runs / "toy" / name
+    (workdir / "eval").mkdir(parents=True)
+    (workdir / "eval" / "none.json").write_text(json.dumps(lengths_result(name)))
+    (workdir / sweep.MARKER).write_text(json.dumps({"command": loaded.command(name)}))
+  return loaded
+
+
+def test_each_shard_packs_its_results_into_one_archive_and_leaves_the_report_alone(tmp_path):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY), 'b': Run(CONFIG, TINY)}")
+  runs = tmp_path / "runs"
+  _finished(experiment, runs, ["a", "b"])
+  (experiment / "report.md").write_text("# the committed report\n")
+  for i, run in enumerate(["a", "b"]):
+    proc = _sweep(experiment, f"--runs_dir={runs}", f"--shard={i}/2")
+    assert proc.returncode == 0, proc.stderr
+    archive = experiment / "shards" / f"shard-{i}-of-2.tar.gz"
+    assert f"packed 1 result files into {archive}" in proc.stdout
+    with tarfile.open(archive) as tar:
+      assert tar.getnames() == [f"results/{run}/none.json"]
+      assert tar.extractfile(tar.getmember(f"results/{run}/none.json")).read() == (
+        (runs / "toy" / run / "eval" / "none.json").read_bytes()
+      )
+  assert (experiment / "report.md").read_text() == "# the committed report\n"
+  assert not (experiment / "results").exists()
+  first = (experiment / "shards" / "shard-0-of-2.tar.gz").read_bytes()
+  assert _sweep(experiment, f"--runs_dir={runs}", "--shard=0/2").returncode == 0
+  assert (experiment / "shards" / "shard-0-of-2.tar.gz").read_bytes() == first  # no times
+
+  merged = _sweep(experiment, f"--runs_dir={tmp_path / 'elsewhere'}", "--merge_shards")
+  assert merged.returncode == 0, merged.stderr
+  assert "unpacked 2 result files" in merged.stdout and "lcx.main" not in merged.stdout
+  for run in ("a", "b"):
+    assert (experiment / "results" / run / "none.json").read_bytes() == (
+      (runs / "toy" / run / "eval" / "none.json").read_bytes()
+    )
+  assert "| a/none " in (experiment / "report.md").read_text()
+
+
+def test_an_archive_over_the_limit_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  loaded = _finished(experiment, tmp_path / "runs", ["a"])
+  path = sweep.archive_path(loaded, (0, 2))
+  assert sweep.pack(loaded, ["a"], path) == ["results/a/none.json"]
+  size = os.path.getsize(path)
+  os.remove(path)
+  monkeypatch.setattr(sweep, "MAX_ARCHIVE_BYTES", size - 1)
+  with pytest.raises(ValueError, match=r"over the 0 MiB one shard may bring back; split the"):
+    sweep.pack(loaded, ["a"], path)
+  assert not os.listdir(os.path.dirname(path))
+
+
+def test_merge_refuses_foreign_members_and_missing_archives(tmp_path):
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  proc = _sweep(experiment, "--merge_shards")
+  assert proc.returncode == 2 and "error: --merge_shards: no shard archive" in proc.stderr
+  (experiment / "shards").mkdir()
+  with tarfile.open(experiment / "shards" / "shard-0-of-2.tar.gz", "w:gz") as tar:
+    tar.add(__file__, arcname="results/../../evil.json")
+  proc = _sweep(experiment, "--merge_shards")
+  assert proc.returncode == 2 and "member 'results/../../evil.json' is not" in proc.stderr
+  assert not (experiment / "results").exists() and not (experiment / "report.md").exists()
+  proc = _sweep(experiment, "--merge_shards", "--shard=0/2")
+  assert proc.returncode == 2 and "--merge_shards runs nothing" in proc.stderr
