@@ -15,12 +15,12 @@ optimization level (`jax_disable_most_optimizations`; the HLO passes, hence fusi
 and memory, are unchanged), a tenth to a quarter less time for a cold test.
 
 Trained fixtures are built once per run, not once per xdist worker: a test file with a
-module-scoped fixture is one unit of work for the scheduler (`_FixtureFileScheduling`; every
-other test is a unit of its own, as `--dist load`), and the session-scoped runs are trained
-by the first worker that needs them and copied by the others (`_built_once`)."""
+module-scoped fixture is one unit of work for the scheduler (`durations.unit`; every other
+test is a unit of its own, as `--dist load`), and the session-scoped runs are trained by the
+first worker that needs them and copied by the others (`_built_once`). The stored durations
+(tests/durations.py) order the units longest first and mark the quick loop's slow tests."""
 
 import fcntl
-import functools
 import os
 import pathlib
 import shutil
@@ -31,6 +31,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import durations  # noqa: E402
 from tests.helpers import DATA_DIR  # noqa: E402
 
 CACHE_DIR = os.path.join(DATA_DIR, "jax_cache")
@@ -62,31 +63,52 @@ def pytest_sessionstart(session):
     _trim_cache(CACHE_DIR, CACHE_KEEP_BYTES)
 
 
-@functools.cache
-def _has_module_fixture(path: str) -> bool:
-  return 'scope="module"' in (ROOT / path).read_text()
-
-
 def _scheduling():
-  """xdist's scope scheduler, its units being the files that hold a module-scoped fixture
-  (built once, on the worker that runs the file) and every other test alone. xdist's own
-  `--dist loadgroup` would do it with marks, but silently stopped grouping under pytest 9.2
-  (pytest-dev/pytest-xdist#1386)."""
+  """xdist's scope scheduler over `durations.unit`s, in collection order (longest first, see
+  `pytest_collection_modifyitems`). xdist's own `--dist loadgroup` would group with marks,
+  but silently stopped grouping under pytest 9.2 (pytest-dev/pytest-xdist#1386)."""
   from xdist.scheduler import LoadScopeScheduling
 
-  class FixtureFileScheduling(LoadScopeScheduling):
+  class UnitScheduling(LoadScopeScheduling):
     def _split_scope(self, nodeid: str) -> str:
-      path = nodeid.split("::", 1)[0]
-      return path if _has_module_fixture(path) else nodeid
+      return durations.unit(nodeid)
 
-  return FixtureFileScheduling
+  return UnitScheduling
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
   if config.getoption("dist") == "load":  # the default (launch.sh test); others as asked
+    config.option.loadscopereorder = False  # keep the longest-first order
     return _scheduling()(config, log)
   return None
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+    "--store_durations",
+    metavar="PATH",
+    help="write each test's seconds to PATH (tests/durations.json: run in a fresh clone)",
+  )
+
+
+def pytest_configure(config):
+  path = config.getoption("store_durations")
+  if path and not hasattr(config, "workerinput"):  # the controller sees every report
+    config.pluginmanager.register(durations.Recorder(path), "lcx_durations")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config, items):
+  seconds = durations.stored()
+  for item in items:
+    if durations.is_slow(item.nodeid, seconds):
+      item.add_marker(pytest.mark.slow)
+  order = {
+    nodeid: i
+    for i, nodeid in enumerate(durations.longest_first([i.nodeid for i in items], seconds))
+  }
+  items.sort(key=lambda item: order[item.nodeid])
 
 
 def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
