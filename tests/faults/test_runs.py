@@ -182,7 +182,7 @@ def test_a_run_in_use_is_refused_naming_the_holders_pid(tmp_path, capsys):
     [
       sys.executable,
       "-c",
-      "import sys, time\nfrom lcx import train\nwith train.workdir_lock(sys.argv[1]):\n"
+      "import sys, time\nfrom lcx.run import train\nwith train.workdir_lock(sys.argv[1]):\n"
       "  print('held', flush=True)\n  time.sleep(120)",
       workdir,
     ],
