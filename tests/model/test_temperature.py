@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from lcx import defaults, variants
-from lcx.model import temperature
+from lcx.model import positions, temperature
 from lcx.model.decoder import Decoder
 from tests.helpers import set_fields, tiny_config
 
@@ -176,7 +176,7 @@ def test_ssmax_n_is_the_keys_seen_not_the_position():
   t = 24
   tokens, plain_pos, seg = _args(t)
   far_pos = plain_pos * 37 + 5  # increasing, far past L
-  fields = {"model.position": __import__("lcx").positions.default_config("nope")}
+  fields = {"model.position": positions.default_config("nope")}
   fields.update({"model.attention.temperature": "ssmax", "model.position_window": 4})
   model = _model(**fields)
   run = jax.jit(lambda pos: model(tokens, pos, seg))
