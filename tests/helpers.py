@@ -44,6 +44,17 @@ def tiny_config(pos: str = "rope", **train):
   return config
 
 
+def equations(jaxpr):
+  """Every equation of `jaxpr` and of the jaxprs nested in its equations (jit, scan, cond,
+  custom_vjp, a pallas_call's kernel), each before those nested in it."""
+  import jax.extend
+
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      yield from equations(sub)
+
+
 def set_fields(config, fields: dict) -> None:
   """Sets dotted fields ("model.attention.sink": "learned") of a ConfigDict in place."""
   for dotted, value in fields.items():

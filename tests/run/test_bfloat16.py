@@ -10,24 +10,11 @@ from flax import nnx
 
 from lcx.model.decoder import Decoder
 from lcx.run import prepare, sharding, train
-from tests.helpers import tiny_config
+from tests.helpers import equations, tiny_config
 
 # The reductions and transcendental ops of a softmax or a cross entropy: run in bfloat16, their
 # statistics (row max, sum of exponentials, log-sum-exp) lose the precision a long row needs.
 _STATISTICS = {"exp", "log", "reduce_max", "reduce_sum", "log1p", "exp2"}
-
-
-def _primitives(jaxpr, found):
-  """(primitive name, input dtypes) of every equation, nested jaxprs (jit, scan, custom_vjp) too."""
-  for eqn in jaxpr.eqns:
-    found.append((eqn.primitive.name, [getattr(v.aval, "dtype", None) for v in eqn.invars]))
-    for param in eqn.params.values():
-      for sub in param if isinstance(param, (list, tuple)) else [param]:
-        if isinstance(sub, jax.extend.core.ClosedJaxpr):
-          _primitives(sub.jaxpr, found)
-        elif isinstance(sub, jax.extend.core.Jaxpr):
-          _primitives(sub, found)
-  return found
 
 
 @pytest.mark.parametrize("kernel", ["dense", "chunked"])
@@ -53,7 +40,10 @@ def test_bfloat16_keeps_logits_softmax_statistics_and_loss_in_float32(kernel):
   assert train.loss_fn(model, batch, pos).dtype == jnp.float32
   # Training runs the dense kernel (forward and backward); long evaluation the chunked one.
   traced = jax.value_and_grad(loss) if kernel == "dense" else loss
-  found = _primitives(jax.make_jaxpr(traced)(params).jaxpr, [])
+  found = [
+    (eqn.primitive.name, [getattr(v.aval, "dtype", None) for v in eqn.invars])
+    for eqn in equations(jax.make_jaxpr(traced)(params).jaxpr)
+  ]
   # The bfloat16 matmuls are there (the run is really bf16) ...
   assert any(n == "dot_general" and jnp.bfloat16 in dts for n, dts in found)
   # ... and not one softmax/cross-entropy statistic is computed in bfloat16.

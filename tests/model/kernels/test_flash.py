@@ -16,7 +16,7 @@ from flax import nnx
 from lcx.model import attention, decoder as model, patterns, positions, temperature
 from lcx.model.kernels import flash, impl, reference
 from lcx.model.positions import biases, remaps
-from tests.helpers import schemes_with, tiny_config
+from tests.helpers import equations, schemes_with, tiny_config
 
 B, T, H, G, E = 2, 21, 4, 2, 8  # GQA (2 query heads per kv head); T pads to 24 with 8-blocks
 BLOCK = 8
@@ -324,16 +324,6 @@ def test_bfloat16_model_forward_is_close_to_xla():
   assert float(jnp.abs(logits["xla"]).max()) > 0.5  # logits of a size the tolerance is small to
 
 
-def _count(jaxpr, name: str) -> int:
-  """Equations of primitive `name` in a jaxpr and every jaxpr nested in its equations."""
-  total = 0
-  for eqn in jaxpr.eqns:
-    total += eqn.primitive.name == name
-    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-      total += _count(sub, name)
-  return total
-
-
 def test_each_kernel_evaluates_the_bias_once_a_block():
   """KERPLE-log's bias has one log1p a block; the dq kernel takes the parameters' vjp from the
   same evaluation that gives its logits, so it holds one log1p, like the forward and dk/dv
@@ -355,13 +345,6 @@ def test_each_kernel_evaluates_the_bias_once_a_block():
     return jnp.sum(kernel.attend(q, x["k"], x["v"], plan, scheme=s, sink_H=None) * x["w"])
 
   jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(x["q"], state).jaxpr
-  calls = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
-  calls += [
-    e
-    for e in jaxpr.eqns
-    for sub in jax.extend.core.jaxprs_in_params(e.params)
-    for e in sub.eqns
-    if e.primitive.name == "pallas_call"
-  ]
-  logs = [_count(e.params["jaxpr"], "log1p") for e in calls]
+  calls = [e for e in equations(jaxpr) if e.primitive.name == "pallas_call"]
+  logs = [sum(k.primitive.name == "log1p" for k in equations(e.params["jaxpr"])) for e in calls]
   assert len(logs) == 3 and logs == [1, 1, 1], logs  # forward, dq, dk/dv
