@@ -29,8 +29,7 @@ import sys
 import jax
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests import durations  # noqa: E402
 from tests.helpers import DATA_DIR  # noqa: E402
 
@@ -104,11 +103,7 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if durations.is_slow(item.nodeid, seconds):
       item.add_marker(pytest.mark.slow)
-  order = {
-    nodeid: i
-    for i, nodeid in enumerate(durations.longest_first([i.nodeid for i in items], seconds))
-  }
-  items.sort(key=lambda item: order[item.nodeid])
+  items[:] = durations.longest_first(items, seconds, nodeid=lambda item: item.nodeid)
 
 
 def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:

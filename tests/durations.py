@@ -14,8 +14,9 @@ import json
 import os
 import pathlib
 
+from tests.helpers import ROOT
+
 PATH = pathlib.Path(__file__).with_name("durations.json")
-ROOT = PATH.parents[1]
 QUICK_SECONDS = 1.0
 
 
@@ -40,13 +41,14 @@ def is_slow(nodeid: str, seconds: dict[str, float]) -> bool:
   return seconds.get(nodeid, 0.0) > QUICK_SECONDS
 
 
-def longest_first(nodeids: list[str], seconds: dict[str, float]) -> list[str]:
-  """`nodeids` by their unit's stored seconds, longest first; a unit's tests stay together and
-  in their order (the sort is stable, and a file's tests are together when collected)."""
+def longest_first(tests: list, seconds: dict[str, float], nodeid=lambda test: test) -> list:
+  """`tests` (node ids, or pytest items with `nodeid=`) by their unit's stored seconds, longest
+  first; a unit's tests stay together and in their order (the sort is stable, and a file's
+  tests are together when collected)."""
   totals = collections.Counter()
-  for nodeid in nodeids:
-    totals[unit(nodeid)] += seconds.get(nodeid, 0.0)
-  return sorted(nodeids, key=lambda nodeid: -totals[unit(nodeid)])
+  for test in tests:
+    totals[unit(nodeid(test))] += seconds.get(nodeid(test), 0.0)
+  return sorted(tests, key=lambda test: -totals[unit(nodeid(test))])
 
 
 class Recorder:
