@@ -144,7 +144,7 @@ def default_dataset():
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, default_dataset):
   """A rope run of the tiny config trained for 2 steps (checkpoints 1 and 2), for the
-  tests that need "a trained checkpoint" (one training per worker instead of one per file).
+  tests that need "a trained checkpoint" (one training per run, `_built_once`).
   Tests must not change it: copy it first."""
   from lcx.run import train
   from tests.helpers import tiny_config
