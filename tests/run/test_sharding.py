@@ -150,7 +150,10 @@ def test_auto_on_a_single_host_tpu_vm_goes_on_as_one_process(no_cluster, monkeyp
     sharding.initialize_distributed("auto", env={"TPU_WORKER_ID": "0"})  # a pod: must join
 
 
-FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+FOUR_DEVICES = {
+  "XLA_FLAGS": f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=4",
+  "JAX_PLATFORMS": "cpu",
+}
 
 
 @pytest.mark.slow
