@@ -303,3 +303,35 @@ def test_alibi_table_training_length_sweep_keeps_the_tokens_and_the_lengths(arg)
     assert set(config.eval.lengths) == evaluated | {L // 2}
     lengths.add(tuple(config.eval.lengths))
   assert len(lengths) == 1
+
+
+def test_scale_invariant_bytes_trains_what_schemes_does_not_and_reads_the_rest_from_it():
+  """:bytes, the CPU variant where 600 steps learn: RoPE (with the NTK and YaRN evaluation
+  variants) and LogN p-RoPE trained here, seeds 0-2; every other row of the paper's table is a
+  schemes run whose command is this experiment's own (but for the run name)."""
+  si = importlib.import_module("experiments.scale_invariant.sweep")
+  loaded = sweep.load(str(ROOT / "experiments" / "scale_invariant") + ":bytes")
+  assert sorted(loaded.runs) == sorted(
+    f"{r}-s{s}" for r in ("rope", "logn_p_rope") for s in (0, 1, 2)
+  )
+  assert loaded.out_dir.endswith("scale_invariant/bytes")
+  assert loaded.runs["rope-s0"].overrides["eval.variants"] == si.ROPE_VARIANTS
+  schemes = _schemes_sweep().runs
+  for seed in (0, 1, 2):
+    for row, schemes_row in si.FROM_SCHEMES.items():
+      theirs = schemes[f"{schemes_row}-s{seed}"]
+      pos, extra = si.SCHEMES[row]
+      assert (
+        theirs.config == f"configs/extrapolation.py:pos={pos},data=books,regime=bytes,steps=600"
+      )
+      assert theirs.overrides == {
+        "seed": seed,
+        **extra,
+        "eval.multipliers": (1, 4, 16),
+        "eval.variants": "none",
+      }, row
+    rope, schemes_rope = loaded.runs[f"rope-s{seed}"], schemes[f"rope-s{seed}"]
+    assert rope.config == schemes_rope.config  # the same training as schemes' RoPE
+    assert {**rope.overrides, "eval.variants": "none"} == schemes_rope.overrides
+  with pytest.raises(ValueError, match=r"^experiments/scale_invariant:ARG='nope' is not allowed"):
+    sweep.load(str(ROOT / "experiments" / "scale_invariant") + ":nope")
