@@ -398,9 +398,12 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 def _dies_with(parent: int):
   """A run's preexec_fn: the kernel sends it SIGTERM (lcx.main saves a checkpoint and exits)
   when the sweep dies, even by SIGKILL, so no training outlives its sweep and overlaps a
-  re-run. Linux only; elsewhere a no-op."""
+  re-run. Linux only; elsewhere a no-op. Until exec the child still holds the sweep's Python
+  SIGTERM handler, which would take a SIGTERM arriving then and lose it at exec (the run then
+  trained on, orphaned): SIGTERM goes back to the default, death, first."""
 
   def arm():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
       ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
     except (OSError, AttributeError):

@@ -176,6 +176,21 @@ def test_killing_a_sweep_kills_its_run(tmp_path):
     proc.stdout.close()
 
 
+def test_a_run_about_to_exec_dies_of_sigterm_rather_than_handing_it_to_the_sweeps_handler():
+  """The window test_killing_a_sweep_kills_its_run can hit: the kernel's SIGTERM reaching the
+  forked run before exec, while it still holds the sweep's handler (which would swallow it)."""
+  code = (
+    "import os, signal\nfrom lcx.tools import sweep\n"
+    "signal.signal(signal.SIGTERM, lambda *a: print('handled', flush=True))\n"
+    "sweep._dies_with(os.getppid())()\n"
+    "default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n"
+    "print('default' if default else 'kept', flush=True)\n"
+    "os.kill(os.getpid(), signal.SIGTERM)\nprint('survived', flush=True)\n"
+  )
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+  assert out.stdout == "default\n" and out.returncode == -signal.SIGTERM, out
+
+
 def test_a_run_in_use_is_refused_naming_the_holders_pid(tmp_path, capsys):
   workdir = str(tmp_path / "run")
   holder = subprocess.Popen(
