@@ -55,6 +55,13 @@ def equations(jaxpr):
       yield from equations(sub)
 
 
+def fake_devices(n: int) -> dict[str, str]:
+  """The environment of a CPU subprocess with `n` fake devices: the device count is appended to
+  this process's XLA_FLAGS (conftest's compile flags), not put in their place."""
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}"
+  return {"XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu"}
+
+
 def set_fields(config, fields: dict) -> None:
   """Sets dotted fields ("model.attention.sink": "learned") of a ConfigDict in place."""
   for dotted, value in fields.items():

@@ -1,7 +1,6 @@
 """Exact resume across processes, SIGKILL and SIGTERM (no evaluation after it), partial
 checkpoints, notebook restore."""
 
-import os
 import shutil
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from lcx.run import checkpoint
-from tests.helpers import ROOT, TINY_FLAGS, read_metrics, run_lcx
+from tests.helpers import ROOT, TINY_FLAGS, fake_devices, read_metrics, run_lcx
 
 
 def _flags(workdir, *extra):
@@ -121,10 +120,7 @@ def test_train_and_eval_skips_evaluation_after_sigterm(tmp_path):
 def test_restore_params_on_another_device_layout(tmp_path):
   run_lcx(
     _flags(tmp_path, "--config.train.steps=4", "--config.train.checkpoint_every=2"),
-    env={
-      "XLA_FLAGS": f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=2",
-      "JAX_PLATFORMS": "cpu",
-    },
+    env=fake_devices(2),
   )
   params, meta = checkpoint.restore_params(str(tmp_path))
   assert meta["step"] == 4 and meta["tokenizer"]["vocab_size"] == 259

@@ -11,7 +11,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from lcx.run import sharding
-from tests.helpers import ROOT, TINY_FLAGS, read_metrics, run_lcx
+from tests.helpers import ROOT, TINY_FLAGS, fake_devices, read_metrics, run_lcx
 
 
 def test_mesh_shape_fills_one_axis():
@@ -150,10 +150,7 @@ def test_auto_on_a_single_host_tpu_vm_goes_on_as_one_process(no_cluster, monkeyp
     sharding.initialize_distributed("auto", env={"TPU_WORKER_ID": "0"})  # a pod: must join
 
 
-FOUR_DEVICES = {
-  "XLA_FLAGS": f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=4",
-  "JAX_PLATFORMS": "cpu",
-}
+FOUR_DEVICES = fake_devices(4)
 
 
 @pytest.mark.slow
