@@ -335,3 +335,24 @@ def test_scale_invariant_bytes_trains_what_schemes_does_not_and_reads_the_rest_f
     assert {**rope.overrides, "eval.variants": "none"} == schemes_rope.overrides
   with pytest.raises(ValueError, match=r"^experiments/scale_invariant:ARG='nope' is not allowed"):
     sweep.load(str(ROOT / "experiments" / "scale_invariant") + ":nope")
+
+
+def test_prope_matched_base_is_the_cpu_sweep_with_the_llama2_matched_base():
+  """:matched_base: the CPU sweep's runs, one override more: the rotary base at which the
+  fraction of pairs under one turn inside L = 64 is Llama-2's at 4k, so p-RoPE's dropped
+  quarter turns about 5 rad over L (base 10^4: under 0.07)."""
+  from lcx import regime
+
+  plain = sweep.load(str(ROOT / "experiments" / "prope")).runs
+  matched = sweep.load(str(ROOT / "experiments" / "prope") + ":matched_base")
+  assert matched.out_dir.endswith("prope/matched_base") and set(matched.runs) == set(plain)
+  assert {r.overrides["seed"] for r in matched.runs.values()} == {0, 1, 2}
+  for name, run in matched.runs.items():
+    assert run.config == plain[name].config
+    base = run.overrides.pop("model.position.base")
+    assert run.overrides == plain[name].overrides
+    assert base == pytest.approx(27.086, abs=1e-3)
+  assert regime.pair_counts(base, 32, 64)["p_rope_dropped_angle"] > 4  # radians over L
+  assert regime.pair_counts(10_000.0, 32, 64)["p_rope_dropped_angle"] < 0.07
+  with pytest.raises(ValueError, match=r"^experiments/prope:ARG='x' is not allowed"):
+    sweep.load(str(ROOT / "experiments" / "prope") + ":x")
