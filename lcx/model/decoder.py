@@ -22,9 +22,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from flax import nnx
 
 from lcx.model import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
+from lcx.model.model_config import ModelConfig
 from lcx.model.positions import path, randomized, remaps
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.config.DTYPES
@@ -152,7 +154,7 @@ class KVCache(nnx.Module):
 
 
 class Attention(nnx.Module):
-  def __init__(self, cfg, *, rngs):
+  def __init__(self, cfg: ModelConfig, *, rngs):
     d, h, g, k = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.wq = _param(rngs, (d, h, k), d, ("embed", "heads", "head_dim"))
     self.wk = _param(rngs, (d, g, k), d, ("embed", "kv_heads", "head_dim"))
@@ -179,7 +181,7 @@ class Attention(nnx.Module):
       )
     )
     # Gated attention (lcx/model/gating.py): W_g of the sigmoid gate on each head's output, or None.
-    self.gate = cfg.attention.get("gate", "none")
+    self.gate = cfg.attention.gate
     self.wg = (
       None
       if self.gate == "none"
@@ -302,7 +304,7 @@ gelu = cpu_tuned.choose(_gelu_tuned, _gelu_plain)  # the seam (lcx/model/cpu_tun
 class MLP(nnx.Module):
   """GELU (`w_in` -> gelu -> `w_out`) or SwiGLU (`silu(w_gate) * w_in` -> `w_out`)."""
 
-  def __init__(self, cfg, *, rngs):
+  def __init__(self, cfg: ModelConfig, *, rngs):
     d, f = cfg.d_model, cfg.mlp_dim
     self.swiglu = cfg.mlp == "swiglu"
     self.w_in = _param(rngs, (d, f), d, ("embed", "mlp"))
@@ -320,21 +322,33 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-  def __init__(self, cfg, *, rngs):
+  def __init__(self, cfg: ModelConfig, *, rngs):
     self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.attn = Attention(cfg, rngs=rngs)
     self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.mlp = MLP(cfg, rngs=rngs)
 
-  def __call__(self, x_BxLxD, **attn_kwargs):
-    x_BxLxD = x_BxLxD + self.attn(self.attn_norm(x_BxLxD), **attn_kwargs)
+  def __call__(self, x_BxLxD, *, scheme, kernel, plan, q_pos_BxL, nope=False):
+    """Pre-norm attention, then the MLP, each added to the residual (Attention: the rest)."""
+    attended_BxLxD = self.attn(
+      self.attn_norm(x_BxLxD),
+      scheme=scheme,
+      kernel=kernel,
+      plan=plan,
+      q_pos_BxL=q_pos_BxL,
+      nope=nope,
+    )
+    x_BxLxD = x_BxLxD + attended_BxLxD
     return x_BxLxD + self.mlp(self.mlp_norm(x_BxLxD))
 
 
 class Decoder(nnx.Module):
-  """tokens_BxL, positions_BxL, segments_BxL -> float32 logits_BxLxV."""
+  """tokens_BxL, positions_BxL, segments_BxL -> float32 logits_BxLxV.
 
-  def __init__(self, cfg, *, rngs: nnx.Rngs):
+  `cfg`: a ModelConfig, or a `config.model` ConfigDict, read into one first (ModelConfig.of)."""
+
+  def __init__(self, cfg: ModelConfig | ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    cfg = ModelConfig.of(cfg)
     self.dtype = DTYPES[cfg.dtype]
     self.embed = nnx.Param(
       jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model)),
@@ -358,7 +372,7 @@ class Decoder(nnx.Module):
     )
     self.positioned_pattern = patterns.intersect(self.pattern, window)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
-    self.remat = cfg.get("remat", "none") == "block"  # recompute each block in the backward
+    self.remat = cfg.remat == "block"  # recompute each block in the backward
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.head = (
       None
@@ -376,7 +390,7 @@ class Decoder(nnx.Module):
     )  # softmax | stick_breaking (lcx/model/stick_breaking.py)
     # xla | pallas: `model.attention.impl` with auto resolved on this backend (lcx/model/kernels).
     self.attention_impl = kernels.resolve_impl(cfg)
-    self.block_size = cfg.attention.get("block_size", kernels.flash.BLOCK)
+    self.block_size = cfg.attention.block_size
 
   def __call__(self, tokens_BxL, pos_BxL, seg_BxL, *, kernel: str = "dense", distances_L=None):
     """With a KV cache, L must be its size: every slot is (re)written (generation's prefill).

@@ -74,7 +74,7 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
     return f"model.position.name={model_cfg.position.name!r} (Householder transforms, PaTH)"
   if positions_base.reads_input(model_cfg.position.name):
     return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
-  if model_cfg.attention.get("temperature") == "scale_invariant":
+  if model_cfg.attention.temperature == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
   backend = jax.default_backend() if backend is None else backend
@@ -86,7 +86,7 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
 def check_impl(model_cfg, backend: str | None = None) -> None:
   """Raises ValueError naming the field for `pallas` with a model the kernel cannot run (the
   values themselves are checked with the other options, lcx.config.OPTIONS)."""
-  impl = model_cfg.attention.get("impl", "auto")
+  impl = model_cfg.attention.impl
   why = unsupported(model_cfg, backend)
   if impl == "pallas" and why:
     raise errors.not_allowed(FIELD, impl, f"auto, xla (the Pallas kernel does not run {why})")
@@ -94,7 +94,7 @@ def check_impl(model_cfg, backend: str | None = None) -> None:
 
 def resolve_impl(model_cfg, backend: str | None = None) -> str:
   """`xla` or `pallas`: what `auto` means on `backend` (default: jax's) for this model."""
-  impl = model_cfg.attention.get("impl", "auto")
+  impl = model_cfg.attention.impl
   if impl != "auto":
     return impl
   backend = jax.default_backend() if backend is None else backend

@@ -64,7 +64,7 @@ class Dims:
 
   @classmethod
   def of(cls, model_cfg) -> "Dims":
-    """The dimensions of a `model.*` config section."""
+    """The dimensions of a model config (a ModelConfig, or the `config.model` ConfigDict)."""
     return cls(
       model_cfg.d_model,
       model_cfg.num_heads,
