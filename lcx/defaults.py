@@ -65,6 +65,9 @@ def get_config(arg=None):
   config.model.remat = "none"
   config.model.norm_eps = 1e-6  # RMSNorm epsilon
   config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
+  # head: each head's q and k normalized on their own (Qwen 3, Gemma 3) | heads: all heads'
+  # features at once, one scale per feature (OLMo 2; the DroPE reference's recalibration).
+  config.model.qk_norm_over = "head"
   config.model.max_len = config.data.get_ref("seq_len")  # the training length L
   # The position scheme picked by pos=, with its fields.
   config.model.position = fields.default_config(arg.pos)

@@ -9,6 +9,9 @@ SSMAX_N = ("keys", "position")  # model.attention.ssmax_n: what SSMax's n counts
 GATES = ("none", "elementwise", "headwise")  # model.attention.gate (lcx/model/gating.py's GATES)
 KINDS = ("softmax", "stick_breaking")  # model.attention.kind: which attend the kernels run
 IMPLS = ("auto", "xla", "pallas")  # model.attention.impl (lcx/model/kernels/impl.py)
+# model.qk_norm_over: one RMSNorm per head (Qwen 3, Gemma 3) | one over all heads' features at once
+# (OLMo 2; the DroPE reference's recalibration), each with a learned scale from 1
+QK_NORM_OVER = ("head", "heads")
 REMATS = ("none", "block")  # model.remat: what the backward pass recomputes (lcx/model/decoder.py)
 
 

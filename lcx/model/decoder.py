@@ -99,6 +99,21 @@ class RMSNorm(nnx.Module):
     return x.astype(x_BxLxD.dtype)
 
 
+class HeadsRMSNorm(nnx.Module):
+  """Over the last two axes (heads x head_dim) at once, a learned scale from 1 per feature:
+  QK-norm as OLMo 2 and the DroPE reference normalize q and k (`model.qk_norm_over=heads`)."""
+
+  def __init__(self, heads, dim, eps, axis="heads"):
+    self.scale = nnx.Param(jnp.ones((heads, dim), jnp.float32), logical_axes=(axis, "head_dim"))
+    self.eps = eps
+
+  def __call__(self, x_BxLxHxE):
+    b, n, h, e = x_BxLxHxE.shape
+    x_BxLxF = x_BxLxHxE.astype(jnp.float32).reshape(b, n, h * e)
+    x_BxLxF = rms_norm(x_BxLxF, self.scale[...].reshape(h * e), float(self.eps))
+    return x_BxLxF.reshape(b, n, h, e).astype(x_BxLxHxE.dtype)
+
+
 class KVCache(nnx.Module):
   """One layer's keys and values for generation: `size` slots, token i in slot i.
 
@@ -162,13 +177,19 @@ class Attention(nnx.Module):
     self.wo = _param(rngs, (h, k, d), h * k, ("heads", "head_dim", "embed"))
     self.cache = nnx.data(None)  # a KVCache while generating (Decoder.init_cache)
     # QK-norm as Qwen 3 and Gemma 3: q and k RMS-normalized per head, one learned scale over
-    # head_dim each, before any position hook, so logits stay bounded at any length. (OLMo 2
-    # normalizes q and k across all heads at once, a scale over heads x head_dim.)
-    self.q_norm, self.k_norm = (
-      (RMSNorm(k, cfg.norm_eps, "head_dim"), RMSNorm(k, cfg.norm_eps, "head_dim"))
-      if cfg.qk_norm
-      else (None, None)
-    )
+    # head_dim each, before any position hook, so logits stay bounded at any length; or as OLMo 2
+    # and the DroPE reference (qk_norm_over=heads): across all heads at once, a scale over heads
+    # x head_dim.
+    if not cfg.qk_norm:
+      self.q_norm, self.k_norm = None, None
+    elif cfg.qk_norm_over == "heads":
+      self.q_norm = HeadsRMSNorm(h, k, cfg.norm_eps, "heads")
+      self.k_norm = HeadsRMSNorm(g, k, cfg.norm_eps, "kv_heads")
+    else:
+      self.q_norm, self.k_norm = (
+        RMSNorm(k, cfg.norm_eps, "head_dim"),
+        RMSNorm(k, cfg.norm_eps, "head_dim"),
+      )
     # Logit temperature (lcx/model/temperature.py): SSMax's learned s per head, or None.
     self.temperature, self.train_len = cfg.attention.temperature, cfg.max_len
     self.beta_c = float(cfg.attention.beta_c)

@@ -57,6 +57,7 @@ class ModelConfig:
   remat: str
   norm_eps: float
   qk_norm: bool
+  qk_norm_over: str
   max_len: int
   position: ml_collections.ConfigDict  # a scheme, by name (lcx/model/positions/fields.py)
   remap: ml_collections.ConfigDict  # a training-free remap, by name

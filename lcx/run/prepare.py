@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any
 
 import jax
@@ -252,16 +253,37 @@ def _init_from(config, workdir: str, tokenizer) -> tuple[Source | None, dict | N
   return source, source_cfg
 
 
+# What train.init_from_any_scheme lets a fine-tune change besides the scheme (DroPE drops RoPE,
+# recalibrates with a temperature and, as its reference code does, with QK-norm added), and the
+# parameters it may add, which start from their initial values (QK-norm's scales, from 1).
+ANY_SCHEME_FIELDS = (
+  "model.position",
+  "model.attention.temperature",
+  "model.qk_norm",
+  "model.qk_norm_over",
+)
+ADDABLE = re.compile(r"(^|\.)(q_norm|k_norm)\.scale$")
+
+
 def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> None:
   """Every parameter's shape equals the source's, and every trained field matches but those
   fine-tuning may change: data.seq_len, model.max_len, eval-time fields, and with
-  train.init_from_any_scheme the position scheme and the attention temperature (DroPE drops
-  RoPE and recalibrates with one; ssmax's own parameters fail the shape check first)."""
+  train.init_from_any_scheme the position scheme, the attention temperature and QK-norm
+  (ANY_SCHEME_FIELDS; QK-norm's scales may then be new; ssmax's own parameters fail the shape
+  check first)."""
   where = f"train.init_from={config.train.init_from!r}"
-  _check_shapes(abstract_params, source.workdir, source.step, f"{where}: ", "the source")
+  any_scheme = config.train.init_from_any_scheme
+  _check_shapes(
+    abstract_params,
+    source.workdir,
+    source.step,
+    f"{where}: ",
+    "the source",
+    may_add=lambda name: any_scheme and ADDABLE.search(name) is not None,
+  )
   may_change = variants.EVAL_TIME + ("data.seq_len", "model.max_len")
-  if config.train.init_from_any_scheme:
-    may_change += ("model.position", "model.attention.temperature")
+  if any_scheme:
+    may_change += ANY_SCHEME_FIELDS
   differs = variants.trained_difference(config.to_dict(), source_cfg, may_change)
   if differs:
     field, given, saved = differs
@@ -269,13 +291,16 @@ def _check_source(config, abstract_params, source: Source, source_cfg: dict) -> 
       f"{field}={given!r} differs from the source's {saved!r} ({where}): "
       "fine-tuning may change only data.seq_len (model.max_len follows), "
       f"eval-time fields ({', '.join(variants.EVAL_TIME)}) and, with "
-      "train.init_from_any_scheme=True, model.position and model.attention.temperature"
+      "train.init_from_any_scheme=True, model.position, model.attention.temperature and "
+      "QK-norm (model.qk_norm, model.qk_norm_over)"
     )
 
 
-def _check_shapes(abstract_params, workdir: str, step: int, where: str, theirs_name: str) -> None:
+def _check_shapes(
+  abstract_params, workdir: str, step: int, where: str, theirs_name: str, may_add=None
+) -> None:
   """ValueError unless every parameter's shape is the one checkpoint `step` of `workdir`
-  holds (its metadata only is read)."""
+  holds (its metadata only is read); a parameter it lacks passes where `may_add(name)`."""
   with checkpoint.Reader(workdir) as reader:
     theirs = reader.param_shapes(step)
   ours = {
@@ -283,6 +308,8 @@ def _check_shapes(abstract_params, workdir: str, step: int, where: str, theirs_n
     for path, var in jax.tree.leaves_with_path(abstract_params, is_leaf=is_variable)
   }
   for name in sorted(set(ours) | set(theirs)):
+    if name not in theirs and may_add is not None and may_add(name):
+      continue
     if ours.get(name) != theirs.get(name):
       theirs_shape, ours_shape = (
         "missing" if s is None else str(s) for s in (theirs.get(name), ours.get(name))
@@ -342,3 +369,30 @@ def restore_params(prepared: Prepared, workdir: str, step: int):
   """The parameters of `step` on the mesh; no optimizer state is read."""
   with checkpoint.Reader(workdir) as reader:
     return reader.restore_params(step, prepared.abstract_params)
+
+
+def restore_source_params(prepared: Prepared) -> tuple[nnx.State, list[str]]:
+  """(a fine-tune's starting parameters, the names of those its source lacks): the source's
+  (`prepared.init_from`), and for a parameter `_check_source` let it add (QK-norm's scales)
+  this config's initial value from config.seed."""
+  source = prepared.init_from
+  flat = list(nnx.to_flat_state(prepared.abstract_params))
+  with checkpoint.Reader(source.workdir) as reader:
+    theirs = reader.param_shapes(source.step)
+    present = [(path, var) for path, var in flat if checkpoint.dotted(path) in theirs]
+    target = nnx.from_flat_state(present)
+    restored = reader.restore_params(source.step, target)
+  added = [(path, var) for path, var in flat if checkpoint.dotted(path) not in theirs]
+  if not added:
+    return restored, []
+  cfg = prepared.config
+  fresh = jax.jit(
+    lambda: nnx.state(model_lib.Decoder(cfg.model, rngs=nnx.Rngs(cfg.seed)), nnx.Param)
+  )
+  initial = dict(nnx.to_flat_state(fresh()))
+  new = [
+    (path, var.replace(jax.device_put(initial[path].get_value(), var.get_value().sharding)))
+    for path, var in added
+  ]
+  names = [checkpoint.dotted(path) for path, _ in added]
+  return nnx.merge_state(restored, nnx.from_flat_state(new)), names

@@ -413,4 +413,7 @@ def _source_params(prepared, workdir: str):
     f"starting from {source.workdir} step {source.step} (train.init_from; parameters only: "
     "fresh optimizer and schedule)"
   )
-  return prepare_lib.restore_params(prepared, source.workdir, source.step)
+  params, added = prepare_lib.restore_source_params(prepared)
+  if added:
+    say(f"not in the source, from their initial values: {', '.join(added)}")
+  return params

@@ -203,14 +203,31 @@ def test_qk_norm_gives_unit_rms_rows_at_the_position_hook(qk_norm):
     assert np.allclose(rms, 1.0, atol=1e-4) == qk_norm
 
 
-def test_qk_norm_chunked_equals_dense_and_its_scales_act():
-  model = _model("rope", qk_norm=True)
+def test_qk_norm_over_heads_gives_unit_rms_over_all_heads_not_per_head():
+  """OLMo 2's and the DroPE reference's QK-norm: one RMS over heads x head_dim per token."""
+  model = _model("rope", qk_norm=True, qk_norm_over="heads", num_kv_heads=2)
+  assert model.blocks[0].attn.q_norm.scale[...].shape == (4, 16)
+  assert model.blocks[0].attn.k_norm.scale[...].shape == (2, 16)
+  model.position = _Recorder()
+  model(*_tokens(12))
+  for x in model.position.seen[0]:
+    x = np.asarray(x)
+    whole = np.sqrt(np.mean(np.square(x.reshape(*x.shape[:2], -1)), axis=-1))
+    per_head = np.sqrt(np.mean(np.square(x), axis=-1))
+    np.testing.assert_allclose(whole, 1.0, atol=1e-4)
+    assert not np.allclose(per_head, 1.0, atol=1e-2)
+
+
+@pytest.mark.parametrize("over", ["head", "heads"])
+def test_qk_norm_chunked_equals_dense_and_its_scales_act(over):
+  model = _model("rope", qk_norm=True, qk_norm_over=over)
   model.chunk_size = 8
   np.testing.assert_allclose(
     model(*_tokens(21), kernel="chunked"), model(*_tokens(21)), atol=2e-4, rtol=2e-4
   )
   before = model(*_tokens(21))
-  model.blocks[0].attn.k_norm.scale[...] = jnp.full((16,), 2.0)
+  scale = model.blocks[0].attn.k_norm.scale
+  scale[...] = jnp.full(scale[...].shape, 2.0)
   assert np.abs(model(*_tokens(21)) - before).max() > 1e-3
 
 

@@ -244,6 +244,46 @@ def test_the_temperature_changes_only_with_init_from_any_scheme(source, tmp_path
   _refused(config, tmp_path / "ssmax", r"^train\.init_from='.*': parameter .*ssmax.* has shape")
 
 
+@pytest.mark.parametrize("over", ["head", "heads"])
+def test_qk_norm_is_added_only_with_init_from_any_scheme_and_starts_from_one(
+  source, tmp_path, over
+):
+  """DroPE's reference recalibrates with QK-norm added (over all heads, as OLMo 2): the new
+  scales start at 1, every other parameter is the source's."""
+  config = tiny_config("nope", init_from=str(source))
+  config.train.init_from_any_scheme = True
+  config.model.update(qk_norm=True, qk_norm_over=over)
+  config.model.attention.temperature = "log_n"
+  prepared = prepare.prepare(config, str(tmp_path / "drope"))
+  params, added = prepare.restore_source_params(prepared)
+  expected = [f"blocks.{i}.attn.{n}_norm.scale" for i in range(2) for n in "kq"]
+  assert sorted(added) == expected
+  shape = {"head": (16,), "heads": (4, 16)}[over]
+  source_params, _ = checkpoint.restore_params(str(source))
+  flat = {checkpoint.dotted(path): var.get_value() for path, var in nnx.to_flat_state(params)}
+  for name, value in flat.items():
+    if name in added:
+      assert value.shape == shape and np.all(np.asarray(value) == 1.0), name
+    else:
+      np.testing.assert_array_equal(value, _at(source_params, name), err_msg=name)
+  train.train(config, str(tmp_path / "drope"))  # recalibrates: the new scales train too
+  trained, meta = checkpoint.restore_params(str(tmp_path / "drope"))
+  assert meta["step"] == config.train.steps
+  assert not np.all(_at(trained, expected[0]) == 1.0)
+  refused = tiny_config("rope", init_from=str(source))
+  refused.model.qk_norm = True
+  (tmp_path / "plain").mkdir()
+  _refused(
+    refused, tmp_path / "plain", r"^train\.init_from='.*': parameter blocks\.0\.attn\.k_norm"
+  )
+
+
+def _at(tree: dict, dotted: str):
+  for key in dotted.split("."):
+    tree = tree[int(key) if key.isdigit() and not isinstance(tree, dict) else key]
+  return np.asarray(tree)
+
+
 def test_another_trained_field_is_refused(source, tmp_path):
   config = _finetune_config(source)
   config.model.position.base = 500.0
