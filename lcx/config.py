@@ -118,6 +118,12 @@ RANGES = [
     lambda v: len(v) >= 1 and _numbers(v, lambda d: 0 <= d <= 1),
     "at least one depth, each in [0, 1]",
   ),
+  (
+    "eval.beta_fit.grid",
+    lambda v: len(v) >= 1 and all(isinstance(c, (int, float)) and c >= 0 for c in v),
+    "a tuple of one or more numbers >= 0 (the values of C tried)",
+  ),
+  ("eval.beta_fit.seed", lambda v: v >= 0, ">= 0"),
   ("eval.passkey.examples", lambda v: v >= 1, ">= 1"),
   ("eval.passkey.digits", lambda v: 1 <= v <= 18, "in [1, 18]"),
   ("eval.passkey.seed", lambda v: v >= 0, ">= 0"),

@@ -174,9 +174,16 @@ def get_config(arg=None):
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
   # (lcx/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
-  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, sink@S/W, or a name
-  # from named_variants.
+  # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, beta@fit, sink@S/W, or
+  # a name from named_variants.
   config.eval.variants = "none"
+  # beta@fit (lcx/tools/evaluate/beta_fit.py): DroPE's temperature 1 + C ln(T/L) with C fitted
+  # per variant, the grid value scoring best on held-out data (a task run: examples drawn with
+  # data.seed = seed, a stream the evaluation does not draw; a text run: the search split's
+  # documents) past the training length; the result records every grid value's score.
+  config.eval.beta_fit = ml_collections.ConfigDict(
+    {"fitted": False, "grid": (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0), "seed": 1009}
+  )
   config.eval.named_variants = ml_collections.ConfigDict()  # name -> {dotted.field: value}
   config.eval.during_train = (1, 4)  # train.eval_every: these multiples of L
   config.eval.during_train_tokens = 8192  # train.eval_every: tokens scored per length

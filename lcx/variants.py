@@ -173,7 +173,10 @@ def _streaming(spec, arg):
 
 
 def _beta(spec, arg):
-  """DroPE's fitted temperature: logits times 1 + C ln(T/L) past the training length."""
+  """DroPE's temperature: logits times 1 + C ln(T/L) past the training length; `beta@fit`:
+  C fitted on held-out data at evaluation (lcx/tools/evaluate/beta_fit.py)."""
+  if arg == "fit":
+    return {"eval.beta_fit.fitted": True}
   c = _number(spec, arg)
   if c < 0:
     raise ValueError(f"eval.variants: {spec!r} needs C >= 0")

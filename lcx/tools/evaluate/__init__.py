@@ -36,6 +36,7 @@ from lcx.run.data import pipeline
 from lcx.run.metrics import say
 from lcx.tools import report
 from lcx.tools.evaluate import (
+  beta_fit,
   checks,
   lengths as lengths_lib,
   memory,
@@ -300,6 +301,7 @@ def evaluate(
       for spec, (changes, variant_cfg) in first.items()
     ]
   results, trackers = {}, []  # the run's trackers, opened at the first new result
+  fits = {}  # beta@fit: spec -> (C, the fit's record), fitted once per variant
   try:
     for name, spec, changes, variant_cfg, what, lengths, body in jobs:
       path = os.path.join(workdir, "eval", name + ".json")
@@ -311,10 +313,19 @@ def evaluate(
         continue
       start = time.perf_counter()
       say(f"{name}: evaluating step {step} -> {path}")
+      fit = None
+      if variant_cfg.eval.beta_fit.fitted:
+        if spec not in fits:
+          fits[spec] = beta_fit.fit(prepared, params, variant_cfg, eval_lengths, Runner)
+        c, fit = fits[spec]
+        variant_cfg = beta_fit.with_c(variant_cfg, c)
       runner = Runner(prepare_lib.for_variant(prepared, variant_cfg), params)
+      body_result = body(runner)
+      if fit is not None:
+        body_result = {**body_result, "beta_fit": fit}
       result = record(
         what,
-        body(runner),
+        body_result,
         workdir=workdir,
         spec=spec,
         changes=changes,
