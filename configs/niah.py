@@ -4,7 +4,9 @@ multi-key, multi-query and multi-value variants, `lcx/run/data/tasks.py`), teste
 Training documents hold 1..max_len filler sentences (max_len=8: up to 207 tokens) with two
 needles; evaluation draws up to 4x as many (buckets 1-8, 9-16, 17-32 sentences). Variants
 `multikey`, `multiquery` and `multivalue` test one NIAH variant each; for a rotary scheme also
-`multikey_yarn` ... (YaRN with factor `yarn`, training-free). Usage:
+`multikey_yarn` ... (YaRN with factor `yarn`, training-free), and for any scheme
+`multikey_beta_fit` ... (DroPE's temperature with C fitted per task, `beta@fit`; not evaluated
+unless eval.variants names them). Usage:
 --config=configs/niah.py:pos=rope,size=small
 """
 
@@ -35,6 +37,9 @@ def get_config(arg=None):
     yarn = {"rope_type": "yarn", "factor": float(arg.yarn)}
     for kind in NIAH:
       named[f"{kind}_yarn"] = {**named[kind], "model": {"position": {"scaling": yarn}}}
+  evaluated = list(named)
+  for kind in NIAH:  # DroPE's temperature fitted per task (beta@fit), for the variants that ask
+    named[f"{kind}_beta_fit"] = {**named[kind], "eval": {"beta_fit": {"fitted": True}}}
   config.eval.named_variants = named
-  config.eval.variants = ",".join(named)
+  config.eval.variants = ",".join(evaluated)
   return config

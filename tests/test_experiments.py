@@ -356,3 +356,30 @@ def test_prope_matched_base_is_the_cpu_sweep_with_the_llama2_matched_base():
   assert regime.pair_counts(10_000.0, 32, 64)["p_rope_dropped_angle"] < 0.07
   with pytest.raises(ValueError, match=r"^experiments/prope:ARG='x' is not allowed"):
     sweep.load(str(ROOT / "experiments" / "prope") + ":x")
+
+
+def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta_per_task():
+  """DroPE as its reference code recalibrates (QK-norm over all heads added to the NoPE model,
+  no temperature while recalibrating), tested as it is and with beta fitted per NIAH task."""
+  from configs import niah
+
+  runs = sweep.load(str(ROOT / "experiments" / "drope")).runs
+  named = niah.get_config("pos=nope").eval.named_variants
+  for seed in (0, 1, 2):
+    recipe, drope = runs[f"drope_recipe-s{seed}"], runs[f"drope-s{seed}"]
+    assert (
+      recipe.needs == (f"rope-s{seed}",) and recipe.config == runs[f"drope_no_temp-s{seed}"].config
+    )
+    extra = {k: v for k, v in recipe.overrides.items() if drope.overrides.get(k) != v}
+    assert extra == {
+      "model.qk_norm": True,
+      "model.qk_norm_over": "heads",
+      "eval.variants": "multikey,multiquery,multivalue,"
+      "multikey_beta_fit,multiquery_beta_fit,multivalue_beta_fit",
+    }
+    assert "model.attention.temperature" not in recipe.overrides
+  for kind in ("multikey", "multiquery", "multivalue"):
+    assert named[f"{kind}_beta_fit"].to_dict() == {
+      "data": {"task": f"niah_{kind}"},
+      "eval": {"beta_fit": {"fitted": True}},
+    }

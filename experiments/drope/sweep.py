@@ -4,7 +4,12 @@ and YaRN), ALiBi, NoPE and RNoPE-SWA trained from scratch, and RoPE trained as m
 
 Every model learns the NIAH mix of `configs/niah.py` (multi-key, multi-query, multi-value; up to
 8 filler sentences, two needles) and is tested on each variant up to 4x the sentences.
-`./launch.sh sweep experiments/drope` (CPU: the small model, 2 seeds) or
+`drope_recipe` follows the paper's recipe as its reference code runs it: RoPE dropped, QK-norm
+added over all heads (`model.qk_norm_over=heads`, new scales from 1), recalibrated without a
+temperature, and tested with and without DroPE's temperature fitted per task on held-out
+examples (`beta@fit`: the `*_beta_fit` variants of configs/niah.py).
+
+`./launch.sh sweep experiments/drope` (CPU: the small model, 3 seeds) or
 `experiments/drope:full` (the default model, 3 seeds, longer training).
 Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.3.
 """
@@ -20,7 +25,7 @@ def get_runs(arg=""):
   if full:
     size, steps, recalibrate, seeds = "default", 4000, 800, (0, 1, 2)
   else:
-    size, steps, recalibrate, seeds = "small", 1200, 240, (0, 1)
+    size, steps, recalibrate, seeds = "small", 1200, 240, (0, 1, 2)
 
   def config(pos, n=steps):
     return f"configs/niah.py:pos={pos},size={size},steps={n}"
@@ -42,4 +47,15 @@ def get_runs(arg=""):
     )
     runs[f"drope_no_temp-s{seed}"] = Run(config("nope", recalibrate), drop, needs=(rope,))
     runs[f"rope_more-s{seed}"] = Run(config("rope", recalibrate), start, needs=(rope,))
+    fitted = ",".join(f"{kind}_beta_fit" for kind in NIAH.split(","))
+    runs[f"drope_recipe-s{seed}"] = Run(
+      config("nope", recalibrate),
+      {
+        **drop,
+        "model.qk_norm": True,
+        "model.qk_norm_over": "heads",
+        "eval.variants": f"{NIAH},{fitted}",
+      },
+      needs=(rope,),
+    )
   return runs

@@ -70,7 +70,8 @@ def _init_from(trained: dict) -> dict | None:
 
 def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> str:
   """What makes two results of the same step interchangeable, as a hash: of eval.*, a passkey
-  result reads eval.passkey only, the others every field but a few (eval.passkey among them)."""
+  result reads eval.passkey only, the others every field but a few (eval.passkey among them;
+  eval.beta_fit only where a variant fits, so results from before it existed keep their hash)."""
   ev = cfg.eval.to_dict()
   if kind == "passkey":
     ev = {"passkey": ev["passkey"]}
@@ -87,6 +88,7 @@ def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> s
         "longrope",
         "passkey",
       )
+      and (k != "beta_fit" or v["fitted"])
     }
   what = {
     "kind": kind,
