@@ -383,3 +383,26 @@ def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta
       "data": {"task": f"niah_{kind}"},
       "eval": {"beta_fit": {"fitted": True}},
     }
+
+
+def test_rope_extension_has_three_seeds_each_reading_its_own_base_run():
+  """Seed 0 keeps its committed runs' names and commands; seed s > 0 trains with seed s and
+  every search, variant, fine-tune and control of it reads rope-sS, never seed 0's run."""
+  runs = sweep.load(str(ROOT / "experiments" / "rope_extension")).runs
+  base = [n for n in runs if "-s" not in n]
+  assert len(base) == 10 and "seed" not in runs["rope"].overrides
+  for seed in (1, 2):
+    mine = {n: r for n, r in runs.items() if n.endswith(f"-s{seed}")}
+    assert sorted(mine) == sorted(f"{n}-s{seed}" for n in base)
+    for name, run in mine.items():
+      text = json.dumps([run.config, run.overrides, run.needs, run.on])
+      assert "/rope/" not in text and '"rope"' not in text, name  # never seed 0's base run
+      if run.config:  # trained here: with this seed
+        assert run.overrides["seed"] == seed, name
+    assert (
+      f"{{runs}}/rope-s{seed}/longrope/factors.json"
+      in mine[f"training_free-s{seed}"].overrides["eval.variants"]
+    )
+    assert (
+      mine[f"linear_finetuned-s{seed}"].overrides["train.init_from"] == f"{{runs}}/rope-s{seed}"
+    )

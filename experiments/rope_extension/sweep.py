@@ -16,10 +16,28 @@ from lcx.tools.sweep import Run
 SCALE = 4  # the extension factor s: target length 4 x L
 
 
+SEEDS = (0, 1, 2)  # issue 27: three seeds; seed 0's runs keep their first names (no suffix)
+
+
 def get_runs(arg=""):
+  runs = {}
+  for seed in SEEDS:
+    runs.update(_seed_runs(arg, seed))
+  return runs
+
+
+def _seed_runs(arg: str, seed: int) -> dict:
+  """One seed's runs: the base RoPE run, its search, its training-free variants and the
+  fine-tunes and controls from it; seed s > 0 names each run NAME-sS and trains with seed s."""
   full = arg == "full"
   size, L, steps, ft_steps = ("default", 256, 4000, 400) if full else ("small", 64, 1200, 200)
   lengths = tuple(L * m for m in (1, 2, 4, 8, 16))
+  suffix, seeded = (f"-s{seed}", {"seed": seed}) if seed else ("", {})
+
+  def name(run: str) -> str:
+    return run + suffix
+
+  rope = name("rope")
 
   def config(steps: int, seq_len: int) -> str:
     return (
@@ -43,27 +61,26 @@ def get_runs(arg=""):
       f"dynamic@{s}",
       f"yarn@{s}",
       f"llama3@{s}",
-      "longrope@{runs}/rope/longrope/factors.json",
+      "longrope@{runs}/" + rope + "/longrope/factors.json",
       f"self_extend@{L // 2}/{s}",
       f"rerope@{L}",
     ]
   )
+  search = name("longrope_search")
   runs = {
-    "rope": Run(config_L, {"eval.variants": "none", **evaluation}),
-    "longrope_search": Run(
-      "", {"eval.longrope.target_len": s * L}, needs=("rope",), mode="longrope", on="rope"
-    ),
-    "training_free": Run(
+    rope: Run(config_L, {**seeded, "eval.variants": "none", **evaluation}),
+    search: Run("", {"eval.longrope.target_len": s * L}, needs=(rope,), mode="longrope", on=rope),
+    name("training_free"): Run(
       "",
       {"eval.variants": variants, **evaluation},
-      needs=("rope", "longrope_search"),
+      needs=(rope, search),
       mode="eval",
-      on="rope",
+      on=rope,
     ),
   }
   # A short fine-tune at s x L from the RoPE checkpoint, fresh optimizer (PI / YaRN recipe).
   ft_config = config(ft_steps, s * L)
-  finetune = {"train.init_from": "{runs}/rope", "train.warmup_steps": 20}
+  finetune = {**seeded, "train.init_from": "{runs}/" + rope, "train.warmup_steps": 20}
   # YaRN's ramp reads the pre-training length L, not the fine-tune's window s x L.
   yarn_length = {"model.position.scaling.original_max_position_embeddings": L}
   # direct: the same fine-tune without scaling (PI Table 1's control); ntk: NTK-aware scaling
@@ -78,31 +95,31 @@ def get_runs(arg=""):
     "direct": {rope_type: "default"},
     "ntk": {rope_type: "ntk", **factor},
   }
-  for name, scaling in scalings.items():
-    runs[f"{name}_finetuned"] = Run(
+  for scaling_name, scaling in scalings.items():
+    runs[name(f"{scaling_name}_finetuned")] = Run(
       ft_config,
       {**finetune, **scaling, "eval.variants": "none", **evaluation},
-      needs=("rope",),
+      needs=(rope,),
     )
   # LongRoPE: fine-tuned with the factors its search found (train.scaling_file).
-  runs["longrope_finetuned"] = Run(
+  runs[name("longrope_finetuned")] = Run(
     ft_config,
     {
       **finetune,
-      "train.scaling_file": "{runs}/rope/longrope/factors.json",
+      "train.scaling_file": "{runs}/" + rope + "/longrope/factors.json",
       "eval.variants": "none",
       **evaluation,
     },
-    needs=("rope", "longrope_search"),
+    needs=(rope, search),
   )
   # Continued training at L for the tokens a fine-tune gets (s x the steps at L, the same rows
   # per step): "more training" without "longer training".
-  runs["continued"] = Run(
-    config(s * ft_steps, L), {**finetune, "eval.variants": "none", **evaluation}, needs=("rope",)
+  runs[name("continued")] = Run(
+    config(s * ft_steps, L), {**finetune, "eval.variants": "none", **evaluation}, needs=(rope,)
   )
   # The upper bound: trained at s x L from scratch on the base run's tokens plus a fine-tune's
   # (steps / s + ft_steps steps of the same rows), the base's rotary base and warmup.
-  runs["long_trained"] = Run(
-    config(steps // s + ft_steps, s * L), {"eval.variants": "none", **evaluation}
+  runs[name("long_trained")] = Run(
+    config(steps // s + ft_steps, s * L), {**seeded, "eval.variants": "none", **evaluation}
   )
   return runs
