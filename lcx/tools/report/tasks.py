@@ -151,23 +151,68 @@ def extrapolation_accuracy(r: dict) -> float | None:
   return sum(scores) / len(scores) if scores else None
 
 
+def in_distribution_accuracy(r: dict) -> float | None:
+  """Mean exact match over the size buckets inside the training sizes (None: none scored)."""
+  high = r["train_sizes"][1]
+  scores = [
+    row["value"]
+    for row in csv_rows(r, ("accuracy",))
+    if row["metric"] == "accuracy"
+    and row["depth"] == ""
+    and row["value"] != ""
+    and bucket_order(row["bucket"])[1] <= high
+  ]
+  return sum(scores) / len(scores) if scores else None
+
+
+# A task ranks only where some system learned it: exact match >= LEARNED at the training sizes
+# (mean over seeds). Past the training sizes, a task no system learned ranks noise (issue 27).
+LEARNED = 0.9
+
+
+def unlearned_tasks(results: Sequence[dict]) -> dict[str, float]:
+  """{task: the best system's exact match at the training sizes} of the tasks below LEARNED."""
+  seen: dict = {}  # task -> system -> [in-distribution exact match per seed]
+  for r in tables.of_kind(results, "tasks"):
+    value = in_distribution_accuracy(r)
+    if value is not None:
+      seen.setdefault(r["task"], {}).setdefault(system(r), []).append(value)
+  best = {t: max(sum(v) / len(v) for v in by.values()) for t, by in seen.items()}
+  return {t: b for t, b in sorted(best.items()) if b < LEARNED}
+
+
 def rank_tables(results: Sequence[dict]) -> str:
   """Mean reciprocal rank of systems across tasks (the NoPE paper's summary): per task, systems
-  ranked by exact match on sizes past training (seeds averaged; ties share the better rank);
-  shown only when at least two systems were evaluated on at least two tasks."""
-  rows = [
+  ranked by exact match on sizes past training (seeds averaged; ties share the better rank),
+  over the tasks some system learned in distribution (`LEARNED`; the others are named with
+  their best exact match, and why); shown only when at least two systems were evaluated on at
+  least two such tasks."""
+  every = [
     {"task": r["task"], "system": system(r), "value": value}
     for r in tables.of_kind(results, "tasks")
     if (value := extrapolation_accuracy(r)) is not None
   ]
-  tasks, body = tables.rank_table(rows)
+  if not tables.rank_table(every)[1]:
+    return ""  # no ranking, learned or not
+  unlearned = unlearned_tasks(results)
+  tasks, body = tables.rank_table([row for row in every if row["task"] not in unlearned])
+  note = (
+    f"Not ranked: no system reaches exact match {LEARNED:g} at the training sizes (mean over "
+    "seeds), so a ranking past them would rank noise: "
+    + ", ".join(f"{t} (best {b:.3f})" for t, b in unlearned.items())
+    + "."
+    if unlearned
+    else ""
+  )
   if not body:
-    return ""
-  return (
+    return note
+  table = (
     "Mean reciprocal rank across tasks of each system's exact match on sizes past "
     "training (mean over seeds and over those size buckets), and that exact match per "
-    "task.\n\n" + tables.markdown_table(["system", "MRR"] + tasks, body)
+    f"task; the tasks some system learned (exact match >= {LEARNED:g} at the training sizes)."
+    "\n\n" + tables.markdown_table(["system", "MRR"] + tasks, body)
   )
+  return table + ("\n\n" + note if note else "")
 
 
 # The CSV's task metrics; the seed tables ask for others too (error_rate).

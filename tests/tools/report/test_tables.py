@@ -100,6 +100,39 @@ def test_mean_reciprocal_rank_across_tasks():
   assert report.rank_tables(results[:4]) == ""  # one task: no ranking
 
 
+def test_a_task_no_system_learned_in_distribution_is_not_ranked_and_named_with_why():
+  """Issue 27: past the training sizes, a task no system learned at them ranks noise."""
+
+  def result(task, system, seed, inside, beyond):
+    r = tasks_result(f"{task}-{system}-s{seed}")
+    r["task"] = task
+    r["buckets"]["1-16"]["accuracy"] = inside
+    r["buckets"]["17-32"]["accuracy"] = beyond
+    return r
+
+  learned = [
+    result("copy", "nope", 0, 0.95, 0.8),
+    result("copy", "rope", 0, 0.5, 0.1),  # one system learned copy: ranked
+    result("sort", "nope", 0, 0.9, 0.2),
+    result("sort", "rope", 0, 0.9, 0.6),
+  ]
+  unlearned = [
+    result("addition", "nope", 0, 0.85, 0.0),
+    result("addition", "nope", 1, 0.97, 0.0),  # mean over seeds 0.91: learned
+    result("parity", "nope", 0, 0.6, 0.9),  # nobody learned parity: its 0.9 past L is noise
+    result("parity", "rope", 0, 0.7, 0.1),
+  ]
+  text = report.rank_tables(learned + unlearned)
+  header = next(line for line in text.splitlines() if line.startswith("| system"))
+  assert [c.strip() for c in header.split("|")[3:-1]] == ["copy", "sort"]  # addition: 1 system
+  assert text.endswith(
+    "Not ranked: no system reaches exact match 0.9 at the training sizes (mean over seeds), "
+    "so a ranking past them would rank noise: parity (best 0.700)."
+  )
+  assert report.rank_tables(unlearned[2:]) == ""  # one task: no ranking, so no note either
+  assert report.rank_tables(unlearned[2:] + learned[:2]).startswith("Not ranked: ")
+
+
 def _long(run, column, value, metric="score"):
   return {"run": run, "variant": "none", "bucket": column, "metric": metric, "value": value}
 
