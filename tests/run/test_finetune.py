@@ -244,6 +244,7 @@ def test_the_temperature_changes_only_with_init_from_any_scheme(source, tmp_path
   _refused(config, tmp_path / "ssmax", r"^train\.init_from='.*': parameter .*ssmax.* has shape")
 
 
+@pytest.mark.slow  # recalibrates the source
 @pytest.mark.parametrize("over", ["head", "heads"])
 def test_qk_norm_is_added_only_with_init_from_any_scheme_and_starts_from_one(
   source, tmp_path, over

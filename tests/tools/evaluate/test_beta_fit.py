@@ -26,6 +26,7 @@ def test_the_variant_asks_for_a_fit_and_a_number_stays_a_number():
   assert variants.overrides("beta@0.5", {}) == {"model.attention.beta_c": 0.5}
 
 
+@pytest.mark.slow  # evaluates three variants and two fits
 def test_a_text_run_is_fitted_on_the_search_split_past_l_and_evaluated_at_the_chosen_c(
   tiny_run, monkeypatch, tmp_path
 ):
