@@ -378,6 +378,14 @@ def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta
       "multikey_beta_fit,multiquery_beta_fit,multivalue_beta_fit",
     }
     assert "model.attention.temperature" not in recipe.overrides
+  recipe_only = sweep.load(str(ROOT / "experiments" / "drope") + ":recipe")
+  assert recipe_only.out_dir.endswith("drope/recipe")
+  assert list(recipe_only.runs) == [
+    f"{r}-s{s}" for s in (0, 1, 2) for r in ("rope", "drope_recipe")
+  ]
+  assert all(run == runs[name] for name, run in recipe_only.runs.items())  # the same runs
+  with pytest.raises(ValueError, match=r"^experiments/drope:ARG='x' is not allowed"):
+    sweep.load(str(ROOT / "experiments" / "drope") + ":x")
   for kind in ("multikey", "multiquery", "multivalue"):
     assert named[f"{kind}_beta_fit"].to_dict() == {
       "data": {"task": f"niah_{kind}"},

@@ -9,19 +9,33 @@ added over all heads (`model.qk_norm_over=heads`, new scales from 1), recalibrat
 temperature, and tested with and without DroPE's temperature fitted per task on held-out
 examples (`beta@fit`: the `*_beta_fit` variants of configs/niah.py).
 
-`./launch.sh sweep experiments/drope` (CPU: the small model, 3 seeds) or
-`experiments/drope:full` (the default model, 3 seeds, longer training).
+`./launch.sh sweep experiments/drope` (CPU: the small model, 3 seeds, every row),
+`experiments/drope:recipe` (CPU: the RoPE base and drope_recipe rows alone, 3 seeds; results in
+experiments/drope/recipe/) or `experiments/drope:full` (the default model, 3 seeds, longer
+training).
 Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.3.
 """
 
+from lcx import errors
 from lcx.tools.sweep import Run
 
 NIAH = "multikey,multiquery,multivalue"
 WINDOW = 64  # RNoPE-SWA: the RoPE layers' sliding window, about a third of the longest document
 
 
+RECIPE_ROWS = ("rope", "drope_recipe")  # :recipe, the rows its comparison needs
+
+
 def get_runs(arg=""):
-  full = arg == "full"
+  if arg not in ("", "recipe", "full"):
+    raise errors.not_allowed("experiments/drope:ARG", arg, ['""', "recipe", "full"])
+  runs = _runs(arg == "full")
+  if arg == "recipe":
+    return {name: run for name, run in runs.items() if name.rsplit("-s", 1)[0] in RECIPE_ROWS}
+  return runs
+
+
+def _runs(full: bool) -> dict:
   if full:
     size, steps, recalibrate, seeds = "default", 4000, 800, (0, 1, 2)
   else:
