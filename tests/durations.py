@@ -17,7 +17,7 @@ import pathlib
 from tests.helpers import ROOT
 
 PATH = pathlib.Path(__file__).with_name("durations.json")
-QUICK_SECONDS = 0.5
+QUICK_SECONDS = 0.3
 
 
 @functools.cache
