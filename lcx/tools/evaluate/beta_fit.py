@@ -17,11 +17,9 @@ import ml_collections
 import numpy as np
 
 from lcx.run import data, prepare as prepare_lib
-from lcx.run.data import tasks
 from lcx.run.metrics import say
 from lcx.tools.evaluate import lengths as lengths_lib, samples, tasks as tasks_lib
-
-FIELD = "model.attention.beta_c"
+from lcx.tools.report import tasks as report_tasks
 
 
 def choose(grid, scores, higher_is_better: bool) -> float:
@@ -39,20 +37,14 @@ def with_c(cfg: ml_collections.ConfigDict, c: float) -> ml_collections.ConfigDic
 
 
 def _task_score(runner, tokenizer) -> float:
-  result = tasks_lib.sweep(runner, tokenizer)
-  past = [
-    b for b in _past_buckets(runner.config.data) if result["buckets"][b]["accuracy"] is not None
-  ]
-  if not past:
+  """Mean exact match over the size buckets past the training sizes, as the report ranks it."""
+  score = report_tasks.extrapolation_accuracy(tasks_lib.sweep(runner, tokenizer))
+  if score is None:
     raise ValueError(
       f"eval.variants: beta@fit needs sizes past the training sizes (data.task_max_len="
       f"{runner.config.data.task_max_len}) to fit on; raise data.task_eval_factor"
     )
-  return float(np.mean([result["buckets"][b]["accuracy"] for b in past]))
-
-
-def _past_buckets(data_cfg) -> list[str]:
-  return [f"{lo}-{hi}" for lo, hi in tasks.eval_buckets(data_cfg) if lo > data_cfg.task_max_len]
+  return score
 
 
 def fit(prepared, params, variant_cfg, eval_lengths, runner_cls) -> tuple[float, dict]:

@@ -136,33 +136,27 @@ def system(r: dict) -> str:
   return name if variant == "none" else f"{name}/{variant}"
 
 
-def extrapolation_accuracy(r: dict) -> float | None:
-  """Mean exact match over the size buckets past the training sizes (None: none scored), from
-  the result's accuracy rows."""
+def _mean_accuracy(r: dict, past: bool) -> float | None:
+  """Mean exact match over the scored size buckets past the training sizes (`past`) or inside
+  them (None: none scored). `r`: a task result, or the body `evaluate.tasks.sweep` returns."""
   high = r["train_sizes"][1]
   scores = [
-    row["value"]
-    for row in csv_rows(r, ("accuracy",))
-    if row["metric"] == "accuracy"
-    and row["depth"] == ""
-    and row["value"] != ""
-    and bucket_order(row["bucket"])[0] > high
+    b["accuracy"]
+    for name, b in r["buckets"].items()
+    if b.get("accuracy") is not None
+    and (bucket_order(name)[0] > high if past else bucket_order(name)[1] <= high)
   ]
   return sum(scores) / len(scores) if scores else None
+
+
+def extrapolation_accuracy(r: dict) -> float | None:
+  """Mean exact match over the size buckets past the training sizes (None: none scored)."""
+  return _mean_accuracy(r, past=True)
 
 
 def in_distribution_accuracy(r: dict) -> float | None:
   """Mean exact match over the size buckets inside the training sizes (None: none scored)."""
-  high = r["train_sizes"][1]
-  scores = [
-    row["value"]
-    for row in csv_rows(r, ("accuracy",))
-    if row["metric"] == "accuracy"
-    and row["depth"] == ""
-    and row["value"] != ""
-    and bucket_order(row["bucket"])[1] <= high
-  ]
-  return sum(scores) / len(scores) if scores else None
+  return _mean_accuracy(r, past=False)
 
 
 # A task ranks only where some system learned it: exact match >= LEARNED at the training sizes
