@@ -414,3 +414,33 @@ def test_rope_extension_has_three_seeds_each_reading_its_own_base_run():
     assert (
       mine[f"linear_finetuned-s{seed}"].overrides["train.init_from"] == f"{{runs}}/rope-s{seed}"
     )
+
+
+def test_rope_extension_seeds_line_up_seed_0s_plain_names_with_the_seeded_runs(tmp_path):
+  """seeds.py pairs A and B of one seed, seed 0 read from runs without a suffix, LongRoPE's
+  variant whatever its factors path; each cell is the report's paired difference."""
+  seeds = importlib.import_module("experiments.rope_extension.seeds")
+  made = {}
+  for seed, suffix in [(0, ""), (1, "-s1")]:
+    for i, variant in enumerate(["none", f"longrope@/runs/rope{suffix}/factors.json"]):
+      result = with_documents(lengths_result(f"rope{suffix}", variant), shift=-0.1 * i, seed=i)
+      result["protocol"]["protocol"] = "windows"
+      made[seed, variant.split("@")[0]] = result
+      path = tmp_path / f"rope{suffix}" / f"{variant.replace('/', '_')}.json"
+      path.parent.mkdir(exist_ok=True)
+      path.write_text(json.dumps(result))
+  found = seeds.windows_results(tmp_path)
+  assert sorted(found) == [("rope", 0, "longrope"), ("rope", 0, "none")] + [
+    ("rope", 1, "longrope"),
+    ("rope", 1, "none"),
+  ]
+  a, b = ("rope", "longrope"), ("rope", "none")
+  for seed in (0, 1):
+    expected = report.lengths.paired_cell(
+      made[seed, "longrope"]["lengths"]["128"],
+      made[seed, "none"]["lengths"]["128"],
+      made[seed, "none"]["protocol"],
+    )
+    assert seeds.difference(found, a, b, "128", seed) == expected
+    assert expected.startswith("-0.1")  # the shift, paired over the same documents
+  assert seeds.difference(found, a, b, "128", 2) == "not run"
