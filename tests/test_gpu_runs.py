@@ -16,10 +16,10 @@ import gpu_list  # noqa: E402
 
 def test_the_list_has_every_run_not_done_with_a_rows_seeds_together():
   committed = ROOT / "experiments" / "scale_invariant" / "full" / "results"
-  done = {p.name for p in committed.iterdir()} if committed.is_dir() else set()
+  run_here = {p.name for p in committed.iterdir()} if committed.is_dir() else set()
   lines = gpu_list.lines("scale_invariant:full", "/tmp/r", skip={"nope-s1"})
   names = [line.split()[1] for line in lines]
-  left_out = done | {"nope-s1"}
+  left_out = run_here | {"nope-s1"}
   assert len(names) == 24 - len(left_out) and not left_out & set(names)  # 8 rows x 3 seeds
   stems = [name.rsplit("-s", 1)[0] for name in names]
   for stem in set(stems):  # a row's seeds next to each other, in seed order
