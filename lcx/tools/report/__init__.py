@@ -31,6 +31,7 @@ from lcx.tools.report.lengths import (
   paired,
   paired_cell,
   position_tables,
+  seed_pair_tables,
   seed_tables,
   variant_tables,
 )
@@ -120,6 +121,7 @@ __all__ = [
   "position_tables",
   "rank_tables",
   "sections",
+  "seed_pair_tables",
   "seed_tables",
   "superseded",
   "system",

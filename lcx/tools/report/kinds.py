@@ -76,6 +76,10 @@ LENGTHS = Kind(
     ),
     Section("Paired: each length against 1x", lambda rs, b, t: lengths.length_pair_tables(rs)),
     Section("Paired: each result against a baseline", lambda rs, b, t: lengths.pair_tables(rs, b)),
+    Section(
+      "Paired across seeds: each result against its seed's baseline",
+      lambda rs, b, t: lengths.seed_pair_tables(rs, b),
+    ),
     Section("Effective context length", lambda rs, b, t: lengths.effective_length_tables(rs, t)),
     Section("LongPPL by evaluation length", lambda rs, b, t: lengths.longppl_tables(rs)),
     Section("Perplexity across seeds", lambda rs, b, t: lengths.seed_tables(rs)),

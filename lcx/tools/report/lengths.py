@@ -170,17 +170,39 @@ def length_pairs(results: Sequence[dict]) -> list[tuple[list[dict], str, list[in
   return out
 
 
+def _seed_of(r: dict) -> tuple[str, int] | None:
+  """(stem/variant, seed) of a run named STEM-s<seed>, None for another name."""
+  match = tables.SEEDED_RUN.match(str(r["run"]))
+  return (f"{match['stem']}/{r['variant']}", int(match["seed"])) if match else None
+
+
+def _bases(group: Sequence[dict], baseline: str) -> list[tuple[dict, list[dict]]]:
+  """(baseline result, results paired with it) in one protocol group. `baseline`: empty for
+  the group's first result; a run/variant label; or STEM/VARIANT naming seeded runs
+  STEM-s<seed>, each seed's run then the baseline of that seed's other seeded results."""
+  if not baseline:
+    return [(group[0], list(group[1:]))]
+  named = [r for r in group if tables.label(r) == baseline]
+  if named:
+    return [(named[0], [r for r in group if r is not named[0]])]
+  out = []
+  for base in group:
+    stem_seed = _seed_of(base)
+    if stem_seed and stem_seed[0] == baseline:
+      same_seed = [r for r in group if r is not base and (_seed_of(r) or ("", -1))[1] == stem_seed[1]]
+      out.append((base, same_seed))
+  return out
+
+
 def baseline_pairs(
   results: Sequence[dict], baseline: str = ""
 ) -> list[tuple[dict, list[dict], list[int]]]:
   """Per protocol group with per-document losses: (the baseline, the other results, the
-  lengths). `baseline`: a run/variant label; default each group's first result."""
+  lengths), once per seed for a seeded baseline (`_bases`)."""
   out = []
   for group in tables.groups(_with_documents(results), group_key):
-    named = [r for r in group if tables.label(r) == baseline] if baseline else group[:1]
-    if named and len(group) > 1:
-      lengths = sorted({int(n) for r in group for n in r["lengths"]})
-      out.append((named[0], [r for r in group if r is not named[0]], lengths))
+    lengths = sorted({int(n) for r in group for n in r["lengths"]})
+    out.extend((base, others, lengths) for base, others in _bases(group, baseline) if others)
   return out
 
 
@@ -241,6 +263,64 @@ def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
       )
     )
   return "\n\n".join(out)
+
+
+def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
+  """With a seeded baseline STEM/VARIANT (`_bases`): per run stem and variant, per length, its
+  difference from the baseline of its own seed, summarized over the seeds: the mean [min, max
+  across seeds] and k/n, the seeds whose paired interval (`pair_tables`) excludes zero on the
+  mean's side. Empty for any other baseline: one seed has nothing to summarize."""
+  if not baseline or baseline in {tables.label(r) for r in results}:
+    return ""
+  out = []
+  for group in tables.groups(baseline_pairs(results, baseline), lambda p: group_key(p[0])):
+    diffs: dict = {}  # stem/variant -> seed -> length -> (difference, interval)
+    for base, others, lengths in group:
+      for r in others:
+        stem, seed = _seed_of(r)
+        by_length = diffs.setdefault(stem, {}).setdefault(seed, {})
+        for n in lengths:
+          got = _pair(r, base, n, base.get("protocol") or {})
+          if got:
+            by_length[n] = got
+    lengths = group[0][2]
+    rows = []
+    for stem, by_seed in diffs.items():
+      seeds = sorted(by_seed)
+      rows.append(
+        [stem, ",".join(map(str, seeds))]
+        + [_seed_summary([by_seed[s].get(n) for s in seeds]) for n in lengths]
+      )
+    base = group[0][0]
+    p = base.get("protocol") or {}
+    out.append(
+      f"{describe_protocol(p)}; train length {base['train_len']}. Each result minus {baseline}"
+      f" of its own seed, in mean loss (nats/token; negative: lower loss). Cells: the mean over"
+      f" seeds [min, max across seeds] k/n: of the n seeds, the k whose"
+      f" {p.get('confidence', 0.95) * 100:g}% paired bootstrap interval over the same documents"
+      f" ({p.get('bootstrap', 1000)} resamples, seed {p.get('seed', 0)}) excludes zero on the"
+      f" mean's side.\n\n"
+      + tables.markdown_table(
+        [f"runs/variant - {baseline}", "seeds"]
+        + [tables.times(n, base["train_len"]) for n in lengths],
+        rows,
+        align="ll" + "r" * len(lengths),
+      )
+    )
+  return "\n\n".join(out)
+
+
+def _seed_summary(pairs: Sequence) -> str:
+  """`mean [min, max] k/n` of per-seed (difference, interval) pairs; `-` unless every seed has
+  one."""
+  if not pairs or any(p is None for p in pairs):
+    return "-"
+  values = [p[0] for p in pairs]
+  mean = sum(values) / len(values)
+  apart = sum(
+    1 for _, ci in pairs if ci and ((mean < 0 and ci[1] < 0) or (mean > 0 and ci[0] > 0))
+  )
+  return f"{tables.cell(mean, [min(values), max(values)], _signed)} {apart}/{len(pairs)}"
 
 
 def _within(diff_xN: np.ndarray, lengths_N: Sequence[int], tolerance: float):
@@ -354,8 +434,10 @@ def longppl_tables(results: Sequence[dict]) -> str:
 
 
 def baselines(results: Sequence[dict]) -> list[str]:
-  """The labels `pair_tables` accepts as a baseline: results with per-document losses."""
-  return sorted({tables.label(r) for r in _with_documents(results)})
+  """The labels `pair_tables` accepts as a baseline: results with per-document losses, and
+  STEM/VARIANT of seeded runs STEM-s<seed> among them (each seed against its own)."""
+  found = _with_documents(results)
+  return sorted({tables.label(r) for r in found} | {s[0] for r in found if (s := _seed_of(r))})
 
 
 def longest(r: dict) -> str:

@@ -236,3 +236,42 @@ def test_longppl_table_shows_the_recorded_values_only_where_computed():
   }
   assert "nope/none" not in rows and "at most 64 tokens of context" in body
   assert rows["rope/none"] == ["-", "3.50 [3.00, 4.25] (7)", "3.50 [3.00, 4.25] (7)"]
+
+
+def test_a_seeded_baseline_pairs_each_seed_with_its_own_and_summarizes_across_seeds():
+  """--baseline=rope/none over runs rope-s0, rope-s1, alibi-s0, alibi-s1: alibi-s0 against
+  rope-s0 and alibi-s1 against rope-s1 (never across seeds), then the mean [min, max] of the two
+  differences and how many seeds' intervals exclude zero on the mean's side."""
+  runs = [
+    with_documents(lengths_result("rope-s0"), seed=10),
+    with_documents(lengths_result("rope-s1"), shift=0.05, seed=11),
+    with_documents(lengths_result("alibi-s0"), shift=0.3, seed=12),
+    with_documents(lengths_result("alibi-s1"), shift=0.01, seed=13),
+  ]
+  assert "rope/none" in report.baselines(runs) and "rope-s1/none" in report.baselines(runs)
+  text = report.format_tables(runs, baseline="rope/none")
+  assert "Each result minus rope-s0/none" in text and "Each result minus rope-s1/none" in text
+  per_seed = [
+    report.paired(runs[a]["lengths"]["128"], runs[b]["lengths"]["128"], runs[b]["protocol"])
+    for a, b in ((2, 0), (3, 1))
+  ]
+  summary = text.split("## Paired across seeds: each result against its seed's baseline\n")[1]
+  row = next(line for line in summary.splitlines() if line.startswith("| alibi/none"))
+  cells = [c.strip() for c in row.split("|")[1:-1]]
+  values = [d for d, _ in per_seed]
+  mean = sum(values) / 2
+  apart = sum(1 for _, (lo, hi) in per_seed if (lo > 0 if mean > 0 else hi < 0))
+  assert cells[:2] == ["alibi/none", "0,1"]
+  assert cells[3] == f"{mean:+.3f} [{min(values):+.3f}, {max(values):+.3f}] {apart}/2"
+  # Within a seed: +0.3 and 0.01 - 0.05 (across seeds it would be 0.3 - 0.05 and +0.01);
+  # only seed 0's interval lies on the mean's (positive) side.
+  assert values == pytest.approx([0.3, -0.04], abs=0.02) and apart == 1
+  # The CSV holds each seed's difference against its own seed's baseline.
+  versus = [
+    (r["run"], r["note"])
+    for r in csv.DictReader(report.format_csv(runs, "rope/none").splitlines())
+    if r["metric"] == "loss_minus_baseline" and r["length"] == "64"
+  ]
+  assert versus == [("alibi-s0", "minus rope-s0/none"), ("alibi-s1", "minus rope-s1/none")]
+  # A baseline that names one result: no summary across seeds.
+  assert "Paired across seeds" not in report.format_tables(runs, baseline="rope-s0/none")
