@@ -75,6 +75,10 @@ LENGTHS = Kind(
       lambda rs, b, t: lengths.length_tables(rs, "bits_per_byte"),
     ),
     Section("Paired: each length against 1x", lambda rs, b, t: lengths.length_pair_tables(rs)),
+    Section(
+      "Paired across seeds: each length against 1x",
+      lambda rs, b, t: lengths.length_seed_pair_tables(rs),
+    ),
     Section("Paired: each result against a baseline", lambda rs, b, t: lengths.pair_tables(rs, b)),
     Section(
       "Paired across seeds: each result against its seed's baseline",

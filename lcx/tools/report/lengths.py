@@ -244,6 +244,50 @@ def length_pair_tables(results: Sequence[dict]) -> str:
   return "\n\n".join(out)
 
 
+def length_seed_pair_tables(results: Sequence[dict]) -> str:
+  """`length_pair_tables` summarized over seeds: per run stem and variant with two or more seeds
+  (runs STEM-s<seed>), per length, the mean of each seed's loss there minus its loss at 1x [min,
+  max across seeds] k/n (`_seed_summary`): does the loss past L rise in every seed?"""
+  out = []
+  for chosen, train, lengths in length_pairs(results):
+    diffs: dict = {}  # stem/variant -> seed -> length -> (difference, interval)
+    for r in chosen:
+      stem_seed = _seed_of(r)
+      if stem_seed:
+        diffs.setdefault(stem_seed[0], {})[stem_seed[1]] = {
+          n: paired(r["lengths"][str(n)], r["lengths"][train], r.get("protocol") or {})
+          for n in lengths
+          if str(n) in r["lengths"]
+        }
+    rows = [
+      [stem, ",".join(map(str, sorted(by_seed)))]
+      + [_seed_summary([by_seed[s].get(n) for s in sorted(by_seed)]) for n in lengths]
+      for stem, by_seed in diffs.items()
+      if len(by_seed) >= 2
+    ]
+    if rows:
+      out.append(
+        _seed_pair_note(chosen[0], f"Each length against 1x ({train}) in each seed")
+        + tables.markdown_table(
+          ["runs/variant", "seeds"] + [f"{tables.times(n, int(train))} - 1x" for n in lengths],
+          rows,
+          align="ll" + "r" * len(lengths),
+        )
+      )
+  return "\n\n".join(out)
+
+
+def _seed_pair_note(r: dict, what: str) -> str:
+  p = r.get("protocol") or {}
+  return (
+    f"{describe_protocol(p)}; train length {r['train_len']}. {what}, in mean loss (nats/token;"
+    f" negative: lower loss). Cells: the mean over seeds [min, max across seeds] k/n: of the n"
+    f" seeds, the k whose {p.get('confidence', 0.95) * 100:g}% paired bootstrap interval over"
+    f" the same documents ({p.get('bootstrap', 1000)} resamples, seed {p.get('seed', 0)})"
+    f" excludes zero on the mean's side.\n\n"
+  )
+
+
 def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
   """Each result minus a baseline result (`baseline_pairs`), per length, paired over the same
   documents. One table per protocol group."""
@@ -292,14 +336,8 @@ def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
         + [_seed_summary([by_seed[s].get(n) for s in seeds]) for n in lengths]
       )
     base = group[0][0]
-    p = base.get("protocol") or {}
     out.append(
-      f"{describe_protocol(p)}; train length {base['train_len']}. Each result minus {baseline}"
-      f" of its own seed, in mean loss (nats/token; negative: lower loss). Cells: the mean over"
-      f" seeds [min, max across seeds] k/n: of the n seeds, the k whose"
-      f" {p.get('confidence', 0.95) * 100:g}% paired bootstrap interval over the same documents"
-      f" ({p.get('bootstrap', 1000)} resamples, seed {p.get('seed', 0)}) excludes zero on the"
-      f" mean's side.\n\n"
+      _seed_pair_note(base, f"Each result minus {baseline} of its own seed")
       + tables.markdown_table(
         [f"runs/variant - {baseline}", "seeds"]
         + [tables.times(n, base["train_len"]) for n in lengths],

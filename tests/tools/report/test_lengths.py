@@ -274,4 +274,27 @@ def test_a_seeded_baseline_pairs_each_seed_with_its_own_and_summarizes_across_se
   ]
   assert versus == [("alibi-s0", "minus rope-s0/none"), ("alibi-s1", "minus rope-s1/none")]
   # A baseline that names one result: no summary across seeds.
-  assert "Paired across seeds" not in report.format_tables(runs, baseline="rope-s0/none")
+  one = report.format_tables(runs, baseline="rope-s0/none")
+  assert "Paired across seeds: each result against its seed's baseline" not in one
+
+
+def test_each_length_against_1x_is_summarized_over_the_seeds_of_a_run_stem():
+  """Two seeds of one stem: per length the mean of each seed's own loss minus its loss at 1x
+  [min, max] k/n; a stem with one seed, or a run without a seed suffix, has no row."""
+  runs = [
+    with_documents(lengths_result("rope-s0"), seed=20),
+    with_documents(lengths_result("rope-s1"), seed=21),
+    with_documents(lengths_result("alibi-s0"), seed=22),
+    with_documents(lengths_result("nope"), seed=23),
+  ]
+  text = report.length_seed_pair_tables(runs)
+  rows = {row_cells(x)[0]: row_cells(x) for x in text.splitlines() if x.startswith("| ")}
+  assert set(rows) == {"runs/variant", "rope/none"}
+  per_seed = [
+    report.paired(r["lengths"]["256"], r["lengths"]["64"], r["protocol"]) for r in runs[:2]
+  ]
+  values = [d for d, _ in per_seed]
+  apart = sum(1 for _, (lo, _hi) in per_seed if lo > 0)
+  assert rows["rope/none"][1] == "0,1"
+  assert rows["rope/none"][3] == f"{sum(values) / 2:+.3f} [{min(values):+.3f}, {max(values):+.3f}] {apart}/2"
+  assert values == pytest.approx([0.2, 0.2], abs=0.02) and apart == 2  # 0.1 a doubling, 4x
