@@ -19,7 +19,9 @@ def test_the_list_has_every_run_not_done_with_a_rows_seeds_together():
   # skipped run are left out.
   committed = ROOT / "experiments" / "scale_invariant" / "full" / "results"
   run_here = {p.name for p in committed.iterdir()} if committed.is_dir() else set()
-  names = [line.split()[1] for line in gpu_list.lines("scale_invariant:full", "/tmp/r", {"nope-s1"})]
+  names = [
+    line.split()[1] for line in gpu_list.lines("scale_invariant:full", "/tmp/r", {"nope-s1"})
+  ]
   left_out = run_here | {"nope-s1"}
   assert len(names) == 24 - len(left_out) and not left_out & set(names)  # 8 rows x 3 seeds
   # schemes:full, none of it run: every run listed, a row's seeds together, in seed order.

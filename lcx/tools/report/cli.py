@@ -16,9 +16,11 @@ def define_flags() -> None:
   flags.DEFINE_string("out", None, "Directory for report.md, results.csv and the plots.")
   flags.DEFINE_string("title", "lcx report", "Title of report.md.")
   flags.DEFINE_string(
-    "baseline", "", "run/variant each result is paired against (default: each group's first); STEM/VARIANT of "
+    "baseline",
+    "",
+    "run/variant each result is paired against (default: each group's first); STEM/VARIANT of "
     "runs named STEM-s<seed>: each seeded result against the baseline of its own seed, and a "
-    "table of those differences across seeds."
+    "table of those differences across seeds.",
   )
   flags.DEFINE_float(
     "effective_tolerance",

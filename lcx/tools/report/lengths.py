@@ -189,7 +189,9 @@ def _bases(group: Sequence[dict], baseline: str) -> list[tuple[dict, list[dict]]
   for base in group:
     stem_seed = _seed_of(base)
     if stem_seed and stem_seed[0] == baseline:
-      same_seed = [r for r in group if r is not base and (_seed_of(r) or ("", -1))[1] == stem_seed[1]]
+      same_seed = [
+        r for r in group if r is not base and (_seed_of(r) or ("", -1))[1] == stem_seed[1]
+      ]
       out.append((base, same_seed))
   return out
 
@@ -355,9 +357,7 @@ def _seed_summary(pairs: Sequence) -> str:
     return "-"
   values = [p[0] for p in pairs]
   mean = sum(values) / len(values)
-  apart = sum(
-    1 for _, ci in pairs if ci and ((mean < 0 and ci[1] < 0) or (mean > 0 and ci[0] > 0))
-  )
+  apart = sum(1 for _, ci in pairs if ci and ((mean < 0 and ci[1] < 0) or (mean > 0 and ci[0] > 0)))
   return f"{tables.cell(mean, [min(values), max(values)], _signed)} {apart}/{len(pairs)}"
 
 

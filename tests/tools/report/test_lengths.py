@@ -296,5 +296,8 @@ def test_each_length_against_1x_is_summarized_over_the_seeds_of_a_run_stem():
   values = [d for d, _ in per_seed]
   apart = sum(1 for _, (lo, _hi) in per_seed if lo > 0)
   assert rows["rope/none"][1] == "0,1"
-  assert rows["rope/none"][3] == f"{sum(values) / 2:+.3f} [{min(values):+.3f}, {max(values):+.3f}] {apart}/2"
+  assert (
+    rows["rope/none"][3]
+    == f"{sum(values) / 2:+.3f} [{min(values):+.3f}, {max(values):+.3f}] {apart}/2"
+  )
   assert values == pytest.approx([0.2, 0.2], abs=0.02) and apart == 2  # 0.1 a doubling, 4x
