@@ -261,22 +261,36 @@ def length_seed_pair_tables(results: Sequence[dict]) -> str:
           for n in lengths
           if str(n) in r["lengths"]
         }
-    rows = [
-      [stem, ",".join(map(str, sorted(by_seed)))]
-      + [_seed_summary([by_seed[s].get(n) for s in sorted(by_seed)]) for n in lengths]
-      for stem, by_seed in diffs.items()
-      if len(by_seed) >= 2
-    ]
-    if rows:
+    table = _seed_summary_table(
+      diffs,
+      lengths,
+      ["runs/variant"] + [f"{tables.times(n, int(train))} - 1x" for n in lengths],
+      min_seeds=2,
+    )
+    if table:
       out.append(
-        _seed_pair_note(chosen[0], f"Each length against 1x ({train}) in each seed")
-        + tables.markdown_table(
-          ["runs/variant", "seeds"] + [f"{tables.times(n, int(train))} - 1x" for n in lengths],
-          rows,
-          align="ll" + "r" * len(lengths),
-        )
+        _seed_pair_note(chosen[0], f"Each length against 1x ({train}) in each seed") + table
       )
   return "\n\n".join(out)
+
+
+def _seed_summary_table(
+  diffs: dict, lengths: Sequence[int], header: list[str], min_seeds: int
+) -> str:
+  """The markdown table of `diffs` (stem/variant -> seed -> length -> (difference, interval)):
+  a row per stem with at least `min_seeds` seeds, its seeds, then `_seed_summary` per length;
+  `header`: the first column's name and one per length. Empty without a row."""
+  rows = [
+    [stem, ",".join(map(str, sorted(by_seed)))]
+    + [_seed_summary([by_seed[s].get(n) for s in sorted(by_seed)]) for n in lengths]
+    for stem, by_seed in diffs.items()
+    if len(by_seed) >= min_seeds
+  ]
+  if not rows:
+    return ""
+  return tables.markdown_table(
+    [header[0], "seeds", *header[1:]], rows, align="ll" + "r" * len(lengths)
+  )
 
 
 def _seed_pair_note(r: dict, what: str) -> str:
@@ -329,24 +343,15 @@ def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
           got = _pair(r, base, n, base.get("protocol") or {})
           if got:
             by_length[n] = got
-    lengths = group[0][2]
-    rows = []
-    for stem, by_seed in diffs.items():
-      seeds = sorted(by_seed)
-      rows.append(
-        [stem, ",".join(map(str, seeds))]
-        + [_seed_summary([by_seed[s].get(n) for s in seeds]) for n in lengths]
-      )
-    base = group[0][0]
-    out.append(
-      _seed_pair_note(base, f"Each result minus {baseline} of its own seed")
-      + tables.markdown_table(
-        [f"runs/variant - {baseline}", "seeds"]
-        + [tables.times(n, base["train_len"]) for n in lengths],
-        rows,
-        align="ll" + "r" * len(lengths),
-      )
+    base, _, lengths = group[0]
+    table = _seed_summary_table(
+      diffs,
+      lengths,
+      [f"runs/variant - {baseline}"] + [tables.times(n, base["train_len"]) for n in lengths],
+      min_seeds=1,
     )
+    if table:
+      out.append(_seed_pair_note(base, f"Each result minus {baseline} of its own seed") + table)
   return "\n\n".join(out)
 
 
