@@ -41,14 +41,38 @@ class _IteratorSnapshot:
 class Checkpointer:
   """Keep-N interval checkpoints in `workdir/checkpoints`, plus forced saves (end, SIGTERM)."""
 
-  def __init__(self, workdir: str, *, every: int, keep: int, async_save: bool = True):
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    every: int = 0,
+    keep: int | None = None,
+    async_save: bool = True,
+    read_only: bool = False,
+  ):
+    """`read_only`: saves nothing and waits at no barrier across processes (Orbax's barriers
+    skipped by counting this process alone as active). Each process opens a Reader when it sees
+    checkpoints/, and one may see it before another has made it: a barrier that one process
+    waits at and another never reaches hangs the run."""
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
-    options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep,
-      save_interval_steps=every,
-      enable_async_checkpointing=async_save,
-      create=True,
-    )
+    if read_only:
+      options = ocp.CheckpointManagerOptions(
+        read_only=True,
+        create=False,
+        save_interval_steps=0,
+        save_root_metadata=False,
+        enable_async_checkpointing=False,
+        multiprocessing_options=ocp.options.MultiprocessingOptions(
+          primary_host=jax.process_index(), active_processes={jax.process_index()}
+        ),
+      )
+    else:
+      options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep,
+        save_interval_steps=every,
+        enable_async_checkpointing=async_save,
+        create=True,
+      )
     self.manager = ocp.CheckpointManager(self.directory, options=options)
     self._saving = None  # the step of the last save started: an async save fails later
     self.saved_meta = None  # the metadata written with it (its fingerprint included)
@@ -223,7 +247,7 @@ class Reader:
   def __init__(self, workdir: str):
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     exists = os.path.isdir(self.directory)
-    self._ckpt = Checkpointer(workdir, every=1, keep=1, async_save=False) if exists else None
+    self._ckpt = Checkpointer(workdir, read_only=True) if exists else None
     self.steps = sorted(self._ckpt.manager.all_steps()) if exists else []
 
   @property

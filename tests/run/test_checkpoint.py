@@ -127,3 +127,32 @@ def test_restore_params_on_another_device_layout(tmp_path):
   leaves = jax.tree.leaves(params)
   assert leaves and all(isinstance(x, np.ndarray) for x in leaves)
   assert params["embed"].shape == (259, 64)
+
+
+class _Iterator:
+  def get_state(self):
+    return {"position": 0}
+
+
+def test_a_reader_waits_at_no_barrier_across_processes(tmp_path, monkeypatch):
+  """Each process opens a Reader when it sees checkpoints/, which one process may make before
+  another looks: a barrier in the Reader would be met by one process only and hang the run.
+  Orbax calls its barriers anyway; one among this process alone returns at once."""
+  from orbax.checkpoint._src.multihost import multihost
+
+  barriers, sync = [], multihost.sync_global_processes
+
+  def record(name, **kw):
+    barriers.append((name.split(":")[-1], kw.get("processes")))
+    return sync(name, **kw)
+
+  monkeypatch.setattr(multihost, "sync_global_processes", record)
+  writer = checkpoint.Checkpointer(str(tmp_path), every=1, keep=1, async_save=False)
+  writer.save(1, {"params": {"w": np.ones(3, np.float32)}}, _Iterator(), {"note": "x"}, force=True)
+  writer.close()
+  assert ("create_directory", None) in barriers  # a writer's: across every process
+  barriers.clear()
+  with checkpoint.Reader(str(tmp_path)) as reader:
+    assert reader.latest == 1 and reader.meta(1)["note"] == "x"
+    assert reader.param_shapes(1) == {"w": (3,)}
+  assert barriers and all(processes == {jax.process_index()} for _, processes in barriers)

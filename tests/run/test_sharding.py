@@ -232,7 +232,13 @@ def test_two_processes_train_together(tmp_path):
     )
     for i in range(2)
   ]
-  outs = [p.communicate(timeout=240) for p in procs]
+  try:
+    outs = [p.communicate(timeout=240) for p in procs]
+  except subprocess.TimeoutExpired:  # a hang: both processes' last words, not just the first's
+    for p in procs:
+      p.kill()
+    tails = [f"process {i}:\n{p.communicate()[1][-2000:]}" for i, p in enumerate(procs)]
+    pytest.fail("the two processes hung past 240 s\n" + "\n".join(tails))
   for p, (_, err) in zip(procs, outs):
     assert p.returncode == 0, err[-4000:]
   assert "process 0 of 2" in outs[0][1] and "process 1 of 2" in outs[1][1]
