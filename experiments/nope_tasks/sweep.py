@@ -1,7 +1,7 @@
 """NoPE paper analog (Kazemnejad et al. 2023): every scheme on every synthetic task, trained on
 sizes U(1, L), tested to 4x L; exact match per size bucket, ranked across tasks.
 
-`./launch.sh sweep experiments/nope_tasks` (CPU: one seed, tiny models) or
+`./launch.sh sweep experiments/nope_tasks` (CPU: 3 seeds, tiny models) or
 `experiments/nope_tasks:full` (3 seeds, the small model, longer training).
 Published mean reciprocal rank: NoPE 0.69 > T5 0.55 > ALiBi 0.50 > RoPE 0.33 > APE 0.22.
 """
@@ -24,7 +24,8 @@ MAX_SIZE = {"scan": 4, "pcfg": 4, "lego": 8, "associative_recall": 8, "passkey":
 
 def get_runs(arg=""):
   full = arg == "full"
-  size, steps, seeds = ("small", 3000, (0, 1, 2)) if full else ("tiny", 800, (0,))
+  size, steps = ("small", 3000) if full else ("tiny", 800)
+  seeds = (0, 1, 2)
   runs = {}
   for task in tasks.TASKS:
     max_len = MAX_SIZE.get(task, 16)
