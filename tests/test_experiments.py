@@ -98,6 +98,18 @@ def test_flip_flop_has_every_row_of_path_table_1_with_three_seeds(arg):
   assert {r.overrides["seed"] for r in runs.values()} == {0, 1, 2}
 
 
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_nope_tasks_is_its_13_tasks_by_8_schemes_by_3_seeds(arg):
+  """A task registered later (its own experiment) does not join the table unrun."""
+  from lcx.run.data import tasks
+
+  runs = sweep.load(str(ROOT / "experiments" / "nope_tasks") + (f":{arg}" if arg else "")).runs
+  named = {name.split("-")[0] for name in runs}
+  assert len(named) == 13 and named <= set(tasks.TASKS) and "flip_flop" not in named
+  assert len(runs) == 13 * 8 * 3
+  assert {r.overrides["seed"] for r in runs.values()} == {0, 1, 2}
+
+
 def test_a_flip_flop_row_of_an_unregistered_scheme_fails_with_the_config_error():
   """What a FoX or PaTH row does before its scheme is merged: the config's one line, no skip."""
   from configs import flip_flop
