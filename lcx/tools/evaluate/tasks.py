@@ -9,6 +9,8 @@ exactly when every argmax along the true answer is right. Intervals resample exa
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from lcx.run.data import tasks
@@ -37,10 +39,23 @@ def hits(runner, examples: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np
   return np.array([r.all() for r in right]), np.array([r.mean() for r in right])
 
 
-def _summary(exact_N, token_N, scored_N, weights_RxN) -> dict:
+def digest(examples) -> str:
+  """What tells one set of evaluation examples from another: a hash of their tokens and scored
+  masks, in order. Two results pair example by example only where their digests agree."""
+  h = hashlib.sha256()
+  for example in examples:
+    for part in example:
+      h.update(np.asarray(part).tobytes())
+      h.update(b"|")
+  return h.hexdigest()[:16]
+
+
+def _summary(exact_N, token_N, scored_N, weights_RxN, examples) -> dict:
   """Exact match and per-token accuracy (Ruoss et al.'s: the mean over examples of the share
   of answer tokens right) per example; `error_rate` pools the scored tokens of all examples
-  (flip-flop's error rate: wrong read bits / read bits)."""
+  (flip-flop's error rate: wrong read bits / read bits). `per_example`: each example's exact
+  match in order ("0"/"1") and the examples' `digest`, for comparisons paired example by
+  example (report)."""
   if not exact_N.size:
     return {
       "accuracy": None,
@@ -60,6 +75,10 @@ def _summary(exact_N, token_N, scored_N, weights_RxN) -> dict:
     "error_rate": float(wrong_N.sum() / scored_N.sum()),
     "error_rate_ci": stats.ratio_ci(wrong_N, scored_N, weights_RxN),
     "examples": int(exact_N.size),
+    "per_example": {
+      "exact": "".join("1" if x else "0" for x in exact_N.tolist()),
+      "digest": digest(examples),
+    },
   }
 
 
@@ -113,6 +132,7 @@ def sweep(runner, tokenizer) -> dict:
           token_N[inside],
           scored_N[inside],
           weights[:, inside] if len(weights) else weights,
+          [examples[i] for i in np.flatnonzero(inside)],
         )
     return out
 

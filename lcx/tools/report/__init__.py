@@ -16,10 +16,9 @@ built from those rows; `plots` draws; `write` puts report.md and results.csv tog
 is the command. The names below are what other modules, notebooks and tests use.
 """
 
-from lcx.tools.report.kinds import KINDS
+from lcx.tools.report.kinds import KINDS, baselines
 from lcx.tools.report.lengths import (
   baseline_pairs,
-  baselines,
   effective_length,
   effective_length_tables,
   length_pair_tables,

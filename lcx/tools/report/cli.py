@@ -7,7 +7,7 @@ import sys
 from absl import flags
 
 from lcx import cli, errors
-from lcx.tools.report.lengths import baselines
+from lcx.tools.report.kinds import baselines
 from lcx.tools.report.load import HISTORY, corpus_warning, load, superseded
 from lcx.tools.report.write import format_tables, write
 
@@ -20,7 +20,8 @@ def define_flags() -> None:
     "",
     "run/variant each result is paired against (default: each group's first); STEM/VARIANT of "
     "runs named STEM-s<seed>: each seeded result against the baseline of its own seed, and a "
-    "table of those differences across seeds.",
+    "table of those differences across seeds. For task results: a system (the run name without "
+    "task and seed, e.g. rope), paired in each task example by example.",
   )
   flags.DEFINE_float(
     "effective_tolerance",

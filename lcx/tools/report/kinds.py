@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from lcx.tools.report import lengths, passkey, plots, tasks
+from lcx.tools.report import lengths, passkey, plots, tables, tasks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +39,18 @@ def _no_pairs(results: Sequence[dict], baseline: str) -> list[dict]:
   return []
 
 
+def _no_baselines(results: Sequence[dict]) -> list[str]:
+  del results
+  return []
+
+
 @dataclasses.dataclass(frozen=True)
 class Kind:
   """`keys`: what a result needs beyond load.COMMON_KEYS; `check(result, where)` raises a
   ValueError naming `where` for what the keys cannot say; `rows(result)`: its long-form CSV
   rows (tables.row); `pair_rows(results, baseline)`: rows comparing results, after every
-  result's own; `describe(result)`: a few words for the index table and plot titles."""
+  result's own; `baselines(results)`: what `--baseline` may name among them; `describe(result)`:
+  a few words for the index table and plot titles."""
 
   name: str
   keys: tuple[str, ...]
@@ -54,6 +60,7 @@ class Kind:
   plots: tuple[Plot, ...] = ()
   check: Callable[[dict, str], None] = _no_check
   pair_rows: Callable[[Sequence[dict], str], list[dict]] = _no_pairs
+  baselines: Callable[[Sequence[dict]], list[str]] = _no_baselines
 
 
 def _lengths_check(result: dict, where: str) -> None:
@@ -96,6 +103,7 @@ LENGTHS = Kind(
   ),
   rows=lengths.csv_rows,
   pair_rows=lengths.paired_csv_rows,
+  baselines=lengths.baselines,
   describe=lengths.short_protocol,
   plots=(
     Plot("perplexity", "perplexity.png", plots.plot_perplexity),
@@ -118,9 +126,17 @@ TASKS = Kind(
     Section(
       "Task error rate across seeds", lambda rs, b, t: tasks.task_seed_tables(rs, "error_rate")
     ),
+    Section(
+      "Task pairs: each result against a baseline", lambda rs, b, t: tasks.pair_tables(rs, b)
+    ),
+    Section(
+      "Task pairs across seeds: each system against its seed's baseline",
+      lambda rs, b, t: tasks.seed_pair_tables(rs, b),
+    ),
     Section("Ranking across tasks", lambda rs, b, t: tasks.rank_tables(rs)),
   ),
   rows=tasks.csv_rows,
+  baselines=tasks.baselines,
   describe=lambda r: f"task {r['task']}",
   plots=(
     Plot("tasks", "tasks.png", plots.plot_tasks),
@@ -139,3 +155,10 @@ PASSKEY = Kind(
 
 # Report order: each kind's sections, CSV rows and plots come in this order.
 KINDS: dict[str, Kind] = {k.name: k for k in (LENGTHS, TASKS, PASSKEY)}
+
+
+def baselines(results: Sequence[dict]) -> list[str]:
+  """Every name `--baseline` accepts: each kind's, over its own results."""
+  return sorted(
+    {b for kind in KINDS.values() for b in kind.baselines(tables.of_kind(results, kind.name))}
+  )

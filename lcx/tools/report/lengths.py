@@ -132,11 +132,7 @@ def paired(a: dict, b: dict, protocol: dict) -> tuple[float, list[float] | None]
 def paired_cell(a: dict, b: dict, protocol: dict) -> str:
   """`A - B [lo, hi]` (`paired`), `-` where the two cannot be paired."""
   got = paired(a, b, protocol)
-  return "-" if got is None else tables.cell(*got, _signed)
-
-
-def _signed(x: float) -> str:
-  return f"{x:+.3f}"
+  return "-" if got is None else tables.cell(*got, tables.signed)
 
 
 def _with_documents(results: Sequence[dict]) -> list[dict]:
@@ -216,7 +212,7 @@ def _pair(a: dict, b: dict, n: int, protocol: dict):
 
 
 def _pair_text(got) -> str:
-  return "-" if got is None else tables.cell(*got, _signed)
+  return "-" if got is None else tables.cell(*got, tables.signed)
 
 
 def length_pair_tables(results: Sequence[dict]) -> str:
@@ -249,7 +245,7 @@ def length_pair_tables(results: Sequence[dict]) -> str:
 def length_seed_pair_tables(results: Sequence[dict]) -> str:
   """`length_pair_tables` summarized over seeds: per run stem and variant with two or more seeds
   (runs STEM-s<seed>), per length, the mean of each seed's loss there minus its loss at 1x [min,
-  max across seeds] k/n (`_seed_summary`): does the loss past L rise in every seed?"""
+  max across seeds] k/n (`tables.seed_summary`): does the loss past L rise in every seed?"""
   out = []
   for chosen, train, lengths in length_pairs(results):
     diffs: dict = {}  # stem/variant -> seed -> length -> (difference, interval)
@@ -261,7 +257,7 @@ def length_seed_pair_tables(results: Sequence[dict]) -> str:
           for n in lengths
           if str(n) in r["lengths"]
         }
-    table = _seed_summary_table(
+    table = tables.seed_summary_table(
       diffs,
       lengths,
       ["runs/variant"] + [f"{tables.times(n, int(train))} - 1x" for n in lengths],
@@ -272,25 +268,6 @@ def length_seed_pair_tables(results: Sequence[dict]) -> str:
         _seed_pair_note(chosen[0], f"Each length against 1x ({train}) in each seed") + table
       )
   return "\n\n".join(out)
-
-
-def _seed_summary_table(
-  diffs: dict, lengths: Sequence[int], header: list[str], min_seeds: int
-) -> str:
-  """The markdown table of `diffs` (stem/variant -> seed -> length -> (difference, interval)):
-  a row per stem with at least `min_seeds` seeds, its seeds, then `_seed_summary` per length;
-  `header`: the first column's name and one per length. Empty without a row."""
-  rows = [
-    [stem, ",".join(map(str, sorted(by_seed)))]
-    + [_seed_summary([by_seed[s].get(n) for s in sorted(by_seed)]) for n in lengths]
-    for stem, by_seed in diffs.items()
-    if len(by_seed) >= min_seeds
-  ]
-  if not rows:
-    return ""
-  return tables.markdown_table(
-    [header[0], "seeds", *header[1:]], rows, align="ll" + "r" * len(lengths)
-  )
 
 
 def _seed_pair_note(r: dict, what: str) -> str:
@@ -344,7 +321,7 @@ def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
           if got:
             by_length[n] = got
     base, _, lengths = group[0]
-    table = _seed_summary_table(
+    table = tables.seed_summary_table(
       diffs,
       lengths,
       [f"runs/variant - {baseline}"] + [tables.times(n, base["train_len"]) for n in lengths],
@@ -353,17 +330,6 @@ def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
     if table:
       out.append(_seed_pair_note(base, f"Each result minus {baseline} of its own seed") + table)
   return "\n\n".join(out)
-
-
-def _seed_summary(pairs: Sequence) -> str:
-  """`mean [min, max] k/n` of per-seed (difference, interval) pairs; `-` unless every seed has
-  one."""
-  if not pairs or any(p is None for p in pairs):
-    return "-"
-  values = [p[0] for p in pairs]
-  mean = sum(values) / len(values)
-  apart = sum(1 for _, ci in pairs if ci and ((mean < 0 and ci[1] < 0) or (mean > 0 and ci[0] > 0)))
-  return f"{tables.cell(mean, [min(values), max(values)], _signed)} {apart}/{len(pairs)}"
 
 
 def _within(diff_xN: np.ndarray, lengths_N: Sequence[int], tolerance: float):

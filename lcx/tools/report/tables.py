@@ -187,6 +187,36 @@ def seed_table(
   return columns, out
 
 
+def signed(x: float) -> str:
+  return f"{x:+.3f}"
+
+
+def seed_summary(pairs: Sequence) -> str:
+  """`mean [min, max] k/n` of per-seed (difference, interval) pairs: of the n seeds, the k whose
+  interval excludes zero on the mean's side; `-` unless every seed has one."""
+  if not pairs or any(p is None for p in pairs):
+    return "-"
+  values = [p[0] for p in pairs]
+  mean = sum(values) / len(values)
+  apart = sum(1 for _, ci in pairs if ci and ((mean < 0 and ci[1] < 0) or (mean > 0 and ci[0] > 0)))
+  return f"{cell(mean, [min(values), max(values)], signed)} {apart}/{len(pairs)}"
+
+
+def seed_summary_table(diffs: dict, columns: Sequence, header: list[str], min_seeds: int) -> str:
+  """The markdown table of `diffs` (row name -> seed -> column -> (difference, interval)): a
+  row per name with at least `min_seeds` seeds, its seeds, then `seed_summary` per column;
+  `header`: the first column's name and one per column. Empty without a row."""
+  rows = [
+    [name, ",".join(map(str, sorted(by_seed)))]
+    + [seed_summary([by_seed[s].get(c) for s in sorted(by_seed)]) for c in columns]
+    for name, by_seed in diffs.items()
+    if len(by_seed) >= min_seeds
+  ]
+  if not rows:
+    return ""
+  return markdown_table([header[0], "seeds", *header[1:]], rows, align="ll" + "r" * len(columns))
+
+
 def rank_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
   """(tasks, table rows) of the mean reciprocal rank from long-form rows {task, system, value}
   (one per seed): per task with two or more systems, systems ranked by their mean over seeds

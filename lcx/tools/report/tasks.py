@@ -1,10 +1,14 @@
-"""The "tasks" kind: exact match and error rate per task-size bucket, across seeds, ranked."""
+"""The "tasks" kind: exact match and error rate per task-size bucket, across seeds, ranked, and
+paired against a baseline system example by example."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
+from lcx.tools import bootstrap
 from lcx.tools.report import tables
 
 
@@ -207,6 +211,139 @@ def rank_tables(results: Sequence[dict]) -> str:
     "\n\n" + tables.markdown_table(["system", "MRR"] + tasks, body)
   )
   return table + ("\n\n" + note if note else "")
+
+
+def _exact(bucket: dict) -> tuple[str, np.ndarray] | None:
+  """(digest of the examples, each one's exact match as 0/1) of a bucket; None where the
+  result predates per-example outcomes or the bucket was skipped."""
+  per = bucket.get("per_example")
+  if not per or not per.get("exact"):
+    return None
+  return per["digest"], np.frombuffer(per["exact"].encode(), np.uint8).astype(np.float64) - 48
+
+
+def _bootstrap(r: dict) -> tuple[int, int]:
+  """(resamples, seed) of a result's own intervals: eval.bootstrap and data.seed."""
+  config = r.get("config") or {}
+  return config.get("eval", {}).get("bootstrap", 1000), config.get("data", {}).get("seed", 0)
+
+
+def paired(a: dict, b: dict, bucket: str, resamples: int, seed: int):
+  """(A's exact match minus B's, its interval) in one size bucket, paired over the same
+  examples (a seeded bootstrap over examples); None unless both hold the outcomes of the same
+  examples (their digests agree)."""
+  ea, eb = (_exact(r["buckets"].get(bucket, {})) for r in (a, b))
+  if ea is None or eb is None or ea[0] != eb[0] or len(ea[1]) != len(eb[1]):
+    return None
+  ones_N = np.ones_like(ea[1])
+  weights_RxN = bootstrap.resample_weights(len(ones_N), resamples, seed)
+  return bootstrap.paired_difference(ea[1], ones_N, eb[1], ones_N, weights_RxN)
+
+
+def _seed(r: dict) -> int | None:
+  match = tables.SEEDED_RUN.match(str(r["run"]))
+  return int(match["seed"]) if match else None
+
+
+def _with_examples(results: Sequence[dict]) -> list[dict]:
+  return [
+    r for r in tables.of_kind(results, "tasks") if any(_exact(b) for b in r["buckets"].values())
+  ]
+
+
+def baselines(results: Sequence[dict]) -> list[str]:
+  """The systems (`system`) `--baseline` can name for task results with per-example outcomes:
+  in each task, each result is paired with that system's result of its own seed."""
+  return sorted({system(r) for r in _with_examples(results)})
+
+
+def baseline_pairs(results: Sequence[dict], baseline: str) -> list[tuple[dict, list[dict]]]:
+  """Per task: (the baseline system's result, the other results of its seed), once per seed."""
+  out = []
+  for group in tables.groups(_with_examples(results), group_key):
+    for base in group:
+      if system(base) == baseline:
+        others = [r for r in group if r is not base and _seed(r) == _seed(base)]
+        if others:
+          out.append((base, others))
+  return out
+
+
+def _buckets(group: Sequence[dict]) -> list[str]:
+  return sorted({b for r in group for b in r["buckets"]}, key=bucket_order)
+
+
+def _pair_note(r: dict, what: str, cells: str) -> str:
+  low, high = r["train_sizes"]
+  return (
+    f"Task {r['task']}: {what}, in exact match by task size (trained on sizes {low}-{high}; "
+    f"positive: more examples right). Cells: {cells}; - where the examples differ or one side "
+    "has no per-example outcomes."
+  )
+
+
+def _interval(r: dict) -> str:
+  resamples, seed = _bootstrap(r)
+  return (
+    f"95% paired bootstrap interval over the same examples ({resamples} resamples, seed {seed})"
+  )
+
+
+def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
+  """Each task result minus the baseline system's result of its seed, per size bucket, paired
+  example by example (`paired`). Empty without a baseline."""
+  if not baseline:
+    return ""
+  out = []
+  for base, others in baseline_pairs(results, baseline):
+    buckets = _buckets([base, *others])
+    resamples, seed = _bootstrap(base)
+    rows = [
+      [tables.label(r)] + [_text(paired(r, base, b, resamples, seed)) for b in buckets]
+      for r in others
+    ]
+    note = _pair_note(
+      base, f"each result minus {tables.label(base)}", f"the difference [{_interval(base)}]"
+    )
+    out.append(
+      note + "\n\n" + tables.markdown_table([f"run/variant - {tables.label(base)}"] + buckets, rows)
+    )
+  return "\n\n".join(out)
+
+
+def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
+  """`pair_tables` summarized over seeds: per task and system, per size bucket, the mean of
+  each seed's difference from the baseline of its own seed [min, max across seeds] k/n
+  (`tables.seed_summary`): does a system beat the baseline in every seed?"""
+  if not baseline:
+    return ""
+  out = []
+  pairs = [p for p in baseline_pairs(results, baseline) if _seed(p[0]) is not None]
+  for group in tables.groups(pairs, lambda p: group_key(p[0])):
+    diffs: dict = {}  # system -> seed -> bucket -> (difference, interval)
+    buckets = _buckets([r for base, others in group for r in (base, *others)])
+    for base, others in group:
+      resamples, seed = _bootstrap(base)
+      for r in others:
+        diffs.setdefault(system(r), {})[_seed(r)] = {
+          b: got for b in buckets if (got := paired(r, base, b, resamples, seed))
+        }
+    table = tables.seed_summary_table(
+      diffs, buckets, [f"system - {baseline}"] + buckets, min_seeds=1
+    )
+    if table:
+      note = _pair_note(
+        group[0][0],
+        f"each system minus {baseline} of its own seed",
+        "the mean over seeds [min, max across seeds] k/n: of the n seeds, the k whose "
+        f"{_interval(group[0][0])} excludes zero on the mean's side",
+      )
+      out.append(note + "\n\n" + table)
+  return "\n\n".join(out)
+
+
+def _text(got) -> str:
+  return "-" if got is None else tables.cell(*got, tables.signed)
 
 
 # The CSV's task metrics; the seed tables ask for others too (error_rate).

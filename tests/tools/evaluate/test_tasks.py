@@ -55,6 +55,13 @@ def test_task_eval_writes_accuracy_per_size_bucket(copy_run, monkeypatch, capsys
   assert first["accuracy"] <= first["accuracy_ci"][1] <= 1.0
   out = capsys.readouterr().out
   assert "copy" in out and "1-6" in out
+  for b in buckets.values():  # each example's exact match, in order, for paired comparisons
+    exact = b["per_example"]["exact"]
+    assert len(exact) == b["examples"] and set(exact) <= {"0", "1"}
+    assert exact.count("1") / len(exact) == pytest.approx(b["accuracy"])
+  again = evaluate.evaluate(config, workdir)["none"]["buckets"]  # the same examples
+  assert [b["per_example"] for b in again.values()] == [b["per_example"] for b in buckets.values()]
+  assert len({b["per_example"]["digest"] for b in buckets.values()}) == 3
 
 
 @pytest.mark.slow
@@ -69,6 +76,8 @@ def test_a_named_variant_tests_the_model_on_another_task(copy_run):
   assert json.load(open(f"{workdir}/eval/reversed.json"))["task"] == "reverse"
   seen = [r["buckets"]["1-6"]["accuracy"] for r in (results["none"], results["reversed"])]
   assert seen[0] >= 0.8 and seen[1] < 0.5, seen  # reverse = copy only for palindromes
+  digests = [r["buckets"]["1-6"]["per_example"]["digest"] for r in results.values()]
+  assert digests[0] != digests[1]  # other examples: never paired with the copy ones
 
 
 @pytest.mark.slow
