@@ -317,6 +317,27 @@ def test_alibi_table_training_length_sweep_keeps_the_tokens_and_the_lengths(arg)
   assert len(lengths) == 1
 
 
+def test_alibi_table_matched_trains_the_rows_scale_invariant_full_does_not_with_its_command():
+  """:matched: sinusoidal and T5, seeds 0-2, with the command scale_invariant:full trains its
+  RoPE, ALiBi and NoPE rows with (but for pos), so the report pairs them on the same documents."""
+  at = importlib.import_module("experiments.alibi_table.sweep")
+  runs = sweep.load(str(ROOT / "experiments" / "alibi_table") + ":matched").runs
+  assert sorted(runs) == sorted(f"{r}-s{s}" for r in ("sinusoidal", "t5") for s in (0, 1, 2))
+  si = sweep.load(str(ROOT / "experiments" / "scale_invariant") + ":full").runs
+  for seed in (0, 1, 2):
+    for row in at.FROM_SCALE_INVARIANT:
+      assert f"{row}-s{seed}" in si
+    theirs, ours = si[f"rope-s{seed}"], runs[f"sinusoidal-s{seed}"]
+    assert ours.config == theirs.config.replace("pos=rope", "pos=sinusoidal")
+    assert ours.overrides == {**theirs.overrides, "eval.variants": "none"}
+    assert runs[f"t5-s{seed}"].overrides == ours.overrides
+  assert (
+    _run_config(runs["t5-s0"]).model.position.max_distance < _run_config(runs["t5-s0"]).data.seq_len
+  )  # every bucket trains, as in the paper
+  with pytest.raises(ValueError, match=r"experiments/alibi_table:ARG='matchd' is not allowed"):
+    at.get_runs("matchd")
+
+
 def test_scale_invariant_bytes_trains_what_schemes_does_not_and_reads_the_rest_from_it():
   """:bytes, the CPU variant where 600 steps learn: RoPE (with the NTK and YaRN evaluation
   variants) and LogN p-RoPE trained here, seeds 0-2; every other row of the paper's table is a
