@@ -73,7 +73,12 @@ class Checkpointer:
         enable_async_checkpointing=async_save,
         create=True,
       )
-    self.manager = ocp.CheckpointManager(self.directory, options=options)
+    quiet = _Drop("Given directory is read only")  # Orbax's warning on every Reader
+    logging.getLogger("absl").addFilter(quiet)
+    try:
+      self.manager = ocp.CheckpointManager(self.directory, options=options)
+    finally:
+      logging.getLogger("absl").removeFilter(quiet)
     self._saving = None  # the step of the last save started: an async save fails later
     self.saved_meta = None  # the metadata written with it (its fingerprint included)
 
@@ -140,7 +145,7 @@ class Checkpointer:
     """A full disk, in whichever thread of the async save it is met, becomes one RunFault
     naming the directory, after the save's orphaned temporary folders are removed (the lock
     says no other process saves here); Orbax's own error logs of it are silenced."""
-    quiet = _DropNoSpace()
+    quiet = _Drop("No space left on device")  # the RunFault says it once
     logging.getLogger("absl").addFilter(quiet)
     try:
       yield
@@ -208,12 +213,16 @@ def _no_space(error: BaseException) -> bool:
   return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
 
 
-class _DropNoSpace(logging.Filter):
-  """Drops log records of a full disk: the RunFault says it once."""
+class _Drop(logging.Filter):
+  """Drops log records that say `words` (in the message or its exception)."""
+
+  def __init__(self, words: str):
+    super().__init__()
+    self.words = words
 
   def filter(self, record: logging.LogRecord) -> bool:
     text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
-    return "No space left on device" not in text
+    return self.words not in text
 
 
 def dotted(path) -> str:
