@@ -64,6 +64,7 @@ from lcx.tools.report.tables import (
 from lcx.tools.report.tasks import (
   TASK_METRICS,
   extrapolation_accuracy,
+  rank_seed_tables,
   rank_tables,
   system,
   task_error_tables,
@@ -120,6 +121,7 @@ __all__ = [
   "plot_tasks",
   "plot_variants",
   "position_tables",
+  "rank_seed_tables",
   "rank_tables",
   "sections",
   "seed_pair_tables",

@@ -134,6 +134,7 @@ TASKS = Kind(
       lambda rs, b, t: tasks.seed_pair_tables(rs, b),
     ),
     Section("Ranking across tasks", lambda rs, b, t: tasks.rank_tables(rs)),
+    Section("Ranking per seed", lambda rs, b, t: tasks.rank_seed_tables(rs)),
   ),
   rows=tasks.csv_rows,
   baselines=tasks.baselines,

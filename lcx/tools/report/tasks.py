@@ -179,20 +179,26 @@ def unlearned_tasks(results: Sequence[dict]) -> dict[str, float]:
   return {t: b for t, b in sorted(best.items()) if b < LEARNED}
 
 
+def _ranked_rows(results: Sequence[dict]) -> tuple[list[dict], dict[str, float]]:
+  """(long-form rows {task, system, seed, value} of exact match past training, the tasks no
+  system learned at the training sizes: `unlearned_tasks`)."""
+  every = [
+    {"task": r["task"], "system": system(r), "seed": _seed(r), "value": value}
+    for r in tables.of_kind(results, "tasks")
+    if (value := extrapolation_accuracy(r)) is not None
+  ]
+  return every, unlearned_tasks(results)
+
+
 def rank_tables(results: Sequence[dict]) -> str:
   """Mean reciprocal rank of systems across tasks (the NoPE paper's summary): per task, systems
   ranked by exact match on sizes past training (seeds averaged; ties share the better rank),
   over the tasks some system learned in distribution (`LEARNED`; the others are named with
   their best exact match, and why); shown only when at least two systems were evaluated on at
   least two such tasks."""
-  every = [
-    {"task": r["task"], "system": system(r), "value": value}
-    for r in tables.of_kind(results, "tasks")
-    if (value := extrapolation_accuracy(r)) is not None
-  ]
+  every, unlearned = _ranked_rows(results)
   if not tables.rank_table(every)[1]:
     return ""  # no ranking, learned or not
-  unlearned = unlearned_tasks(results)
   tasks, body = tables.rank_table([row for row in every if row["task"] not in unlearned])
   note = (
     f"Not ranked: no system reaches exact match {LEARNED:g} at the training sizes (mean over "
@@ -211,6 +217,40 @@ def rank_tables(results: Sequence[dict]) -> str:
     "\n\n" + tables.markdown_table(["system", "MRR"] + tasks, body)
   )
   return table + ("\n\n" + note if note else "")
+
+
+def rank_seed_tables(results: Sequence[dict]) -> str:
+  """The ranking of `rank_tables` within each seed: whether an order holds seed by seed or only
+  in the mean. Each seed's MRR over the ranked tasks (`rank_tables`' own; per seed, those with
+  two or more systems), with each system's rank in that seed; systems in the order of their
+  mean over the seeds. Shown when two or more seeds rank."""
+  every, unlearned = _ranked_rows(results)
+  rows = [row for row in every if row["task"] not in unlearned and row["seed"] is not None]
+  mrr: dict = {}  # system -> seed -> (MRR, rank)
+  for seed in sorted({row["seed"] for row in rows}):
+    _, body = tables.rank_table([row for row in rows if row["seed"] == seed])
+    for name, value, *_ in body:
+      rank = 1 + sum(float(other[1]) > float(value) for other in body)
+      mrr.setdefault(name, {})[seed] = (float(value), rank)
+  seeds = sorted({seed for by in mrr.values() for seed in by})
+  if len(seeds) < 2:
+    return ""
+
+  def mean(name):
+    return sum(value for value, _ in mrr[name].values()) / len(seeds)
+
+  body = [
+    [name]
+    + [f"{mrr[name][s][0]:.3f} ({mrr[name][s][1]})" if s in mrr[name] else "-" for s in seeds]
+    + [f"{mean(name):.3f}"]
+    for name in sorted(mrr, key=lambda name: (-mean(name), name))
+  ]
+  return (
+    "Mean reciprocal rank of each system within each seed, over the ranked tasks above (in a "
+    "seed, those with two or more systems), with its rank in that seed in parentheses (ties "
+    "share the better rank), and the mean over the seeds (a seed without the system counts 0)."
+    "\n\n" + tables.markdown_table(["system"] + [f"seed {s}" for s in seeds] + ["mean"], body)
+  )
 
 
 def _exact(bucket: dict) -> tuple[str, np.ndarray] | None:

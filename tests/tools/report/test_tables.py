@@ -100,6 +100,45 @@ def test_mean_reciprocal_rank_across_tasks():
   assert report.rank_tables(results[:4]) == ""  # one task: no ranking
 
 
+def test_ranking_per_seed_ranks_each_seed_on_its_own():
+  def result(task, system, seed, beyond):
+    r = tasks_result(f"{task}-{system}-s{seed}")
+    r["task"] = task
+    r["buckets"]["17-32"]["accuracy"] = beyond
+    return r
+
+  # seed 0: nope first on both tasks; seed 1: alibi first on copy, nope on sort; seed 2: rope
+  # alone on copy (alibi and nope not run) and tied with nope on sort
+  results = [
+    result("copy", "nope", 0, 0.9),
+    result("copy", "alibi", 0, 0.5),
+    result("sort", "nope", 0, 0.8),
+    result("sort", "alibi", 0, 0.1),
+    result("copy", "nope", 1, 0.2),
+    result("copy", "alibi", 1, 0.7),
+    result("sort", "nope", 1, 0.6),
+    result("sort", "alibi", 1, 0.3),
+  ]
+  text = report.rank_seed_tables(results)
+  rows = {row_cells(line)[0]: row_cells(line)[1:] for line in text.splitlines()[4:]}
+  assert rows == {
+    "nope": ["1.000 (1)", "0.750 (1)", "0.875"],  # seed 1: copy 1/2, sort 1
+    "alibi": ["0.500 (2)", "0.750 (1)", "0.625"],  # tied with nope in seed 1: both rank 1
+  }
+  assert [line.split("|")[1].strip() for line in text.splitlines()[4:]] == ["nope", "alibi"]
+  assert report.rank_seed_tables([r for r in results if r["run"].endswith("s0")]) == ""
+  assert report.rank_seed_tables(results[:2] + results[4:6]) == ""  # one task: no ranking
+  # seed 2: copy rope = alibi, sort rope = nope; alibi and nope lack a task each (count 0)
+  seed_2 = [("copy", "rope"), ("copy", "alibi"), ("sort", "rope"), ("sort", "nope")]
+  text = report.rank_seed_tables(results + [result(t, s, 2, 0.4) for t, s in seed_2])
+  rows = {row_cells(line)[0]: row_cells(line)[1:] for line in text.splitlines()[4:]}
+  assert rows["rope"] == ["-", "-", "1.000 (1)", "0.333"]
+  assert rows["nope"][2] == "0.500 (2)" and rows["alibi"][2] == "0.500 (2)"
+  assert rows["nope"][3] == f"{(1 + 0.75 + 0.5) / 3:.3f}"
+  assert report.rank_seed_tables(results + [result("copy", "rope", 2, 0.4)]).count("seed 2") == 0
+  assert "## Ranking per seed" in report.format_tables(results)
+
+
 def test_a_task_no_system_learned_in_distribution_is_not_ranked_and_named_with_why():
   """Issue 27: past the training sizes, a task no system learned at them ranks noise."""
 
