@@ -262,7 +262,7 @@ def _tokens(config) -> int:
 ROPE_CONTROLS = ("direct_finetuned", "ntk_finetuned", "continued", "long_trained")
 
 
-@pytest.mark.parametrize("arg", ["", "full"])
+@pytest.mark.parametrize("arg", ["", "matched", "full"])
 def test_rope_extension_controls_are_the_pi_fine_tune_but_one_thing(arg):
   """Issue 27 item 5: each control differs from the row it controls in what it tests only, so a
   change to one side (the fine-tune's steps, its warmup, the base run's length) fails here."""
@@ -295,6 +295,27 @@ def test_rope_extension_controls_are_the_pi_fine_tune_but_one_thing(arg):
   }
   for name in ROPE_CONTROLS:
     assert {k: v for k, v in runs[name].overrides.items() if k.startswith("eval.")} == evaluation
+
+
+def test_rope_extension_matched_keeps_the_matched_base_at_every_length_trained():
+  """:matched: every run, fine-tunes at 4 x L included, has the rotary base matched at L = 256
+  (a fine-tune changes the length, not the model), and the base run trains what
+  scale_invariant:full's RoPE row trains, so the two experiments' RoPE rows are one model."""
+  from lcx import regime
+
+  runs = sweep.load(str(ROOT / "experiments" / "rope_extension") + ":matched").runs
+  assert len(runs) == 30
+  for name, run in runs.items():
+    if run.config:
+      config = _run_config(run)
+      assert config.model.position.base == pytest.approx(regime.matched_base(256)), name
+      assert config.data.tokenizer == "sentencepiece" and config.data.seq_len in (256, 1024)
+  si = sweep.load(str(ROOT / "experiments" / "scale_invariant") + ":full").runs
+  for seed, ours in ((0, "rope"), (1, "rope-s1"), (2, "rope-s2")):
+    theirs = _run_config(si[f"rope-s{seed}"])
+    assert not {
+      k for k in _differing(_run_config(runs[ours]), theirs) if not k.startswith("eval.")
+    }, ours
 
 
 @pytest.mark.parametrize("arg", ["", "full"])

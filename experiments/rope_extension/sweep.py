@@ -5,12 +5,16 @@ LongRoPE with its searched factors), beside the controls the papers ran (issue 2
 same fine-tune without scaling (PI Table 1's direct fine-tuning) and with NTK, continued training
 at L for the fine-tune's tokens, and a model trained at 4x L from scratch (the upper bound).
 
-`./launch.sh sweep experiments/rope_extension` (CPU) or `experiments/rope_extension:full`.
+`./launch.sh sweep experiments/rope_extension` (CPU, the bytes regime: L = 64),
+`experiments/rope_extension:matched` (CPU, issue 27's regime-matched small scale: SentencePiece
+on books, L = 256, the rotary base matched to Llama-2 at 4k, 600 steps; fine-tunes of 100 steps at
+4 x L, the bytes regime's 1.6M fine-tune tokens) or `experiments/rope_extension:full` (GPU).
 Claims (positions.md): no scaling explodes past L; PI needs fine-tuning; NTK, dynamic and YaRN
 work without; YaRN is best after fine-tuning; searched LongRoPE beats PI and YaRN without; PI
 extends the window faster than direct fine-tuning.
 """
 
+from lcx import errors
 from lcx.tools.sweep import Run
 
 SCALE = 4  # the extension factor s: target length 4 x L
@@ -19,7 +23,17 @@ SCALE = 4  # the extension factor s: target length 4 x L
 SEEDS = (0, 1, 2)  # issue 27: three seeds; seed 0's runs keep their first names (no suffix)
 
 
+# arg -> (config regime, model size, L, base steps, fine-tune steps)
+VARIANTS = {
+  "": ("bytes", "small", 64, 1200, 200),
+  "matched": ("matched", "small", 256, 600, 100),
+  "full": ("bytes", "default", 256, 4000, 400),
+}
+
+
 def get_runs(arg=""):
+  if arg not in VARIANTS:
+    raise errors.not_allowed("experiments/rope_extension:ARG", arg, [a or '""' for a in VARIANTS])
   runs = {}
   for seed in SEEDS:
     runs.update(_seed_runs(arg, seed))
@@ -29,8 +43,7 @@ def get_runs(arg=""):
 def _seed_runs(arg: str, seed: int) -> dict:
   """One seed's runs: the base RoPE run, its search, its training-free variants and the
   fine-tunes and controls from it; seed s > 0 names each run NAME-sS and trains with seed s."""
-  full = arg == "full"
-  size, L, steps, ft_steps = ("default", 256, 4000, 400) if full else ("small", 64, 1200, 200)
+  regime, size, L, steps, ft_steps = VARIANTS[arg]
   lengths = tuple(L * m for m in (1, 2, 4, 8, 16))
   suffix, seeded = (f"-s{seed}", {"seed": seed}) if seed else ("", {})
 
@@ -40,9 +53,11 @@ def _seed_runs(arg: str, seed: int) -> dict:
   rope = name("rope")
 
   def config(steps: int, seq_len: int) -> str:
-    return (
+    command = (
       f"configs/extrapolation.py:pos=rope,data=books,steps={steps},seq_len={seq_len},size={size}"
     )
+    # matched: the rotary base stays the one matched at L (base_len), at every length trained
+    return command + (f",regime=matched,base_len={L}" if regime == "matched" else "")
 
   config_L = config(steps, L)
   # Passkey retrieval through generation at 2x, 4x and 8x L (its prompt needs 97 tokens > L).
