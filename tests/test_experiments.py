@@ -498,3 +498,19 @@ def test_rope_extension_seeds_line_up_seed_0s_plain_names_with_the_seeded_runs(t
     assert seeds.difference(found, a, b, "128", seed) == expected
     assert expected.startswith("-0.1")  # the shift, paired over the same documents
   assert seeds.difference(found, a, b, "128", 2) == "not run"
+
+
+def test_rope_extension_seeds_compares_at_each_regimes_multiples_of_L():
+  """The claims' lengths and variant names follow L: the bytes regime's L = 64, :matched's 256."""
+  seeds = importlib.import_module("experiments.rope_extension.seeds")
+  for arg, L in (("", 64), ("matched", 256)):
+    assert seeds.REGIMES[arg][1] == L
+    by_what = {what: (a, b, at) for what, a, b, at in seeds.comparisons(L)}
+    assert by_what["yarn@4 - none"][2] == (str(L), str(4 * L), str(16 * L))
+    assert by_what[f"rerope@{L} - none"][0] == ("rope", f"rerope@{L}")
+    assert by_what[f"self_extend@{L // 2}/4 - none"][2] == (str(2 * L), str(16 * L))
+  runs = sweep.load(str(ROOT / "experiments" / "rope_extension") + ":matched").runs
+  variants = runs["training_free"].overrides["eval.variants"].split(",")
+  for what, a, _, _ in seeds.comparisons(256):
+    if a[0] == "rope" and a[1] != "longrope":
+      assert a[1] in variants, what  # every variant a claim reads is one the sweep evaluates
