@@ -224,27 +224,50 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   return _save(fig, path)
 
 
+def task_lines(group: Sequence[dict], buckets: Sequence[str]) -> list[tuple]:
+  """(label, xs, ys, lower, upper) per line of a task panel: a result alone is its exact match
+  with its 95% CI; runs named STEM-s<seed> of one (stem, variant) with two or more seeds are one
+  line, their mean with bars from the lowest seed to the highest (as the across-seed tables)."""
+  by_line: dict = {}  # (label) -> [results]
+  for r in group:
+    match = tables.SEEDED_RUN.match(str(r["run"]))
+    key = f"{match['stem']}/{r['variant']}" if match else tables.label(r)
+    by_line.setdefault(key, []).append(r)
+  lines = []
+  for key, rs in by_line.items():
+    if len(rs) == 1:
+      key, spread = tables.label(rs[0]), False
+    else:
+      seeds = sorted(int(tables.SEEDED_RUN.match(str(r["run"]))["seed"]) for r in rs)
+      key, spread = f"{key} (seeds {','.join(map(str, seeds))})", True
+    xs, ys, lo, hi = [], [], [], []
+    for i, name in enumerate(buckets):
+      values = [r["buckets"].get(name, {}).get("accuracy") for r in rs]
+      if any(v is None for v in values):
+        continue
+      mean = sum(values) / len(values)
+      ci = [min(values), max(values)] if spread else rs[0]["buckets"][name].get("accuracy_ci")
+      ci = ci or [mean, mean]
+      xs.append(i)
+      ys.append(mean)
+      lo.append(mean - ci[0])
+      hi.append(ci[1] - mean)
+    lines.append((key, xs, ys, lo, hi))
+  return lines
+
+
 def plot_tasks(results: Sequence[dict], path: str) -> str | None:
-  """Exact match against task-size bucket, a line with 95% CI bars per result, the last
-  trained bucket dashed; one panel per task."""
+  """Exact match against task-size bucket, one panel per task, the last trained bucket dashed: a
+  line per result with 95% CI bars, or per run stem with its seeds' mean and range
+  (`task_lines`), so three seeds of eight schemes stay eight lines."""
   groups = tables.groups(tables.of_kind(results, "tasks"), tasks.group_key)
   if not groups:
     return None
   fig, axes = _subplots(len(groups))
   for ax, group in zip(axes, groups):
     buckets = sorted({b for r in group for b in r["buckets"]}, key=tasks.bucket_order)
-    for r in group:
-      xs, ys, lo, hi = [], [], [], []
-      for i, name in enumerate(buckets):
-        b = r["buckets"].get(name, {})
-        if b.get("accuracy") is None:
-          continue
-        ci = b.get("accuracy_ci") or [b["accuracy"]] * 2
-        xs.append(i)
-        ys.append(b["accuracy"])
-        lo.append(b["accuracy"] - ci[0])
-        hi.append(ci[1] - b["accuracy"])
-      ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=3, label=tables.label(r))
+    for label, xs, ys, lo, hi in task_lines(group, buckets):
+      ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=3, label=label)
     trained = [
       i
       for i, name in enumerate(buckets)

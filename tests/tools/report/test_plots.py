@@ -1,5 +1,7 @@
 """The plots: which are drawn, older results, crowded panels."""
 
+import pytest
+
 from lcx.tools import report
 from tests.tools.report.results import PNG, lengths_result, tasks_result
 
@@ -40,3 +42,24 @@ def test_variants_plot_with_many_variants_keeps_one_band_and_the_legend_outside(
   report.plot_variants([lengths_result(variant=v) for v in names[:3]], "variants.png")
   (ax,) = [a for a in figures[0].axes if a.get_visible()]
   assert len(ax.collections) == 3  # few variants: each its band
+
+
+def test_task_lines_are_one_per_stem_across_seeds_and_one_per_single_result():
+  from lcx.tools.report import plots
+
+  results = []
+  for seed, beyond in ((0, 0.2), (1, 0.5), (2, 0.3)):
+    r = tasks_result(run=f"copy-rope-s{seed}")
+    r["buckets"]["17-32"]["accuracy"] = beyond
+    results.append(r)
+  results.append(tasks_result(run="copy-alibi-s0"))
+  buckets = ["1-16", "17-32", "33-64"]
+  lines = {label: rest for label, *rest in plots.task_lines(results, buckets)}
+  assert set(lines) == {"copy-rope/none (seeds 0,1,2)", "copy-alibi-s0/none"}
+  xs, ys, lo, hi = lines["copy-rope/none (seeds 0,1,2)"]
+  assert xs == [0, 1]  # 33-64 skipped in every seed
+  assert ys == pytest.approx([0.953, (0.2 + 0.5 + 0.3) / 3])
+  assert [y - d for y, d in zip(ys, lo)] == pytest.approx([0.953, 0.2])  # the lowest seed
+  assert [y + d for y, d in zip(ys, hi)] == pytest.approx([0.953, 0.5])  # the highest
+  xs, ys, lo, hi = lines["copy-alibi-s0/none"]
+  assert (ys[0] - lo[0], ys[0] + hi[0]) == pytest.approx((0.931, 0.972))  # its own 95% CI
