@@ -217,18 +217,18 @@ def seed_summary_table(diffs: dict, columns: Sequence, header: list[str], min_se
   return markdown_table([header[0], "seeds", *header[1:]], rows, align="ll" + "r" * len(columns))
 
 
-def rank_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
-  """(tasks, table rows) of the mean reciprocal rank from long-form rows {task, system, value}
-  (one per seed): per task with two or more systems, systems ranked by their mean over seeds
-  (ties share the better rank); a row per system, best first: its MRR over those tasks (a
-  task it lacks counts 0), then its mean per task. Empty unless two tasks and two systems."""
+def reciprocal_ranks(rows: Sequence[dict]) -> tuple[list[str], dict, dict]:
+  """(tasks, {system: MRR}, {(task, system): mean over seeds}) from long-form rows {task,
+  system, value} (one per seed): per task with two or more systems, systems ranked by their
+  mean over seeds (ties share the better rank); a system's MRR is over those tasks (a task it
+  lacks counts 0). Empty unless two tasks and two systems."""
   scores: dict = {}  # task -> system -> [value per seed]
   for r in rows:
     scores.setdefault(r["task"], {}).setdefault(r["system"], []).append(r["value"])
   tasks = sorted(t for t, by in scores.items() if len(by) >= 2)
   systems = sorted({s for t in tasks for s in scores[t]})
   if len(tasks) < 2 or len(systems) < 2:
-    return [], []
+    return [], {}, {}
   mean = {(t, s): sum(v) / len(v) for t in tasks for s, v in scores[t].items()}
   reciprocal = {}
   for t in tasks:
@@ -236,11 +236,16 @@ def rank_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     for s in systems:
       if (t, s) in mean:
         reciprocal.setdefault(s, []).append(1 / (1 + sum(v > mean[t, s] for v in values)))
-  mrr = {s: sum(v) / len(tasks) for s, v in reciprocal.items()}
-  order = sorted(systems, key=lambda s: (-mrr.get(s, 0.0), s))
+  return tasks, {s: sum(v) / len(tasks) for s, v in reciprocal.items()}, mean
+
+
+def rank_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+  """(tasks, table rows) of `reciprocal_ranks`: a row per system, best first: its MRR, then its
+  mean per task. Empty unless two tasks and two systems."""
+  tasks, mrr, mean = reciprocal_ranks(rows)
+  order = sorted(mrr, key=lambda s: (-mrr[s], s))
   return tasks, [
-    [s, f"{mrr.get(s, 0.0):.3f}"] + [f3(mean[t, s]) if (t, s) in mean else "-" for t in tasks]
-    for s in order
+    [s, f"{mrr[s]:.3f}"] + [f3(mean[t, s]) if (t, s) in mean else "-" for t in tasks] for s in order
   ]
 
 

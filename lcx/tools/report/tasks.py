@@ -228,10 +228,11 @@ def rank_seed_tables(results: Sequence[dict]) -> str:
   rows = [row for row in every if row["task"] not in unlearned and row["seed"] is not None]
   mrr: dict = {}  # system -> seed -> (MRR, rank)
   for seed in sorted({row["seed"] for row in rows}):
-    _, body = tables.rank_table([row for row in rows if row["seed"] == seed])
-    for name, value, *_ in body:
-      rank = 1 + sum(float(other[1]) > float(value) for other in body)
-      mrr.setdefault(name, {})[seed] = (float(value), rank)
+    _, by_system, _ = tables.reciprocal_ranks([row for row in rows if row["seed"] == seed])
+    shown = {name: round(value, 3) for name, value in by_system.items()}  # ties as printed
+    for name, value in by_system.items():
+      rank = 1 + sum(other > shown[name] for other in shown.values())
+      mrr.setdefault(name, {})[seed] = (value, rank)
   seeds = sorted({seed for by in mrr.values() for seed in by})
   if len(seeds) < 2:
     return ""

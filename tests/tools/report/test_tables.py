@@ -72,22 +72,27 @@ def test_task_error_rate_seed_table_is_mean_and_range_over_seeds():
   assert "## Task error rate across seeds" not in report.format_tables(results[3:])
 
 
-def test_mean_reciprocal_rank_across_tasks():
-  def result(task, system, seed, beyond):
-    r = tasks_result(f"{task}-{system}-s{seed}")
-    r["task"] = task
-    r["buckets"]["17-32"]["accuracy"] = beyond
-    return r
+def _task(task, system, seed, beyond, inside=None):
+  """A task result of run TASK-SYSTEM-sSEED: exact match `beyond` past training (17-32), and
+  `inside` at the training sizes (1-16) where given."""
+  r = tasks_result(f"{task}-{system}-s{seed}")
+  r["task"] = task
+  r["buckets"]["17-32"]["accuracy"] = beyond
+  if inside is not None:
+    r["buckets"]["1-16"]["accuracy"] = inside
+  return r
 
+
+def test_mean_reciprocal_rank_across_tasks():
   # copy: nope 0.9 > alibi 0.5 > rope 0.1; sort: alibi 0.8 > nope = rope 0.2 (tie: rank 2)
   results = [
-    result("copy", "nope", 0, 0.8),
-    result("copy", "nope", 1, 1.0),
-    result("copy", "alibi", 0, 0.5),
-    result("copy", "rope", 0, 0.1),
-    result("sort", "alibi", 0, 0.8),
-    result("sort", "nope", 0, 0.2),
-    result("sort", "rope", 0, 0.2),
+    _task("copy", "nope", 0, 0.8),
+    _task("copy", "nope", 1, 1.0),
+    _task("copy", "alibi", 0, 0.5),
+    _task("copy", "rope", 0, 0.1),
+    _task("sort", "alibi", 0, 0.8),
+    _task("sort", "nope", 0, 0.2),
+    _task("sort", "rope", 0, 0.2),
   ]
   table = report.rank_tables(results)
   rows = [line for line in table.splitlines() if line.startswith("| ") and "MRR" not in line]
@@ -101,23 +106,16 @@ def test_mean_reciprocal_rank_across_tasks():
 
 
 def test_ranking_per_seed_ranks_each_seed_on_its_own():
-  def result(task, system, seed, beyond):
-    r = tasks_result(f"{task}-{system}-s{seed}")
-    r["task"] = task
-    r["buckets"]["17-32"]["accuracy"] = beyond
-    return r
-
-  # seed 0: nope first on both tasks; seed 1: alibi first on copy, nope on sort; seed 2: rope
-  # alone on copy (alibi and nope not run) and tied with nope on sort
+  # seed 0: nope first on both tasks; seed 1: alibi first on copy, nope on sort
   results = [
-    result("copy", "nope", 0, 0.9),
-    result("copy", "alibi", 0, 0.5),
-    result("sort", "nope", 0, 0.8),
-    result("sort", "alibi", 0, 0.1),
-    result("copy", "nope", 1, 0.2),
-    result("copy", "alibi", 1, 0.7),
-    result("sort", "nope", 1, 0.6),
-    result("sort", "alibi", 1, 0.3),
+    _task("copy", "nope", 0, 0.9),
+    _task("copy", "alibi", 0, 0.5),
+    _task("sort", "nope", 0, 0.8),
+    _task("sort", "alibi", 0, 0.1),
+    _task("copy", "nope", 1, 0.2),
+    _task("copy", "alibi", 1, 0.7),
+    _task("sort", "nope", 1, 0.6),
+    _task("sort", "alibi", 1, 0.3),
   ]
   text = report.rank_seed_tables(results)
   rows = {row_cells(line)[0]: row_cells(line)[1:] for line in text.splitlines()[4:]}
@@ -130,36 +128,29 @@ def test_ranking_per_seed_ranks_each_seed_on_its_own():
   assert report.rank_seed_tables(results[:2] + results[4:6]) == ""  # one task: no ranking
   # seed 2: copy rope = alibi, sort rope = nope; alibi and nope lack a task each (count 0)
   seed_2 = [("copy", "rope"), ("copy", "alibi"), ("sort", "rope"), ("sort", "nope")]
-  text = report.rank_seed_tables(results + [result(t, s, 2, 0.4) for t, s in seed_2])
+  text = report.rank_seed_tables(results + [_task(t, s, 2, 0.4) for t, s in seed_2])
   rows = {row_cells(line)[0]: row_cells(line)[1:] for line in text.splitlines()[4:]}
   assert rows["rope"] == ["-", "-", "1.000 (1)", "0.333"]
   assert rows["nope"][2] == "0.500 (2)" and rows["alibi"][2] == "0.500 (2)"
   assert rows["nope"][3] == f"{(1 + 0.75 + 0.5) / 3:.3f}"
-  assert report.rank_seed_tables(results + [result("copy", "rope", 2, 0.4)]).count("seed 2") == 0
+  assert report.rank_seed_tables(results + [_task("copy", "rope", 2, 0.4)]).count("seed 2") == 0
   assert "## Ranking per seed" in report.format_tables(results)
 
 
 def test_a_task_no_system_learned_in_distribution_is_not_ranked_and_named_with_why():
   """Issue 27: past the training sizes, a task no system learned at them ranks noise."""
 
-  def result(task, system, seed, inside, beyond):
-    r = tasks_result(f"{task}-{system}-s{seed}")
-    r["task"] = task
-    r["buckets"]["1-16"]["accuracy"] = inside
-    r["buckets"]["17-32"]["accuracy"] = beyond
-    return r
-
   learned = [
-    result("copy", "nope", 0, 0.95, 0.8),
-    result("copy", "rope", 0, 0.5, 0.1),  # one system learned copy: ranked
-    result("sort", "nope", 0, 0.9, 0.2),
-    result("sort", "rope", 0, 0.9, 0.6),
+    _task("copy", "nope", 0, 0.8, inside=0.95),
+    _task("copy", "rope", 0, 0.1, inside=0.5),  # one system learned copy: ranked
+    _task("sort", "nope", 0, 0.2, inside=0.9),
+    _task("sort", "rope", 0, 0.6, inside=0.9),
   ]
   unlearned = [
-    result("addition", "nope", 0, 0.85, 0.0),
-    result("addition", "nope", 1, 0.97, 0.0),  # mean over seeds 0.91: learned
-    result("parity", "nope", 0, 0.6, 0.9),  # nobody learned parity: its 0.9 past L is noise
-    result("parity", "rope", 0, 0.7, 0.1),
+    _task("addition", "nope", 0, 0.0, inside=0.85),
+    _task("addition", "nope", 1, 0.0, inside=0.97),  # mean over seeds 0.91: learned
+    _task("parity", "nope", 0, 0.9, inside=0.6),  # nobody learned parity: its 0.9 past L is noise
+    _task("parity", "rope", 0, 0.1, inside=0.7),
   ]
   text = report.rank_tables(learned + unlearned)
   header = next(line for line in text.splitlines() if line.startswith("| system"))
