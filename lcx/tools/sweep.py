@@ -17,6 +17,8 @@ report.md, results.csv and the plots next to results/. A shard of n > 1 (`--shar
 one lent GPU's share) instead packs its runs' results into one archive,
 OUT/shards/shard-i-of-n.tar.gz (at most 16 MiB, to bring back and commit), and leaves results/
 and report.md alone; `--merge_shards` unpacks every archive there and writes the report once.
+A shard stopped early (a signal, say a lent machine's deadline, or a failed run) still packs the
+runs it finished, into shard-i-of-n-partial.tar.gz, so what a lent window trained comes back.
 """
 
 from __future__ import annotations
@@ -392,6 +394,16 @@ def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> in
   return status
 
 
+def _pack_finished(sweep: Sweep, shard: tuple[int, int], chosen: list[str]) -> None:
+  """A shard stopping early packs the runs it finished (nothing to pack: nothing written)."""
+  finished = [r for r in chosen if done(sweep, r)]
+  if shard[1] > 1 and finished:
+    try:
+      print(pack_shard(sweep, shard, finished, partial=True), file=sys.stderr, flush=True)
+    except ValueError as error:
+      print(f"[sweep] {error}", file=sys.stderr, flush=True)
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -438,8 +450,26 @@ MAX_ARCHIVE_BYTES = 16 * 2**20  # what one shard may bring back from a lent mach
 RESULT_MEMBER = re.compile(r"^results/([A-Za-z0-9][A-Za-z0-9_.-]*)/([^/]+\.json)$")
 
 
-def archive_path(sweep: Sweep, shard: tuple[int, int]) -> str:
-  return os.path.join(sweep.out_dir, "shards", f"shard-{shard[0]}-of-{shard[1]}.tar.gz")
+def archive_path(sweep: Sweep, shard: tuple[int, int], partial: bool = False) -> str:
+  """A shard's archive; `partial` for a shard stopped before its last run (superseded, and
+  removed, once the whole shard packs)."""
+  name = f"shard-{shard[0]}-of-{shard[1]}{'-partial' if partial else ''}.tar.gz"
+  return os.path.join(sweep.out_dir, "shards", name)
+
+
+def pack_shard(sweep: Sweep, shard: tuple[int, int], runs: list[str], partial: bool) -> str:
+  """Packs `runs` as shard `shard` (partial: the ones that finished before it stopped) and
+  returns the line that says so; over the size limit, a ValueError (pack)."""
+  path = archive_path(sweep, shard, partial)
+  members = pack(sweep, runs, path)
+  if not partial and os.path.exists(archive_path(sweep, shard, partial=True)):
+    os.remove(archive_path(sweep, shard, partial=True))
+  state = f"stopped early, {len(runs)} finished runs" if partial else f"{len(runs)} runs"
+  return (
+    f"[sweep] shard {shard[0]}/{shard[1]} ({state}): packed {len(members)} result files into "
+    f"{path} ({os.path.getsize(path) / 2**20:.2f} MiB); once every shard's archive is in "
+    f"{os.path.dirname(path)}, `--merge_shards` writes the report"
+  )
 
 
 def pack(sweep: Sweep, runs: list[str], path: str) -> list[str]:
@@ -566,8 +596,10 @@ def main(argv):
       durations.append(time.perf_counter() - started)
       if signals.received is not None:
         print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
+        _pack_finished(sweep, shard, chosen)
         sys.exit(128 + signals.received)
       if status != 0:
+        _pack_finished(sweep, shard, chosen)
         cli.fail(
           f"run {sweep.name}/{run} failed with exit status {status}; the sweep stopped "
           f"(its output is above; {i - 1} of {total} runs done in this call)",
@@ -576,17 +608,10 @@ def main(argv):
   if FLAGS.dry_run:
     return
   if shard[1] > 1:  # one archive to bring back; the report is written once, by --merge_shards
-    path = archive_path(sweep, shard)
     try:
-      members = pack(sweep, chosen, path)
+      print(pack_shard(sweep, shard, chosen, partial=False), flush=True)
     except ValueError as error:
       cli.fail(str(error), status=1)
-    print(
-      f"[sweep] shard {shard[0]}/{shard[1]}: packed {len(members)} result files into {path} "
-      f"({os.path.getsize(path) / 2**20:.2f} MiB); once every shard's archive is in "
-      f"{os.path.dirname(path)}, `--merge_shards` writes the report",
-      flush=True,
-    )
     return
   copied = collect(sweep)
   print(

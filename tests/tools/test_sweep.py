@@ -379,6 +379,29 @@ def test_each_shard_packs_its_results_into_one_archive_and_leaves_the_report_alo
   assert "| a/none " in (experiment / "report.md").read_text()
 
 
+def test_a_shard_that_stops_early_packs_the_runs_it_finished(tmp_path):
+  """b fails (a bad field): the shard still brings back a, as a partial archive, which the whole
+  shard's archive replaces once b runs."""
+  experiment = _experiment(
+    tmp_path, "{'a': Run(CONFIG, TINY), 'b': Run(CONFIG, dict(TINY, bogus=1), needs=('a',))}"
+  )
+  runs = tmp_path / "runs"
+  loaded = _finished(experiment, runs, ["a"])
+  proc = _sweep(experiment, f"--runs_dir={runs}", "--shard=0/2")
+  assert proc.returncode == 1 and "run toy/b failed with exit status 2" in proc.stderr
+  partial = experiment / "shards" / "shard-0-of-2-partial.tar.gz"
+  assert f"(stopped early, 1 finished runs): packed 1 result files into {partial}" in proc.stderr
+  with tarfile.open(partial) as tar:
+    assert tar.getnames() == ["results/a/none.json"]
+  assert not (experiment / "shards" / "shard-0-of-2.tar.gz").exists()
+
+  _finished(experiment, runs, ["b"])
+  assert sweep.done(loaded, "b")
+  proc = _sweep(experiment, f"--runs_dir={runs}", "--shard=0/2")
+  assert proc.returncode == 0, proc.stderr
+  assert sorted(os.listdir(experiment / "shards")) == ["shard-0-of-2.tar.gz"]
+
+
 def test_an_archive_over_the_limit_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
   experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
   loaded = _finished(experiment, tmp_path / "runs", ["a"])
