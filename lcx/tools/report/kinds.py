@@ -94,6 +94,7 @@ LENGTHS = Kind(
     Section("Effective context length", lambda rs, b, t: lengths.effective_length_tables(rs, t)),
     Section("LongPPL by evaluation length", lambda rs, b, t: lengths.longppl_tables(rs)),
     Section("Perplexity across seeds", lambda rs, b, t: lengths.seed_tables(rs)),
+    Section("Ranking by length across seeds", lambda rs, b, t: lengths.length_rank_tables(rs)),
     Section(
       "Variants by evaluation length, per run",
       lambda rs, b, t: lengths.variant_tables(rs),

@@ -105,6 +105,49 @@ def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
   return "\n\n".join(out)
 
 
+def length_rank_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
+  """Runs named STEM-s<seed> ranked at each length by their mean over seeds (1 = lowest
+  perplexity; equal as printed, equal rank), rows in the order of the longest length, so a
+  scheme that wins at L and loses past it shows its fall. One table per protocol group."""
+  out = []
+  for group in tables.groups(tables.of_kind(results, "lengths"), group_key):
+    rows = [row for r in group for row in csv_rows(r) if row["metric"] == metric]
+    lengths, values = tables.seed_values(rows, "length", metric, order=int)
+    if len(values) < 2:
+      continue
+    means = {n: {} for n in lengths}  # length -> "stem/variant" -> mean over seeds
+    for (stem, variant), (_, by_length) in values.items():
+      for n, vs in by_length.items():
+        if vs is not None:
+          means[n][f"{stem}/{variant}"] = sum(vs) / len(vs)
+    rank = {n: tables.ranks(means[n], tables.ppl) for n in lengths}
+    last = lengths[-1]
+    names = sorted(
+      {name for by in means.values() for name in by},
+      key=lambda name: (rank[last].get(name, len(values) + 1), name),
+    )
+    body = [
+      [name]
+      + [
+        f"{rank[n][name]} ({tables.ppl(means[n][name])})" if name in means[n] else "-"
+        for n in lengths
+      ]
+      for name in names
+    ]
+    train_len = group[0]["train_len"]
+    out.append(
+      f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. Cells: rank "
+      f"(1 = lowest) of the mean {metric} over seeds (that mean); equal as printed, equal "
+      f"rank; rows in the order of {tables.times(int(last), train_len)}.\n\n"
+      + tables.markdown_table(
+        ["runs/variant"] + [tables.times(int(n), train_len) for n in lengths],
+        body,
+        align="l" + "r" * len(lengths),
+      )
+    )
+  return "\n\n".join(out)
+
+
 def _documents(entry: dict) -> tuple | None:
   """(ids, mean loss per document, tokens per document) of a length entry, None where the
   result predates per-document losses."""

@@ -155,13 +155,11 @@ def pivot_cells(
 SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
 
 
-def seed_table(
-  rows: Sequence[dict], column: str, metric: str, fmt, order=None
-) -> tuple[list, list[list[str]]]:
-  """(columns, table rows) across seeds from long-form rows (`row`): runs named STEM-s<seed>
-  with two or more per (stem, variant) give a table row: `stem/variant`, the seeds, then per
-  value of `column` (those of its runs' rows, sorted by `order`) the mean of `metric` over the
-  runs [min, max across them], `-` unless every run has a value there."""
+def seed_values(rows: Sequence[dict], column: str, metric: str, order=None) -> tuple[list, dict]:
+  """(columns, {(stem, variant): (seeds, {column value: [value per run] or None})}) from
+  long-form rows (`row`): runs named STEM-s<seed>, two or more per (stem, variant); columns are
+  the values of `column` its runs' rows hold, sorted by `order`; None unless every run has a
+  value there."""
   by_stem: dict = {}  # (stem, variant) -> run -> {column value: metric value}
   for r in rows:
     match = SEEDED_RUN.match(str(r["run"]))
@@ -172,19 +170,38 @@ def seed_table(
         values[r[column]] = r["value"]
   by_stem = {key: runs for key, runs in by_stem.items() if len(runs) >= 2}
   columns = sorted({c for runs in by_stem.values() for v in runs.values() for c in v}, key=order)
-  out = []
-  for (stem, variant), runs in by_stem.items():
-    seeds = ",".join(sorted((SEEDED_RUN.match(str(run))["seed"] for run in runs), key=int))
-    cells = []
-    for c in columns:
-      values = [v[c] for v in runs.values() if v.get(c) is not None]
-      cells.append(
-        cell(sum(values) / len(values), [min(values), max(values)], fmt)
-        if len(values) == len(runs)
-        else "-"
-      )
-    out.append([f"{stem}/{variant}", seeds, *cells])
+  out = {}
+  for key, runs in by_stem.items():
+    seeds = sorted((SEEDED_RUN.match(str(run))["seed"] for run in runs), key=int)
+    found = {c: [v[c] for v in runs.values() if v.get(c) is not None] for c in columns}
+    out[key] = (seeds, {c: vs if len(vs) == len(runs) else None for c, vs in found.items()})
   return columns, out
+
+
+def seed_table(
+  rows: Sequence[dict], column: str, metric: str, fmt, order=None
+) -> tuple[list, list[list[str]]]:
+  """(columns, table rows) of `seed_values`: `stem/variant`, the seeds, then per column the
+  mean over the runs [min, max across them], `-` unless every run has a value there."""
+  columns, values = seed_values(rows, column, metric, order)
+  out = []
+  for (stem, variant), (seeds, by_column) in values.items():
+    cells = [
+      "-" if vs is None else cell(sum(vs) / len(vs), [min(vs), max(vs)], fmt)
+      for vs in by_column.values()
+    ]
+    out.append([f"{stem}/{variant}", ",".join(seeds), *cells])
+  return columns, out
+
+
+def ranks(scores: dict, fmt) -> dict:
+  """{name: rank} by score, lowest first; names whose scores print the same (`fmt`) share
+  the better rank."""
+  printed = {name: fmt(v) for name, v in scores.items()}
+  return {
+    name: 1 + sum(printed[o] != printed[name] and scores[o] < scores[name] for o in scores)
+    for name in scores
+  }
 
 
 def signed(x: float) -> str:

@@ -301,3 +301,38 @@ def test_each_length_against_1x_is_summarized_over_the_seeds_of_a_run_stem():
     == f"{sum(values) / 2:+.3f} [{min(values):+.3f}, {max(values):+.3f}] {apart}/2"
   )
   assert values == pytest.approx([0.2, 0.2], abs=0.02) and apart == 2  # 0.1 a doubling, 4x
+
+
+def test_ranking_by_length_ranks_the_means_over_seeds_and_orders_rows_by_the_longest():
+  """Means of the seeds' perplexities (alibi at 4x: (e^2.2 + e^2.4) / 2 = 10.02): alibi wins at
+  4x though rope wins at 1x; nope ties alibi at 1x as printed; a stem with one seed is left out."""
+  losses = {  # stem -> (1x, 4x) loss per seed
+    "rope": [(2.0, 3.0), (2.2, 3.2)],  # means 2.1, 3.1
+    "alibi": [(2.3, 2.2), (2.3, 2.4)],  # means 2.3, 2.3
+    "nope": [(2.29, 2.6), (2.31, 2.6)],  # means 2.3 (printed as alibi's), 2.6
+  }
+  results = [
+    lengths_result(f"{stem}-s{seed}", losses={1: a, 4: b})
+    for stem, seeds in losses.items()
+    for seed, (a, b) in enumerate(seeds)
+  ] + [lengths_result("t5-s0", losses={1: 1.0, 4: 1.0})]
+  text = report.length_rank_tables(results)
+  lines = text.splitlines()
+  assert "rows in the order of 256 (4x)" in lines[0]
+  assert [row_cells(line) for line in lines[4:]] == [
+    ["alibi/none", "2 (9.97)", "1 (10.02)"],
+    ["nope/none", "2 (9.97)", "2 (13.46)"],
+    ["rope/none", "1 (8.21)", "3 (22.31)"],
+  ]
+  assert report.length_rank_tables(results[:2]) == ""  # one stem: nothing to rank
+
+
+def test_ranks_share_the_better_rank_when_printed_equal():
+  from lcx.tools.report import tables
+
+  assert tables.ranks({"a": 1.0, "b": 1.001, "c": 2.0, "d": 0.5}, tables.f2) == {
+    "a": 2,
+    "b": 2,
+    "c": 4,
+    "d": 1,
+  }
