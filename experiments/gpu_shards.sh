@@ -4,26 +4,28 @@
 #   experiments/gpu_shards.sh experiments/NAME[:ARG] N FIRST LAST DEADLINE_S
 #
 # Shard FIRST of N starts alone; once one of its runs has finished (a whole run timed on an
-# otherwise idle machine), shards FIRST+1..LAST start beside it (a small model leaves most of
-# the GPU idle). DEADLINE_S seconds after the start every sweep still going gets SIGTERM: its
-# run saves a checkpoint and the sweep packs the runs it finished (shard-i-of-N-partial.tar.gz).
-# $OUT gets each shard's archive (6 shards at most: a lent machine sends back 8 files) and
+# otherwise idle machine), it has stopped, or half the deadline has passed, shards FIRST+1..LAST
+# start beside it (a small model leaves most of the GPU idle). DEADLINE_S seconds after the
+# start every sweep still going gets SIGTERM: its run saves a checkpoint and the sweep packs the
+# runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets each shard's archive (7 shards at
+# most: a lent machine sends back 8 files) and
 # logs.tar.gz: every shard's log with a UNIX time on each line, each run's sweep markers, the
 # versions, nvidia-smi and the git state. Wheels, when there are any, and the built data
-# (LCX_DATA_DIR) travel in .whl/ and .whl/data. Unpack the archives into the experiment's
-# shards/ folder and `--merge_shards` writes the report.
+# (LCX_DATA_DIR) travel in .whl/ and .whl/data. Runs go to $GPU_SHARDS_RUNS (default
+# /tmp/gpu_shards_runs). Unpack the archives into the experiment's shards/ folder and
+# `--merge_shards` writes the report. experiments/schemes/README.md has a run of it.
 set -u
 sweep=$1 n=$2 first=$3 last=$4 deadline=$5
 out=${OUT:?set OUT to the folder that comes back}
+runs=${GPU_SHARDS_RUNS:-/tmp/gpu_shards_runs}
 start=$(date +%s)
-touch /tmp/gpu_shards_start
-mkdir -p "$out/logs"
+mkdir -p "$out/logs" "$runs"
+touch "$runs/.start"
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-export LCX_DATA_DIR=${LCX_DATA_DIR:-$PWD/.whl/data} JAX_COMPILATION_CACHE_DIR=/tmp/gpu_shards_jax
-runs=/tmp/gpu_shards_runs
+export LCX_DATA_DIR=${LCX_DATA_DIR:-$PWD/.whl/data} JAX_COMPILATION_CACHE_DIR=$runs/.jax_cache
 {
   git rev-parse HEAD
   git status --short | head -20
@@ -35,23 +37,21 @@ stamp() { while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done; }
 elapsed() { echo $(($(date +%s) - start)); }
 shard() {
   timeout -k 60 $((deadline - $(elapsed))) python3 -m lcx.tools.sweep "$sweep" --shard="$1/$n" \
-    --runs_dir=$runs 2>&1 | stamp >"$out/logs/shard-$1.log"
+    --runs_dir="$runs" 2>&1 | stamp >"$out/logs/shard-$1.log"
 }
 
+finished() { find "$runs" -name sweep_done.json -newer "$runs/.start" | sort; }
 shard "$first" &
 first_pid=$!
-while ! compgen -G "$runs/*/*/sweep_done.json" >/dev/null; do
-  if (($(elapsed) > deadline / 2)) || ! kill -0 $first_pid 2>/dev/null; then break; fi
+while [ -z "$(finished)" ] && kill -0 $first_pid 2>/dev/null && (($(elapsed) < deadline / 2)); do
   sleep 2
 done
-echo "[gpu_shards] first run finished after $(elapsed) s: $(compgen -G "$runs/*/*/sweep_done.json")"
-if compgen -G "$runs/*/*/sweep_done.json" >/dev/null; then
-  for ((i = first + 1; i <= last; i++)); do shard "$i" & done
-fi
+echo "[gpu_shards] after $(elapsed) s, first finished: $(finished | head -1)"
+for ((i = first + 1; i <= last; i++)); do shard "$i" & done
 wait
 
-find . -path "*/shards/shard-*.tar.gz" -newer /tmp/gpu_shards_start -exec cp {} "$out/" \;
-(cd $runs && find . -name 'sweep_*.json' | tar -czf "$out/logs/markers.tar.gz" -T -)
+find . -path "*/shards/shard-*.tar.gz" -newer "$runs/.start" -exec cp {} "$out/" \;
+(cd "$runs" && find . -name 'sweep_*.json' | tar -czf "$out/logs/markers.tar.gz" -T -)
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
-echo "[gpu_shards] $(find $runs -name sweep_done.json | wc -l) runs finished in $(elapsed) s;" \
+echo "[gpu_shards] $(finished | wc -l) runs finished in $(elapsed) s;" \
   "archives: $(cd "$out" && ls shard-*.tar.gz 2>/dev/null | tr '\n' ' ')"
