@@ -235,6 +235,41 @@ def test_schemes_full_shards_fit_the_lent_window_as_the_readme_says():
     assert estimate <= module.SHARD_LIMIT_S == 8 * 60
 
 
+# A run's time on one lent GPU, estimated from schemes:full on an H200 (experiments/schemes/
+# README.md: a 600-step run 16-118 s with seven side by side, median 27 s, 11-12 ms a training
+# step): setup once, then per run a fixed part (process start, compilation, checkpoints,
+# evaluation) and each training step at 20 ms (the larger models and batches of other variants);
+# a LongRoPE search a fixed 120 s. A shard may take 8 minutes from a fresh machine unless its
+# sweep.py sets SHARD_LIMIT_S (its README then says why it is over the 8 minutes).
+GPU_SETUP_S, GPU_RUN_S, GPU_STEP_S, GPU_SEARCH_S, GPU_LIMIT_S = 60, 45, 0.02, 120, 8 * 60
+
+
+def _gpu_estimate_s(loaded: sweep.Sweep, name: str) -> float:
+  run = loaded.runs[name]
+  if run.mode == "longrope":
+    return GPU_SEARCH_S
+  steps = re.findall(r"[,.:]steps=([0-9]+)", " ".join(loaded.command(name)))  # the last holds
+  return GPU_RUN_S + (GPU_STEP_S * int(steps[-1]) if steps and run.mode != "eval" else 0)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)
+def test_each_full_variant_splits_into_shards_that_fit_a_lent_window(experiment: pathlib.Path):
+  """Issue 27 item 6: SHARDS in sweep.py, every shard within its window by the estimate above,
+  and the README names the shard command."""
+  module = importlib.import_module(f"experiments.{experiment.name}.sweep")
+  loaded = sweep.load(f"{experiment}:full")
+  limit = getattr(module, "SHARD_LIMIT_S", GPU_LIMIT_S)
+  estimates = [
+    GPU_SETUP_S + sum(_gpu_estimate_s(loaded, r) for r in shard)
+    for shard in sweep.shards(loaded.runs, module.SHARDS)
+  ]
+  assert all(estimates) and max(estimates) <= limit, (experiment.name, max(estimates))
+  readme = (experiment / "README.md").read_text()
+  assert f"experiments/{experiment.name}:full --shard=i/{module.SHARDS}" in readme
+  if limit > GPU_LIMIT_S:
+    assert "over the 8 minutes" in readme
+
+
 def _run_config(run: sweep.Run):
   """A run's config as lcx.main builds it before compiling: its config file's get_config with
   the run's overrides, checked."""

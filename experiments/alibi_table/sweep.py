@@ -43,6 +43,9 @@ SEEDED = ("sinusoidal", "rope", "t5", "alibi", "nope")  # the claims' schemes: 3
 PAPER_FIVE = ("sinusoidal", "rope", "t5", "alibi", "nope")
 
 
+SHARDS = 15  # :full on lent GPUs, `--shard=i/15` (README: the estimate)
+
+
 def get_runs(arg=""):
   if arg not in ("", "matched", "full"):
     raise errors.not_allowed("experiments/alibi_table:ARG", arg, ['""', "matched", "full"])

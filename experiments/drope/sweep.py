@@ -26,6 +26,9 @@ WINDOW = 64  # RNoPE-SWA: the RoPE layers' sliding window, about a third of the 
 RECIPE_ROWS = ("rope", "drope_recipe")  # :recipe, the rows its comparison needs
 
 
+SHARDS = 12  # :full on lent GPUs, `--shard=i/12` (README: the estimate)
+
+
 def get_runs(arg=""):
   if arg not in ("", "recipe", "full"):
     raise errors.not_allowed("experiments/drope:ARG", arg, ['""', "recipe", "full"])

@@ -30,6 +30,9 @@ SIZES = {  # arg -> (steps, warmup, batch, test sequences per mix)
 }
 
 
+SHARDS = 18  # :full on lent GPUs, `--shard=i/18`, a run each (README: the estimate)
+
+
 def get_runs(arg=""):
   if arg not in SIZES:
     raise errors.not_allowed("experiments/flip_flop:ARG", arg, ["full"])

@@ -40,6 +40,9 @@ TASKS = (
 MAX_SIZE = {"scan": 4, "pcfg": 4, "lego": 8, "associative_recall": 8, "passkey": 8}  # long tasks
 
 
+SHARDS = 78  # :full on lent GPUs, `--shard=i/78` (README: the estimate)
+
+
 def get_runs(arg=""):
   full = arg == "full"
   size, steps = ("small", 3000) if full else ("tiny", 800)

@@ -24,6 +24,9 @@ VARIANTS = {
 }
 
 
+SHARDS = 5  # :full on lent GPUs, `--shard=i/5` (README: the estimate)
+
+
 def get_runs(arg=""):
   if arg not in VARIANTS:
     raise errors.not_allowed("experiments/prope:ARG", arg, [a or '""' for a in VARIANTS])

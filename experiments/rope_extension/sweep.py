@@ -31,6 +31,11 @@ VARIANTS = {
 }
 
 
+# :full on lent GPUs, `--shard=i/3`: a seed's runs need its base checkpoint, so a shard is a
+# seed, estimated over the usual 8 minutes: two calls on a warm machine, the second resuming (README).
+SHARDS, SHARD_LIMIT_S = 3, 1080
+
+
 def get_runs(arg=""):
   if arg not in VARIANTS:
     raise errors.not_allowed("experiments/rope_extension:ARG", arg, [a or '""' for a in VARIANTS])

@@ -60,6 +60,9 @@ FROM_SCHEMES = {
 }
 
 
+SHARDS = 8  # :full on lent GPUs, `--shard=i/8` (ran on an H200: README)
+
+
 def get_runs(arg=""):
   if arg not in VARIANTS:
     raise errors.not_allowed("experiments/scale_invariant:ARG", arg, [a or '""' for a in VARIANTS])
