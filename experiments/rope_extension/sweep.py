@@ -32,7 +32,8 @@ VARIANTS = {
 
 
 # :full on lent GPUs, `--shard=i/3`: a seed's runs need its base checkpoint, so a shard is a
-# seed, estimated over the usual 8 minutes: two calls on a warm machine, the second resuming (README).
+# seed, estimated over the usual 8 minutes: two calls on a warm machine, the second resuming
+# (README).
 SHARDS, SHARD_LIMIT_S = 3, 1080
 
 
