@@ -126,15 +126,33 @@ def _plot_metric_lines(ax, results, metric: str, row_label, crowded: bool = Fals
 
 def plot_perplexity(results: Sequence[dict], path: str, title: str = "") -> str | None:
   """Perplexity against eval length (log2 x), a line and 95% CI band per result, training
-  length dashed; one panel per protocol."""
+  length dashed; one panel per protocol. Where runs have seeds (STEM-s<seed>), a line per stem
+  instead: the seeds' mean with bars over their range (`length_lines`), so 3 seeds of 25 rows
+  stay 25 lines."""
   groups = tables.groups(tables.of_kind(results, "lengths"), lengths.group_key)
   if not groups:
     return None
-  fig, axes = _line_panels(groups)
-  for ax, group in zip(axes, groups):
-    _plot_metric_lines(ax, group, "perplexity", tables.label)
+  per_group = [length_lines(group) for group in groups]
+  fig, axes = _line_panels(per_group)  # sized for the lines drawn
+  for ax, group, lines in zip(axes, groups, per_group):
+    if len(lines) == len(group):  # no seeds to fold: bands of 95% CI
+      _plot_metric_lines(ax, group, "perplexity", tables.label)
+      what = "95% CI"
+    else:
+      for i, (label, xs, ys, lo, hi) in enumerate(lines):
+        style = _line_style(i, len(lines))
+        ax.errorbar(
+          xs, ys, yerr=[lo, hi], marker="o", markersize=3, capsize=2, label=label, **style
+        )
+      _mark_train_lengths(ax, [r["train_len"] for r in group if r.get("train_len")])
+      ticks = sorted({x for _, xs, *_ in lines for x in xs})
+      values = [y for *_, ys, _, _ in lines for y in ys]
+      _length_axes(
+        ax, ticks, "perplexity per token", values, legend_outside=len(lines) > MANY_LINES
+      )
+      what = "seeds' mean, bars min-max; single runs 95% CI"
     ax.set_title(
-      title or f"perplexity by length, {lengths.short_protocol(group[0])} (95% CI)", fontsize=9
+      title or f"perplexity by length, {lengths.short_protocol(group[0])} ({what})", fontsize=9
     )
   return _save(fig, path)
 
@@ -224,15 +242,16 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   return _save(fig, path)
 
 
-def task_lines(group: Sequence[dict], buckets: Sequence[str]) -> list[tuple]:
-  """(label, xs, ys, lower, upper) per line of a task panel: a result alone is its exact match
-  with its 95% CI; runs named STEM-s<seed> of one (stem, variant) with two or more seeds are one
-  line, their mean with bars from the lowest seed to the highest (as the across-seed tables)."""
-  by_line: dict = {}  # (label) -> [results]
-  for r in group:
+def seed_lines(group: Sequence[dict], points: Sequence[tuple], value, ci) -> list[tuple]:
+  """(label, xs, ys, lower, upper) per line over `points` ((x, key) pairs; value(r, key) and
+  ci(r, key) read a result there): a result alone is its value with its 95% CI; runs named
+  STEM-s<seed> of one (stem, variant) with two or more seeds are one line, their mean with bars
+  from the lowest seed to the highest (as the across-seed tables). A point some run lacks is
+  left out of its line."""
+  by_line: dict = {}  # "stem/variant" (or a result's place, unseeded) -> [results]
+  for i, r in enumerate(group):
     match = tables.SEEDED_RUN.match(str(r["run"]))
-    key = f"{match['stem']}/{r['variant']}" if match else tables.label(r)
-    by_line.setdefault(key, []).append(r)
+    by_line.setdefault(f"{match['stem']}/{r['variant']}" if match else i, []).append(r)
   lines = []
   for key, rs in by_line.items():
     if len(rs) == 1:
@@ -241,19 +260,40 @@ def task_lines(group: Sequence[dict], buckets: Sequence[str]) -> list[tuple]:
       seeds = sorted(int(tables.SEEDED_RUN.match(str(r["run"]))["seed"]) for r in rs)
       key, spread = f"{key} (seeds {','.join(map(str, seeds))})", True
     xs, ys, lo, hi = [], [], [], []
-    for i, name in enumerate(buckets):
-      values = [r["buckets"].get(name, {}).get("accuracy") for r in rs]
+    for x, name in points:
+      values = [value(r, name) for r in rs]
       if any(v is None for v in values):
         continue
       mean = sum(values) / len(values)
-      ci = [min(values), max(values)] if spread else rs[0]["buckets"][name].get("accuracy_ci")
-      ci = ci or [mean, mean]
-      xs.append(i)
+      bounds = [min(values), max(values)] if spread else ci(rs[0], name)
+      bounds = bounds or [mean, mean]
+      xs.append(x)
       ys.append(mean)
-      lo.append(mean - ci[0])
-      hi.append(ci[1] - mean)
+      lo.append(mean - bounds[0])
+      hi.append(bounds[1] - mean)
     lines.append((key, xs, ys, lo, hi))
   return lines
+
+
+def task_lines(group: Sequence[dict], buckets: Sequence[str]) -> list[tuple]:
+  """`seed_lines` of exact match over the size buckets (x: the bucket's index)."""
+  return seed_lines(
+    group,
+    list(enumerate(buckets)),
+    lambda r, b: r["buckets"].get(b, {}).get("accuracy"),
+    lambda r, b: r["buckets"][b].get("accuracy_ci"),
+  )
+
+
+def length_lines(group: Sequence[dict], metric: str = "perplexity") -> list[tuple]:
+  """`seed_lines` of `metric` over the evaluated lengths (x: the length)."""
+  ns = sorted({int(n) for r in group for n in r["lengths"]})
+  return seed_lines(
+    group,
+    [(n, str(n)) for n in ns],
+    lambda r, n: r["lengths"].get(n, {}).get(metric),
+    lambda r, n: r["lengths"][n].get(f"{metric}_ci"),
+  )
 
 
 def plot_tasks(results: Sequence[dict], path: str) -> str | None:

@@ -1,5 +1,7 @@
 """The plots: which are drawn, older results, crowded panels."""
 
+import math
+
 import pytest
 
 from lcx.tools import report
@@ -63,3 +65,29 @@ def test_task_lines_are_one_per_stem_across_seeds_and_one_per_single_result():
   assert [y + d for y, d in zip(ys, hi)] == pytest.approx([0.953, 0.5])  # the highest
   xs, ys, lo, hi = lines["copy-alibi-s0/none"]
   assert (ys[0] - lo[0], ys[0] + hi[0]) == pytest.approx((0.931, 0.972))  # its own 95% CI
+
+
+def test_length_lines_fold_seeds_into_one_line_and_the_plot_draws_a_line_per_stem(tmp_path):
+  from lcx.tools.report import plots
+
+  results = [
+    lengths_result(f"rope-s{seed}", losses={1: 2.0 + 0.1 * seed, 4: 2.5 + 0.1 * seed})
+    for seed in (0, 1, 2)
+  ] + [lengths_result("alibi-s0", losses={1: 2.1, 4: 2.1})]
+  lines = {label: rest for label, *rest in plots.length_lines(results)}
+  assert set(lines) == {"rope/none (seeds 0,1,2)", "alibi-s0/none"}
+  xs, ys, lo, hi = lines["rope/none (seeds 0,1,2)"]
+  mean = sum(math.exp(2.5 + 0.1 * s) for s in (0, 1, 2)) / 3
+  assert xs == [64, 256] and ys[1] == pytest.approx(mean)
+  assert (ys[1] - lo[1], ys[1] + hi[1]) == pytest.approx((math.exp(2.5), math.exp(2.7)))
+  xs, ys, lo, hi = lines["alibi-s0/none"]
+  assert (ys[0] - lo[0], ys[0] + hi[0]) == pytest.approx((math.exp(2.08), math.exp(2.12)))
+  twice = [lengths_result("rope"), lengths_result("rope", losses={1: 3.0, 2: 3.0, 4: 3.0})]
+  assert [ys for _, _, ys, _, _ in plots.length_lines(twice)][1] == [math.exp(3.0)] * 3  # apart
+  figures = []
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_perplexity(results, str(tmp_path / "p.png"))
+  (ax,) = [a for a in figures[0].axes if a.get_visible()]
+  labels = ax.get_legend_handles_labels()[1]
+  assert labels == ["train length 64", "rope/none (seeds 0,1,2)", "alibi-s0/none"]
