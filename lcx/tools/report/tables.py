@@ -194,12 +194,14 @@ def seed_table(
   return columns, out
 
 
-def ranks(scores: dict, fmt) -> dict:
-  """{name: rank} by score, lowest first; names whose scores print the same (`fmt`) share
-  the better rank."""
+def ranks(scores: dict, fmt, highest_first: bool = False) -> dict:
+  """{name: rank} by score, lowest first (highest with `highest_first`); names whose scores
+  print the same (`fmt`) share the better rank."""
   printed = {name: fmt(v) for name, v in scores.items()}
+  sign = -1 if highest_first else 1
   return {
-    name: 1 + sum(printed[o] != printed[name] and scores[o] < scores[name] for o in scores)
+    name: 1
+    + sum(printed[o] != printed[name] and sign * scores[o] < sign * scores[name] for o in scores)
     for name in scores
   }
 

@@ -229,10 +229,9 @@ def rank_seed_tables(results: Sequence[dict]) -> str:
   mrr: dict = {}  # system -> seed -> (MRR, rank)
   for seed in sorted({row["seed"] for row in rows}):
     _, by_system, _ = tables.reciprocal_ranks([row for row in rows if row["seed"] == seed])
-    shown = {name: round(value, 3) for name, value in by_system.items()}  # ties as printed
+    rank = tables.ranks(by_system, tables.f3, highest_first=True)  # ties as printed
     for name, value in by_system.items():
-      rank = 1 + sum(other > shown[name] for other in shown.values())
-      mrr.setdefault(name, {})[seed] = (value, rank)
+      mrr.setdefault(name, {})[seed] = (value, rank[name])
   seeds = sorted({seed for by in mrr.values() for seed in by})
   if len(seeds) < 2:
     return ""

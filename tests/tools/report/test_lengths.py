@@ -336,3 +336,8 @@ def test_ranks_share_the_better_rank_when_printed_equal():
     "c": 4,
     "d": 1,
   }
+  assert tables.ranks({"a": 1.0, "b": 1.001, "c": 2.0}, tables.f2, highest_first=True) == {
+    "a": 2,
+    "b": 2,
+    "c": 1,
+  }
