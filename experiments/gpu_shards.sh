@@ -7,9 +7,9 @@
 # otherwise idle machine), it has stopped, or half the deadline has passed, shards FIRST+1..LAST
 # start beside it (a small model leaves most of the GPU idle). DEADLINE_S seconds after the
 # start every sweep still going gets SIGTERM: its run saves a checkpoint and the sweep packs the
-# runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets each shard's archive (7 shards at
-# most: a lent machine sends back 8 files) and
-# logs.tar.gz: every shard's log with a UNIX time on each line, each run's sweep markers, the
+# runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets shards.tar, holding every shard's
+# archive (one file, since a lent machine sends back 8 at most: two calls side by side with
+# their own OUT=$OUT/NAME fit), and logs.tar.gz: every shard's log with a UNIX time on each line, each run's sweep markers, the
 # versions, nvidia-smi and the git state. Wheels, when there are any, and the built data
 # (LCX_DATA_DIR) travel in .whl/ and .whl/data. Runs go to $GPU_SHARDS_RUNS (default
 # /tmp/gpu_shards_runs). Unpack the archives into the experiment's shards/ folder and
@@ -21,8 +21,9 @@ runs=${GPU_SHARDS_RUNS:-/tmp/gpu_shards_runs}
 start=$(date +%s)
 mkdir -p "$out/logs" "$runs"
 touch "$runs/.start"
-if compgen -G ".whl/*.whl" >/dev/null; then
+if compgen -G ".whl/*.whl" >/dev/null && [ ! -e /tmp/site/.installed ]; then  # once a machine
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+  touch /tmp/site/.installed
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export LCX_DATA_DIR=${LCX_DATA_DIR:-$PWD/.whl/data} JAX_COMPILATION_CACHE_DIR=$runs/.jax_cache
@@ -50,8 +51,9 @@ echo "[gpu_shards] after $(elapsed) s, first finished: $(finished | head -1)"
 for ((i = first + 1; i <= last; i++)); do shard "$i" & done
 wait
 
-find . -path "*/shards/shard-*.tar.gz" -newer "$runs/.start" -exec cp {} "$out/" \;
+archives=$(find "${sweep%%:*}" -path "*/shards/shard-*.tar.gz" -newer "$runs/.start" | sort -V)
+[ -n "$archives" ] && tar -cf "$out/shards.tar" --transform='s,.*/,,' $archives
 (cd "$runs" && find . -name 'sweep_*.json' | tar -czf "$out/logs/markers.tar.gz" -T -)
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
 echo "[gpu_shards] $(finished | wc -l) runs finished in $(elapsed) s;" \
-  "archives: $(cd "$out" && ls shard-*.tar.gz 2>/dev/null | tr '\n' ' ')"
+  "archives: $(for a in $archives; do basename "$a"; done | tr '\n' ' ')"

@@ -1,5 +1,6 @@
 """experiments/gpu_shards.sh: shards of a sweep on a lent accelerator, the first alone, a
-deadline, and every shard's archive (partial where it stopped early) and the logs in $OUT."""
+deadline, and every shard's archive (partial where it stopped early) in one tar and the logs
+in $OUT."""
 
 import json
 import os
@@ -52,17 +53,15 @@ def test_shards_bring_back_their_archives_a_partial_one_and_time_stamped_logs(tm
   assert done.returncode == 0, done.stderr
   assert "0 runs finished" in done.stdout  # a and b were done before; c failed
   assert "archives: shard-0-of-2-partial.tar.gz shard-1-of-2.tar.gz" in done.stdout
-  for archive, member in (("shard-0-of-2-partial", "a"), ("shard-1-of-2", "b")):
-    with tarfile.open(out / f"{archive}.tar.gz") as tar:
-      assert tar.getnames() == [f"results/{member}/none.json"]
+  with tarfile.open(out / "shards.tar") as shards:  # one file: a lent machine sends back 8
+    assert shards.getnames() == ["shard-0-of-2-partial.tar.gz", "shard-1-of-2.tar.gz"]
+    for archive, member in (("shard-0-of-2-partial", "a"), ("shard-1-of-2", "b")):
+      with tarfile.open(fileobj=shards.extractfile(f"{archive}.tar.gz")) as tar:
+        assert tar.getnames() == [f"results/{member}/none.json"]
   with tarfile.open(out / "logs.tar.gz") as tar:
     names = set(tar.getnames())
     assert {"logs/shard-0.log", "logs/shard-1.log", "logs/machine.txt"} <= names
     log = tar.extractfile("logs/shard-0.log").read().decode()
   assert "run toy/c failed with exit status 2" in log
   assert all(line.split(" ", 1)[0].isdigit() for line in log.splitlines())  # UNIX times
-  assert sorted(os.listdir(out)) == [
-    "logs.tar.gz",
-    "shard-0-of-2-partial.tar.gz",
-    "shard-1-of-2.tar.gz",
-  ]
+  assert sorted(os.listdir(out)) == ["logs.tar.gz", "shards.tar"]
