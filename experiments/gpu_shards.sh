@@ -5,14 +5,15 @@
 #
 # Shard FIRST of N starts alone; once one of its runs has finished (a whole run timed on an
 # otherwise idle machine), it has stopped, or half the deadline has passed, shards FIRST+1..LAST
-# start beside it (a small model leaves most of the GPU idle). DEADLINE_S seconds after the
+# start beside it (a small model leaves most of the GPU idle); GPU_SHARDS_FIRST_ALONE=0 starts
+# them all at once, for a machine whose single-run times are known. DEADLINE_S seconds after the
 # start every sweep still going gets SIGTERM: its run saves a checkpoint and the sweep packs the
-# runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets shards.tar, holding every shard's
-# archive (one file, since a lent machine sends back 8 at most: two calls side by side with
-# their own OUT=$OUT/NAME fit), and logs.tar.gz: every shard's log with a UNIX time on each line, each run's sweep markers, the
-# versions, nvidia-smi and the git state. Wheels, when there are any, and the built data
-# (LCX_DATA_DIR) travel in .whl/ and .whl/data. Runs go to $GPU_SHARDS_RUNS (default
-# /tmp/gpu_shards_runs). Unpack the archives into the experiment's shards/ folder and
+# runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets shards.tar, every shard's archive in
+# one file (a lent machine sends back 8 at most; two experiments side by side, each with its own
+# OUT=$OUT/NAME, fit), and logs.tar.gz: every shard's log with a UNIX time on each line, each
+# run's sweep markers, the versions, nvidia-smi and the git state. Wheels, when there are any,
+# and the built data (LCX_DATA_DIR) travel in .whl/ and .whl/data. Runs go to $GPU_SHARDS_RUNS
+# (default /tmp/gpu_shards_runs). Unpack the archives into the experiment's shards/ folder and
 # `--merge_shards` writes the report. experiments/schemes/README.md has a run of it.
 set -u
 sweep=$1 n=$2 first=$3 last=$4 deadline=$5
@@ -44,7 +45,8 @@ shard() {
 finished() { find "$runs" -name sweep_done.json -newer "$runs/.start" | sort; }
 shard "$first" &
 first_pid=$!
-while [ -z "$(finished)" ] && kill -0 $first_pid 2>/dev/null && (($(elapsed) < deadline / 2)); do
+while ((${GPU_SHARDS_FIRST_ALONE:-1})) && [ -z "$(finished)" ] && kill -0 $first_pid 2>/dev/null &&
+  (($(elapsed) < deadline / 2)); do
   sleep 2
 done
 echo "[gpu_shards] after $(elapsed) s, first finished: $(finished | head -1)"
