@@ -533,6 +533,32 @@ def unpack(sweep: Sweep) -> list[str]:
   return written
 
 
+ARCHIVE_NAME = re.compile(r"^shard-([0-9]+)-of-([0-9]+)(-partial)?\.tar\.gz$")
+
+
+def coverage(sweep: Sweep) -> str:
+  """Which shards the archives under OUT/shards/ hold, and which are partial or missing, so a
+  report merged from some of the shards says so."""
+  whole, partial, counts = set(), set(), set()
+  for path in glob.glob(os.path.join(sweep.out_dir, "shards", "*.tar.gz")):
+    match = ARCHIVE_NAME.match(os.path.basename(path))
+    if match:
+      (partial if match.group(3) else whole).add(int(match.group(1)))
+      counts.add(int(match.group(2)))
+  if len(counts) != 1:
+    return f"[sweep] shard archives of {len(counts)} different splits: {sorted(counts)}"
+  (n,) = counts
+  partial -= whole
+  missing = sorted(set(range(n)) - whole - partial)
+  if not partial and not missing:
+    return f"[sweep] all {n} shards merged"
+  return (
+    f"[sweep] {len(whole)} of {n} shards merged whole; partial: "
+    f"{', '.join(map(str, sorted(partial))) or 'none'}; missing: "
+    f"{', '.join(map(str, missing)) or 'none'}: the report covers their finished runs only"
+  )
+
+
 def write_report(sweep: Sweep) -> dict[str, str]:
   results_dir = os.path.join(sweep.out_dir, "results")
   results = report.load([results_dir], allow_empty=True) if os.path.isdir(results_dir) else []
@@ -573,6 +599,7 @@ def main(argv):
       f"{os.path.join(sweep.out_dir, 'shards')} to {os.path.join(sweep.out_dir, 'results')}",
       flush=True,
     )
+    print(coverage(sweep), flush=True)
     written = write_report(sweep)
     print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
     return

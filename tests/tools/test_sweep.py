@@ -372,6 +372,7 @@ def test_each_shard_packs_its_results_into_one_archive_and_leaves_the_report_alo
   merged = _sweep(experiment, f"--runs_dir={tmp_path / 'elsewhere'}", "--merge_shards")
   assert merged.returncode == 0, merged.stderr
   assert "unpacked 2 result files" in merged.stdout and "lcx.main" not in merged.stdout
+  assert "[sweep] all 2 shards merged" in merged.stdout
   for run in ("a", "b"):
     assert (experiment / "results" / run / "none.json").read_bytes() == (
       (runs / "toy" / run / "eval" / "none.json").read_bytes()
@@ -413,6 +414,25 @@ def test_an_archive_over_the_limit_is_refused_and_nothing_is_written(tmp_path, m
   with pytest.raises(ValueError, match=r"over the 0 MiB one shard may bring back; split the"):
     sweep.pack(loaded, ["a"], path)
   assert not os.listdir(os.path.dirname(path))
+
+
+def test_a_merge_names_the_shards_it_lacks(tmp_path):
+  """A report merged from some shards (a lent machine's time ran out) says which are partial or
+  missing, so nobody reads it as the whole sweep."""
+  loaded = sweep.load(str(_experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")), str(tmp_path))
+  shards = tmp_path / "experiments" / "toy" / "shards"
+  shards.mkdir()
+  for name in ("shard-0-of-4.tar.gz", "shard-1-of-4-partial.tar.gz", "shard-3-of-4.tar.gz"):
+    (shards / name).write_bytes(b"")
+  assert sweep.coverage(loaded) == (
+    "[sweep] 2 of 4 shards merged whole; partial: 1; missing: 2: the report covers their "
+    "finished runs only"
+  )
+  (shards / "shard-1-of-4.tar.gz").write_bytes(b"")  # the whole shard supersedes its partial
+  (shards / "shard-2-of-4.tar.gz").write_bytes(b"")
+  assert sweep.coverage(loaded) == "[sweep] all 4 shards merged"
+  (shards / "shard-0-of-2.tar.gz").write_bytes(b"")
+  assert sweep.coverage(loaded) == "[sweep] shard archives of 2 different splits: [2, 4]"
 
 
 def test_merge_refuses_foreign_members_and_missing_archives(tmp_path):
