@@ -6,15 +6,17 @@
 # Shard FIRST of N starts alone; once one of its runs has finished (a whole run timed on an
 # otherwise idle machine), it has stopped, or half the deadline has passed, shards FIRST+1..LAST
 # start beside it (a small model leaves most of the GPU idle); GPU_SHARDS_FIRST_ALONE=0 starts
-# them all at once, for a machine whose single-run times are known. DEADLINE_S seconds after the
-# start every sweep still going gets SIGTERM: its run saves a checkpoint and the sweep packs the
-# runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets shards.tar, every shard's archive in
-# one file (a lent machine sends back 8 at most; two experiments side by side, each with its own
-# OUT=$OUT/NAME, fit), and logs.tar.gz: every shard's log with a UNIX time on each line, each
-# run's sweep markers, the versions, nvidia-smi and the git state. Wheels, when there are any,
-# and the built data (LCX_DATA_DIR) travel in .whl/ and .whl/data. Runs go to $GPU_SHARDS_RUNS
-# (default /tmp/gpu_shards_runs). Unpack the archives into the experiment's shards/ folder and
-# `--merge_shards` writes the report. experiments/schemes/README.md has a run of it.
+# them all at once, for a machine whose single-run times are known; GPU_SHARDS_JOBS=N passes
+# --jobs=N to each shard (a shard holding a chain: the experiment's SHARD_JOBS). DEADLINE_S
+# seconds after the start every sweep still going gets SIGTERM: its runs save a checkpoint and
+# the sweep packs the runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets shards.tar,
+# every shard's archive in one file (a lent machine sends back 8 at most; two experiments side
+# by side, each with its own OUT=$OUT/NAME, fit), and logs.tar.gz: every shard's log with a UNIX
+# time on each line, each run's sweep markers, the versions, nvidia-smi and the git state.
+# Wheels, when there are any, and the built data (LCX_DATA_DIR) travel in .whl/ and .whl/data.
+# Runs go to $GPU_SHARDS_RUNS (default /tmp/gpu_shards_runs). Unpack the archives into the
+# experiment's shards/ folder and `--merge_shards` writes the report.
+# experiments/schemes/README.md has a run of it.
 set -u
 sweep=$1 n=$2 first=$3 last=$4 deadline=$5
 out=${OUT:?set OUT to the folder that comes back}
@@ -39,7 +41,7 @@ stamp() { while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done; }
 elapsed() { echo $(($(date +%s) - start)); }
 shard() {
   timeout -k 60 $((deadline - $(elapsed))) python3 -m lcx.tools.sweep "$sweep" --shard="$1/$n" \
-    --runs_dir="$runs" 2>&1 | stamp >"$out/logs/shard-$1.log"
+    --runs_dir="$runs" --jobs="${GPU_SHARDS_JOBS:-1}" 2>&1 | stamp >"$out/logs/shard-$1.log"
 }
 
 finished() { find "$runs" -name sweep_done.json -newer "$runs/.start" | sort; }

@@ -252,20 +252,53 @@ def _gpu_estimate_s(loaded: sweep.Sweep, name: str) -> float:
   return GPU_RUN_S + (GPU_STEP_S * int(steps[-1]) if steps and run.mode != "eval" else 0)
 
 
+def _shard_estimate_s(loaded: sweep.Sweep, shard: list[str], jobs: int) -> float:
+  """Setup, then the shard's runs as `sweep --jobs` starts them (in order, each once its needs
+  are done and no other run going works in its workdir, at most `jobs` at once), each taking
+  its estimate: when the last ends."""
+  waiting, going, now = list(shard), {}, 0.0  # going: run -> its end
+  while waiting or going:
+    for run in list(waiting):
+      if (
+        len(going) < jobs
+        and not any(n in waiting or n in going for n in loaded.runs[run].needs)
+        and all(loaded.target(g) != loaded.target(run) for g in going)
+      ):
+        waiting.remove(run)
+        going[run] = now + _gpu_estimate_s(loaded, run)
+    now = min(going.values())
+    going = {r: end for r, end in going.items() if end > now}
+  return GPU_SETUP_S + now
+
+
+def test_the_shard_estimate_follows_the_jobs_rule():
+  loaded = sweep.load("experiments/rope_extension:full")
+  (shard, *_) = sweep.shards(loaded.runs, 3)
+  one_at_a_time = _shard_estimate_s(loaded, shard, jobs=1)
+  assert one_at_a_time == GPU_SETUP_S + sum(_gpu_estimate_s(loaded, r) for r in shard)
+  base, search = _gpu_estimate_s(loaded, "rope"), _gpu_estimate_s(loaded, "longrope_search")
+  evaluation = _gpu_estimate_s(loaded, "training_free")
+  fine_tune = _gpu_estimate_s(loaded, "longrope_finetuned")
+  side_by_side = _shard_estimate_s(loaded, shard, jobs=len(shard))
+  assert side_by_side == GPU_SETUP_S + base + search + max(evaluation, fine_tune)  # its chain
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)
 def test_each_full_variant_splits_into_shards_that_fit_a_lent_window(experiment: pathlib.Path):
-  """Issue 27 item 6: SHARDS in sweep.py, every shard within its window by the estimate above,
-  and the README names the shard command."""
+  """Issue 27 item 6: SHARDS in sweep.py (and SHARD_JOBS, runs at once, where a shard holds a
+  chain), every shard within its window by the estimate above, and the README names the shard
+  command."""
   module = importlib.import_module(f"experiments.{experiment.name}.sweep")
   loaded = sweep.load(f"{experiment}:full")
   limit = getattr(module, "SHARD_LIMIT_S", GPU_LIMIT_S)
+  jobs = getattr(module, "SHARD_JOBS", 1)
   estimates = [
-    GPU_SETUP_S + sum(_gpu_estimate_s(loaded, r) for r in shard)
-    for shard in sweep.shards(loaded.runs, module.SHARDS)
+    _shard_estimate_s(loaded, shard, jobs) for shard in sweep.shards(loaded.runs, module.SHARDS)
   ]
   assert all(estimates) and max(estimates) <= limit, (experiment.name, max(estimates))
   readme = (experiment / "README.md").read_text()
-  assert f"experiments/{experiment.name}:full --shard=i/{module.SHARDS}" in readme
+  jobs_flag = f" --jobs={jobs}" if jobs > 1 else ""
+  assert f"experiments/{experiment.name}:full --shard=i/{module.SHARDS}{jobs_flag}" in readme
   if limit > GPU_LIMIT_S:
     assert "over the 8 minutes" in readme
 

@@ -31,10 +31,9 @@ VARIANTS = {
 }
 
 
-# :full on lent GPUs, `--shard=i/3`: a seed's runs need its base checkpoint, so a shard is a
-# seed, estimated over the usual 8 minutes: two calls on a warm machine, the second resuming
-# (README).
-SHARDS, SHARD_LIMIT_S = 3, 1080
+# :full on lent GPUs, `--shard=i/3 --jobs=4`: a seed's runs need its base checkpoint, so a
+# shard is a seed; its fine-tunes and search run side by side once the base has trained.
+SHARDS, SHARD_JOBS = 3, 4
 
 
 def get_runs(arg=""):

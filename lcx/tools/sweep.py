@@ -1,7 +1,7 @@
-"""A named set of runs, trained and evaluated one after another, then one report.
+"""A named set of runs, trained and evaluated in dependency order, then one report.
 
     python -m lcx.tools.sweep experiments/NAME[:ARG] [--dry_run] [--only=RUN,...] [--shard=i/n]
-                        [--runs_dir=runs] [--force_eval] [--merge_shards]
+                        [--runs_dir=runs] [--force_eval] [--merge_shards] [--jobs=N]
 
 experiments/NAME/sweep.py defines `get_runs(arg) -> {name: Run}` (arg "" for the CPU-sized
 sweep, e.g. "full" for the GPU-sized one). Each run is `python -m lcx.main` in a subprocess with
@@ -19,6 +19,8 @@ OUT/shards/shard-i-of-n.tar.gz (at most 16 MiB, to bring back and commit), and l
 and report.md alone; `--merge_shards` unpacks every archive there and writes the report once.
 A shard stopped early (a signal, say a lent machine's deadline, or a failed run) still packs the
 runs it finished, into shard-i-of-n-partial.tar.gz, so what a lent window trained comes back.
+`--jobs=N` runs up to N at once, each as soon as its needs are done: a seed's fine-tunes beside
+each other once its base has trained (a small model leaves most of a GPU, or a second core, idle).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 from lcx import cli, errors
@@ -313,12 +316,12 @@ def select(sweep: Sweep, only: list[str], shard: tuple[int, int]) -> list[str]:
 
 
 class _Signals:
-  """SIGTERM while a run trains is passed on to it (lcx.main saves a checkpoint and exits 0) and
-  the run is not marked done; SIGINT (Ctrl-C reaches the whole process group) stops the sweep
-  after the current run. Either way the sweep then exits 128 + the signal number."""
+  """SIGTERM while runs train is passed on to them (lcx.main saves a checkpoint and exits 0) and
+  they are not marked done; SIGINT (Ctrl-C reaches the whole process group) stops the sweep
+  after the runs going. Either way the sweep then exits 128 + the signal number."""
 
   def __init__(self):
-    self.child, self.received = None, None
+    self.children, self.received = set(), None
 
   def __enter__(self):
     self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -331,8 +334,9 @@ class _Signals:
   def _handle(self, signum, frame):
     del frame
     self.received = signum
-    if signum == signal.SIGTERM and self.child is not None and self.child.poll() is None:
-      self.child.send_signal(signum)  # lcx.main's handler only sets a flag: twice is harmless
+    for child in list(self.children) if signum == signal.SIGTERM else ():
+      if child.poll() is None:
+        child.send_signal(signum)  # lcx.main's handler only sets a flag: twice is harmless
 
 
 def to_run(sweep: Sweep, run: str, force_eval: bool) -> list[str] | None:
@@ -365,7 +369,8 @@ def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
   return f"{head} runs {progress.progress_text(done, total, sum(durations) / len(durations))}"
 
 
-def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> int:
+def launch(sweep: Sweep, run: str, command: list[str], signals: _Signals, **popen):
+  """Starts `run` (its launch recorded, a stale marker removed) as a child `signals` knows."""
   marker = os.path.join(sweep.workdir(run), MARKER)
   if os.path.exists(marker) and not done(sweep, run):
     print(
@@ -375,23 +380,97 @@ def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> in
     os.remove(marker)
   _write_json(os.path.join(sweep.workdir(run), STARTED), {"command": sweep.command(run)})
   print("$ python " + shlex.join(command), flush=True)
-  signals.child = subprocess.Popen(
+  child = subprocess.Popen(
     [sys.executable, *command],
     cwd=ROOT,
     env=dict(os.environ, PYTHONUNBUFFERED="1"),
     preexec_fn=_dies_with(os.getpid()),
+    **popen,
   )
-  status = signals.child.wait()
-  signals.child = None
-  if status == 0 and signals.received != signal.SIGTERM:  # after SIGTERM, 0 means "saved"
+  signals.children.add(child)
+  return child
+
+
+def finish(sweep: Sweep, run: str, child, signals: _Signals) -> int:
+  """The exit status of `run`'s child; 0 (not after SIGTERM, where 0 means "saved") marks it
+  done with its command."""
+  status = child.wait()
+  signals.children.discard(child)
+  if status == 0 and signals.received != signal.SIGTERM:
     _write_json(
-      marker,
+      os.path.join(sweep.workdir(run), MARKER),
       {
         "command": sweep.command(run),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       },
     )
   return status
+
+
+def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> int:
+  return finish(sweep, run, launch(sweep, run, command, signals), signals)
+
+
+def _prefixed(stream, prefix: str):
+  """A thread copying a child's output to ours line by line, each line led by its run's name."""
+
+  def copy():
+    for line in stream:
+      sys.stdout.write(prefix + line)
+      sys.stdout.flush()
+
+  thread = threading.Thread(target=copy, daemon=True)
+  thread.start()
+  return thread
+
+
+def run_side_by_side(
+  sweep: Sweep, chosen: list[str], jobs: int, force_eval: bool, signals: _Signals
+) -> tuple[list[tuple[str, int]], list[str]]:
+  """Runs `chosen` with up to `jobs` at once (`--jobs`), each as soon as its needs are done and
+  no other run works in its workdir (runs `on` the same base take turns); output lines carry
+  their run's name. Stops starting runs after a failure or a signal and waits for those going.
+  Returns (failed runs with their exit status, runs that were going when a signal came)."""
+  waiting, going, failed, interrupted = list(chosen), {}, [], []
+  while waiting or going:
+    while signals.received is None and not failed and len(going) < jobs:
+      ready = [
+        r
+        for r in waiting
+        if not any(n in waiting or n in going for n in sweep.runs[r].needs)
+        and all(sweep.target(g) != sweep.target(r) for g in going)
+      ]
+      if not ready:
+        break
+      run = ready[0]
+      waiting.remove(run)
+      head = f"[sweep {sweep.name}/{run} {len(chosen) - len(waiting)}/{len(chosen)}]"
+      command = to_run(sweep, run, force_eval)
+      if command is None:
+        print(f"{head} done earlier: skipped", flush=True)
+        continue
+      print(f"{head} starting beside {len(going)} other runs", flush=True)
+      child = launch(
+        sweep, run, command, signals, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+      )
+      going[run] = (child, _prefixed(child.stdout, f"[{run}] "), time.perf_counter())
+    if not going:
+      break
+    time.sleep(0.2)
+    for run, (child, thread, started) in list(going.items()):
+      if child.poll() is None:
+        continue
+      thread.join()
+      del going[run]
+      status = finish(sweep, run, child, signals)
+      if signals.received is not None:
+        interrupted.append(run)
+      elif status != 0:
+        failed.append((run, status))
+      else:
+        seconds = time.perf_counter() - started
+        print(f"[sweep {sweep.name}/{run}] finished in {seconds:.0f} s", flush=True)
+  return failed, interrupted
 
 
 def _pack_finished(sweep: Sweep, shard: tuple[int, int], chosen: list[str]) -> None:
@@ -572,6 +651,33 @@ def write_report(sweep: Sweep) -> dict[str, str]:
   return report.write(results, sweep.out_dir, title=title)
 
 
+def _run_with_jobs(sweep, chosen, shard, jobs, force_eval, signals) -> None:
+  """`--jobs` above 1: run_side_by_side, then what a signal or a failure leaves: the finished
+  runs packed (a shard), one line, and the sweep's exit status."""
+  failed, interrupted = run_side_by_side(sweep, chosen, jobs, force_eval, signals)
+  if signals.received is not None:
+    for run in interrupted:
+      print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
+    if not interrupted:
+      print(
+        f"[sweep] {signal.Signals(signals.received).name}: stopped; run the same command to resume",
+        file=sys.stderr,
+        flush=True,
+      )
+    _pack_finished(sweep, shard, chosen)
+    sys.exit(128 + signals.received)
+  if failed:
+    _pack_finished(sweep, shard, chosen)
+    finished = sum(done(sweep, r) for r in chosen)
+    cli.fail(
+      "run "
+      + ", ".join(f"{sweep.name}/{run} failed with exit status {code}" for run, code in failed)
+      + f"; the sweep stopped once the runs beside it ended (its lines above start with "
+      f"[{failed[0][0]}]; {finished} of {len(chosen)} runs done)",
+      status=1,
+    )
+
+
 def main(argv):
   from absl import flags
 
@@ -583,6 +689,8 @@ def main(argv):
     )
   try:
     shard = parse_shard(FLAGS.shard)
+    if FLAGS.jobs < 1:
+      raise ValueError(f"--jobs={FLAGS.jobs}: runs at once, at least 1")
     sweep = load(argv[1], FLAGS.runs_dir)
     if FLAGS.merge_shards:
       if shard != (0, 1) or FLAGS.only or FLAGS.dry_run or FLAGS.force_eval:
@@ -605,33 +713,36 @@ def main(argv):
     return
   total, durations = len(chosen), []
   with _Signals() as signals:
-    for i, run in enumerate(chosen, 1):
-      head = f"[sweep {sweep.name}/{run} {i}/{total}]"
-      command = to_run(sweep, run, FLAGS.force_eval)
-      if command is None:
-        print(
-          f"{head} done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped",
-          flush=True,
-        )
-        continue
-      if FLAGS.dry_run:
-        print(f"{head}\n$ python {shlex.join(command)}", flush=True)
-        continue
-      print(start_line(head, i - 1, total, durations), flush=True)
-      started = time.perf_counter()
-      status = run_one(sweep, run, command, signals)
-      durations.append(time.perf_counter() - started)
-      if signals.received is not None:
-        print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
-        _pack_finished(sweep, shard, chosen)
-        sys.exit(128 + signals.received)
-      if status != 0:
-        _pack_finished(sweep, shard, chosen)
-        cli.fail(
-          f"run {sweep.name}/{run} failed with exit status {status}; the sweep stopped "
-          f"(its output is above; {i - 1} of {total} runs done in this call)",
-          status=1,
-        )
+    if FLAGS.jobs > 1 and not FLAGS.dry_run:
+      _run_with_jobs(sweep, chosen, shard, FLAGS.jobs, FLAGS.force_eval, signals)
+    else:
+      for i, run in enumerate(chosen, 1):
+        head = f"[sweep {sweep.name}/{run} {i}/{total}]"
+        command = to_run(sweep, run, FLAGS.force_eval)
+        if command is None:
+          print(
+            f"{head} done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped",
+            flush=True,
+          )
+          continue
+        if FLAGS.dry_run:
+          print(f"{head}\n$ python {shlex.join(command)}", flush=True)
+          continue
+        print(start_line(head, i - 1, total, durations), flush=True)
+        started = time.perf_counter()
+        status = run_one(sweep, run, command, signals)
+        durations.append(time.perf_counter() - started)
+        if signals.received is not None:
+          print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
+          _pack_finished(sweep, shard, chosen)
+          sys.exit(128 + signals.received)
+        if status != 0:
+          _pack_finished(sweep, shard, chosen)
+          cli.fail(
+            f"run {sweep.name}/{run} failed with exit status {status}; the sweep stopped "
+            f"(its output is above; {i - 1} of {total} runs done in this call)",
+            status=1,
+          )
   if FLAGS.dry_run:
     return
   if shard[1] > 1:  # one archive to bring back; the report is written once, by --merge_shards
@@ -665,6 +776,12 @@ if __name__ == "__main__":
     "runs connected by `needs` stay on one shard.",
   )
   flags.DEFINE_string("runs_dir", "runs", "Runs go to RUNS_DIR/NAME/RUN.")
+  flags.DEFINE_integer(
+    "jobs",
+    1,
+    "Up to this many runs at once, each once its needs are done (runs on the same "
+    "workdir take turns); their output lines start with [RUN].",
+  )
   flags.DEFINE_bool(
     "merge_shards",
     False,

@@ -447,3 +447,131 @@ def test_merge_refuses_foreign_members_and_missing_archives(tmp_path):
   assert not (experiment / "results").exists() and not (experiment / "report.md").exists()
   proc = _sweep(experiment, "--merge_shards", "--shard=0/2")
   assert proc.returncode == 2 and "--merge_shards runs nothing" in proc.stderr
+
+
+class _FakeChild:
+  """A run that ends after `polls` polls with `status`, logging what ran at once."""
+
+  def __init__(self, run, polls, status, log, going):
+    self.run, self.polls, self.status, self.log, self.going = run, polls, status, log, going
+    self.stdout = iter([f"{run} says hello\n"])
+    going.add(run)
+    log.append(("start", run, frozenset(going)))
+
+  def poll(self):
+    self.polls -= 1
+    if self.polls > 0:
+      return None
+    self.going.discard(self.run)
+    return self.status
+
+  def wait(self):
+    return self.status
+
+
+def _side_by_side(tmp_path, monkeypatch, runs: str, jobs: int, polls=None, status=None):
+  """run_side_by_side over fake children: the start log (each start with the runs going then)
+  and what it returns."""
+  loaded = sweep.load(str(_experiment(tmp_path, runs)), str(tmp_path / "runs"))
+  log, going = [], set()
+
+  def launch(sweep_, run, command, signals, **popen):
+    del sweep_, command, popen
+    child = _FakeChild(run, (polls or {}).get(run, 2), (status or {}).get(run, 0), log, going)
+    signals.children.add(child)
+    return child
+
+  monkeypatch.setattr(sweep, "launch", launch)
+  monkeypatch.setattr(sweep.time, "sleep", lambda s: None)
+  signals = sweep._Signals()
+  got = sweep.run_side_by_side(loaded, list(loaded.runs), jobs, False, signals)
+  return log, got, loaded
+
+
+def test_jobs_start_each_run_once_its_needs_are_done_and_at_most_n_at_once(tmp_path, monkeypatch):
+  runs = (
+    "{'a': Run(CONFIG), 'b': Run(CONFIG), 'c': Run(CONFIG, needs=('a',)), "
+    "'d': Run(CONFIG, needs=('a',)), 'e': Run(CONFIG, needs=('c', 'd'))}"
+  )
+  log, (failed, interrupted), loaded = _side_by_side(
+    tmp_path, monkeypatch, runs, jobs=2, polls={"a": 2, "b": 9}
+  )
+  assert (failed, interrupted) == ([], [])
+  starts = {run: going for _, run, going in log}
+  assert starts["b"] == {"a", "b"}  # a and b at once
+  assert "a" not in starts["c"] and "a" not in starts["d"]  # c and d after a
+  assert [run for _, run, _ in log].index("e") == 4  # e last, after c and d
+  assert max(len(going) for going in starts.values()) == 2
+  assert all(sweep.done(loaded, r) for r in loaded.runs)  # each marked done as it ended
+
+
+def test_jobs_let_runs_on_one_workdir_take_turns(tmp_path, monkeypatch):
+  """Two evaluations `on` the same base never run at once: they would write one workdir."""
+  runs = (
+    "{'base': Run(CONFIG), "
+    "'x': Run('', {'eval.variants': 'yarn'}, needs=('base',), mode='eval', on='base'), "
+    "'y': Run('', {'eval.variants': 'ntk'}, needs=('base',), mode='eval', on='base'), "
+    "'ft': Run(CONFIG, needs=('base',))}"
+  )
+  log, (failed, _), _ = _side_by_side(tmp_path, monkeypatch, runs, jobs=3, polls={"x": 5})
+  starts = {run: going for _, run, going in log}
+  assert failed == [] and starts["ft"] == {"x", "ft"}  # the fine-tune beside the evaluation
+  assert "x" not in starts["y"]
+
+
+def test_jobs_stop_starting_runs_after_a_failure(tmp_path, monkeypatch):
+  runs = "{'a': Run(CONFIG), 'b': Run(CONFIG), 'c': Run(CONFIG, needs=('b',))}"
+  log, (failed, _), loaded = _side_by_side(
+    tmp_path, monkeypatch, runs, jobs=2, polls={"a": 6}, status={"b": 2}
+  )
+  assert failed == [("b", 2)] and [run for _, run, _ in log] == ["a", "b"]  # c never starts
+  assert sweep.done(loaded, "a") and not sweep.done(loaded, "b")  # a, beside, ended and counts
+
+
+def test_jobs_on_the_command_line_prefix_lines_and_name_the_failed_run(tmp_path):
+  """a trains while b fails at its config check; the sweep waits for a, marks it done and names
+  b; c, which needs b, never starts. --jobs=0 is one error line."""
+  experiment = _experiment(
+    tmp_path,
+    "{'a': Run(CONFIG, dict(TINY, **{'train.steps': 10})), "
+    "'b': Run(CONFIG, {'bogus': 1}), 'c': Run(CONFIG, TINY, needs=('b',))}",
+  )
+  runs = tmp_path / "runs"
+  proc = _sweep(experiment, f"--runs_dir={runs}", "--jobs=0")
+  assert proc.returncode == 2 and "error: --jobs=0: runs at once, at least 1" in proc.stderr
+  proc = _sweep(experiment, f"--runs_dir={runs}", "--jobs=2")
+  assert proc.returncode == 1
+  assert "[sweep toy/b 2/3] starting beside 1 other runs" in proc.stdout
+  assert "error: run toy/b failed with exit status 2; the sweep stopped once the runs" in (
+    proc.stderr
+  )
+  assert "1 of 3 runs done" in proc.stderr
+  lines = proc.stdout.splitlines()
+  assert any(line.startswith("[a] ") and "step 10/10" in line for line in lines)
+  assert any(line.startswith("[b] error:") for line in lines)
+  assert (runs / "toy" / "a" / sweep.MARKER).exists() and not (runs / "toy" / "c").exists()
+
+
+@pytest.mark.slow
+def test_jobs_pass_sigterm_to_every_run_going(tmp_path):
+  """SIGTERM to the sweep alone (a lent machine's deadline): both runs going save a checkpoint
+  and stop unmarked, each named in a line, and the sweep exits 143."""
+  steps = {"train.steps": 2000, "train.checkpoint_every": 20}
+  experiment = _experiment(
+    tmp_path,
+    f"{{'a': Run(CONFIG, dict(TINY, **{steps})), 'b': Run(CONFIG, dict(TINY, **{steps}))}}",
+  )
+  runs = tmp_path / "runs"
+  proc = _sweep(experiment, f"--runs_dir={runs}", "--jobs=2", popen=True)
+  deadline = time.time() + 120
+  while not all(_committed_checkpoint(runs / "toy" / r) for r in "ab"):
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    assert time.time() < deadline, "a run never saved a checkpoint"
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  out = proc.communicate(timeout=120)[0]
+  assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+  for run in "ab":
+    assert f"[sweep] SIGTERM during toy/{run}: stopped; it is not marked done" in out
+    assert f"[{run}] [lcx] stopped at step" in out, out[-3000:]  # after saving a checkpoint
+    assert not (runs / "toy" / run / sweep.MARKER).exists()
