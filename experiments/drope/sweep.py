@@ -26,7 +26,9 @@ WINDOW = 64  # RNoPE-SWA: the RoPE layers' sliding window, about a third of the 
 RECIPE_ROWS = ("rope", "drope_recipe")  # :recipe, the rows its comparison needs
 
 
-SHARDS = 12  # :full on lent GPUs, `--shard=i/12` (README: the estimate)
+# :full on lent GPUs, `--shard=i/12 --jobs=4` (README: the estimate): a seed's RoPE run and its
+# recalibrations stay on one shard, the recalibrations side by side once RoPE has trained.
+SHARDS, SHARD_JOBS = 12, 4
 
 
 def get_runs(arg=""):
