@@ -303,15 +303,15 @@ def test_each_full_variant_splits_into_shards_that_fit_a_lent_window(experiment:
     assert "over the 8 minutes" in readme
 
 
-def _run_config(run: sweep.Run):
+def _run_config(run: sweep.Run, file: str = "configs/extrapolation.py:"):
   """A run's config as lcx.main builds it before compiling: its config file's get_config with
   the run's overrides, checked."""
-  from configs import extrapolation
   from lcx import config as config_lib
   from tests.helpers import set_fields
 
-  assert run.config.startswith("configs/extrapolation.py:")
-  config = extrapolation.get_config(run.config.partition(":")[2])
+  assert run.config.startswith(file)
+  module = importlib.import_module(file[: -len(".py:")].replace("/", "."))
+  config = module.get_config(run.config.partition(":")[2])
   set_fields(config, run.overrides)
   config_lib.check_fields(config)
   return config
@@ -478,6 +478,26 @@ def test_prope_matched_base_is_the_cpu_sweep_with_the_llama2_matched_base():
   assert regime.pair_counts(10_000.0, 32, 64)["p_rope_dropped_angle"] < 0.07
   with pytest.raises(ValueError, match=r"^experiments/prope:ARG='x' is not allowed"):
     sweep.load(str(ROOT / "experiments" / "prope") + ":x")
+
+
+def test_flip_flop_matched_base_is_the_cpu_ropes_with_the_llama2_matched_base():
+  """:matched_base: the CPU table's RoPE rows, one override more, at the base where 4 of the 16
+  pairs turn less than once inside the 513 positions (base 10^4: 8; Llama-2 at 4k: 18 of 64)."""
+  from lcx import regime
+
+  plain = sweep.load(str(ROOT / "experiments" / "flip_flop")).runs
+  matched = sweep.load(str(ROOT / "experiments" / "flip_flop") + ":matched_base")
+  assert matched.out_dir.endswith("flip_flop/matched_base")
+  assert set(matched.runs) == {"rope-s0", "rope-s1", "rope-s2"}
+  for name, run in matched.runs.items():
+    assert run.config == plain[name].config
+    base = run.overrides.pop("model.position.base")
+    assert run.overrides == plain[name].overrides
+  config = _run_config(plain["rope-s0"], "configs/flip_flop.py:")
+  L, head_dim = config.data.seq_len, config.model.head_dim
+  assert base == pytest.approx(regime.matched_base(L)) and L == 513
+  assert regime.pair_counts(base, head_dim, L)["under_one_turn"] == 4
+  assert regime.pair_counts(config.model.position.base, head_dim, L)["under_one_turn"] == 8
 
 
 def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta_per_task():
