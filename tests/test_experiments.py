@@ -252,6 +252,16 @@ def _gpu_estimate_s(loaded: sweep.Sweep, name: str) -> float:
   return GPU_RUN_S + (GPU_STEP_S * int(steps[-1]) if steps and run.mode != "eval" else 0)
 
 
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)
+def test_an_unknown_arg_is_one_error_naming_the_allowed_ones(experiment: pathlib.Path):
+  """experiments/NAME:typo used to run the whole CPU sweep into runs/NAME_typo for two of them."""
+  with pytest.raises(
+    ValueError,
+    match=rf"^experiments/{experiment.name}:ARG='typo' is not allowed; allowed: \"\", .*full",
+  ):
+    sweep.load(f"{experiment}:typo")
+
+
 def _shard_estimate_s(loaded: sweep.Sweep, shard: list[str], jobs: int) -> float:
   """Setup, then the shard's runs as `sweep --jobs` starts them (in order, each once its needs
   are done and no other run going works in its workdir, at most `jobs` at once), each taking

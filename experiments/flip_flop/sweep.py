@@ -9,9 +9,9 @@ mix) or `experiments/flip_flop:full` (the paper's 10000 steps of 16, 2048 test s
 on lent GPUs one share each with `--shard=i/n`). `experiments/flip_flop:matched_base` runs the
 CPU table's RoPE rows again with the rotary base matched at L (issue 27's regime:
 `lcx.regime.matched_base(513)` = 521.89, so 4 of the 16 pairs turn less than once inside the
-513 positions, as 18 of 64 do in Llama-2 at 4k; base 10^4 leaves 8), the one row the base moves. A scheme lcx does not register fails its rows
-with the config's error line (`model.position.name='fox' is not allowed; ...`): no row is left
-out.
+513 positions, as 18 of 64 do in Llama-2 at 4k; base 10^4 leaves 8), the one row the base
+moves. A scheme lcx does not register fails its rows with the config's error line
+(`model.position.name='fox' is not allowed; ...`): no row is left out.
 Published error rates (ID / sparse / dense): RoPE 6.9 / 40.3 / 0.01 %, stick-breaking
 9.6 / 38.9 / 0 %, FoX 8.3 / 36.3 / 0 %, PaTH 0 / 0.0001 / 0 %.
 """
@@ -42,7 +42,7 @@ SHARDS = 18  # :full on lent GPUs, `--shard=i/18`, a run each (README: the estim
 
 def get_runs(arg=""):
   if arg not in SIZES:
-    raise errors.not_allowed("experiments/flip_flop:ARG", arg, ["full", "matched_base"])
+    raise errors.not_allowed("experiments/flip_flop:ARG", arg, ['""', "matched_base", "full"])
   steps, warmup, batch, examples = SIZES[arg]
   runs = {}
   for seed in (0, 1, 2):  # seed-major: a sweep cut short still has every row's first seeds

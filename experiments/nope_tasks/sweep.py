@@ -6,6 +6,7 @@ sizes U(1, L), tested to 4x L; exact match per size bucket, ranked across tasks.
 Published mean reciprocal rank: NoPE 0.69 > T5 0.55 > ALiBi 0.50 > RoPE 0.33 > APE 0.22.
 """
 
+from lcx import errors
 from lcx.run.data import tasks
 from lcx.tools.sweep import Run
 
@@ -44,6 +45,8 @@ SHARDS = 78  # :full on lent GPUs, `--shard=i/78` (README: the estimate)
 
 
 def get_runs(arg=""):
+  if arg not in ("", "full"):
+    raise errors.not_allowed("experiments/nope_tasks:ARG", arg, ['""', "full"])
   full = arg == "full"
   size, steps = ("small", 3000) if full else ("tiny", 800)
   seeds = (0, 1, 2)

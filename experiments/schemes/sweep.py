@@ -13,6 +13,7 @@ shard i holds rows i, i + SHARDS, ... with their three seeds; README: the time e
 """
 
 from configs import extrapolation
+from lcx import errors
 from lcx.model import positions
 from lcx.tools.sweep import Run
 
@@ -63,6 +64,8 @@ def rows(seq_len: int) -> dict[str, tuple[str, dict]]:
 
 
 def get_runs(arg=""):
+  if arg not in ("", "full"):
+    raise errors.not_allowed("experiments/schemes:ARG", arg, ['""', "full"])
   full = arg == "full"
   regime, steps = ("matched", FULL_STEPS) if full else ("bytes", STEPS)
   runs = {}
