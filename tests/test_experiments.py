@@ -510,6 +510,20 @@ def test_flip_flop_matched_base_is_the_cpu_ropes_with_the_llama2_matched_base():
   assert regime.pair_counts(config.model.position.base, head_dim, L)["under_one_turn"] == 8
 
 
+def test_nope_tasks_matched_base_is_the_cpu_rope_rows_with_the_base_matched_at_each_l():
+  from lcx import regime
+
+  plain = sweep.load(str(ROOT / "experiments" / "nope_tasks")).runs
+  matched = sweep.load(str(ROOT / "experiments" / "nope_tasks") + ":matched_base").runs
+  assert len(matched) == 13 * 2 * 3
+  for name, run in matched.items():
+    source = plain[name.replace("_matched-", "-")]
+    assert "rope" in name and run.config == source.config == "configs/base.py:pos=rope,size=tiny"
+    base = run.overrides.pop("model.position.base")
+    assert run.overrides == source.overrides
+    assert base == pytest.approx(regime.matched_base(source.overrides["data.seq_len"]))
+
+
 def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta_per_task():
   """DroPE as its reference code recalibrates (QK-norm over all heads added to the NoPE model,
   no temperature while recalibrating), tested as it is and with beta fitted per NIAH task."""

@@ -3,10 +3,14 @@ sizes U(1, L), tested to 4x L; exact match per size bucket, ranked across tasks.
 
 `./launch.sh sweep experiments/nope_tasks` (CPU: 3 seeds, tiny models) or
 `experiments/nope_tasks:full` (3 seeds, the small model, longer training).
+`experiments/nope_tasks:matched_base` trains the CPU table's two RoPE rows again with the rotary
+base matched at each task's L (issue 27's regime, `lcx.regime.matched_base`), named
+`rope_matched` and `rope_randomized_matched`, so one report over both results folders ranks them
+beside every other row.
 Published mean reciprocal rank: NoPE 0.69 > T5 0.55 > ALiBi 0.50 > RoPE 0.33 > APE 0.22.
 """
 
-from lcx import errors
+from lcx import errors, regime
 from lcx.run.data import tasks
 from lcx.tools.sweep import Run
 
@@ -44,9 +48,21 @@ MAX_SIZE = {"scan": 4, "pcfg": 4, "lego": 8, "associative_recall": 8, "passkey":
 SHARDS = 78  # :full on lent GPUs, `--shard=i/78` (README: the estimate)
 
 
+def _schemes(arg: str, seq_len: int) -> dict:
+  """The rows: every scheme, or (matched_base) the rotary ones at the base matched at L."""
+  if arg != "matched_base":
+    return SCHEMES
+  base = {"model.position.base": regime.matched_base(seq_len)}
+  return {
+    f"{label}_matched": (pos, {**extra, **base})
+    for label, (pos, extra) in SCHEMES.items()
+    if pos == "rope"
+  }
+
+
 def get_runs(arg=""):
-  if arg not in ("", "full"):
-    raise errors.not_allowed("experiments/nope_tasks:ARG", arg, ['""', "full"])
+  if arg not in ("", "matched_base", "full"):
+    raise errors.not_allowed("experiments/nope_tasks:ARG", arg, ['""', "matched_base", "full"])
   full = arg == "full"
   size, steps = ("small", 3000) if full else ("tiny", 800)
   seeds = (0, 1, 2)
@@ -54,7 +70,7 @@ def get_runs(arg=""):
   for task in TASKS:
     max_len = MAX_SIZE.get(task, 16)
     seq_len = tasks.document_tokens(task, max_len)
-    for label, (pos, extra) in SCHEMES.items():
+    for label, (pos, extra) in _schemes(arg, seq_len).items():
       for seed in seeds:
         runs[f"{task}-{label}-s{seed}"] = Run(
           f"configs/base.py:pos={pos},size={size}",
