@@ -9,14 +9,16 @@
 # them all at once, for a machine whose single-run times are known; GPU_SHARDS_JOBS=N passes
 # --jobs=N to each shard (a shard holding a chain: the experiment's SHARD_JOBS). DEADLINE_S
 # seconds after the start every sweep still going gets SIGTERM: its runs save a checkpoint and
-# the sweep packs the runs it finished (shard-i-of-N-partial.tar.gz). $OUT gets shards.tar,
-# every shard's archive in one file (a lent machine sends back 8 at most; two experiments side
-# by side, each with its own OUT=$OUT/NAME, fit), and logs.tar.gz: every shard's log with a UNIX
-# time on each line, each run's sweep markers, the versions, nvidia-smi and the git state.
-# Wheels, when there are any, and the built data (LCX_DATA_DIR) travel in .whl/ and .whl/data.
-# Runs go to $GPU_SHARDS_RUNS (default /tmp/gpu_shards_runs). Unpack the archives into the
-# experiment's shards/ folder and `--merge_shards` writes the report.
-# experiments/schemes/README.md has a run of it.
+# the sweep packs the runs it finished (shard-i-of-N-partial.tar.gz). GPU_SHARDS_AT_ONCE=K keeps
+# at most K shards going, starting the next as one ends and none with under GPU_SHARDS_LATE_S
+# (120) seconds left: a queue of many shards in one window (13 sweeps compiling at once took 95
+# s to a first step on an H200). $OUT gets shards.tar, every shard's archive in one file (a lent
+# machine sends back 8 at most; two experiments side by side, each with its own OUT=$OUT/NAME,
+# fit), and logs.tar.gz: every shard's log with a UNIX time on each line, each run's sweep
+# markers, the versions, nvidia-smi and the git state. Wheels, when there are any, and the built
+# data (LCX_DATA_DIR) travel in .whl/ and .whl/data. Runs go to $GPU_SHARDS_RUNS (default
+# /tmp/gpu_shards_runs). Unpack the archives into the experiment's shards/ folder and
+# `--merge_shards` writes the report. experiments/schemes/README.md has a run of it.
 set -u
 sweep=$1 n=$2 first=$3 last=$4 deadline=$5
 out=${OUT:?set OUT to the folder that comes back}
@@ -52,7 +54,15 @@ while ((${GPU_SHARDS_FIRST_ALONE:-1})) && [ -z "$(finished)" ] && kill -0 $first
   sleep 2
 done
 echo "[gpu_shards] after $(elapsed) s, first finished: $(finished | head -1)"
-for ((i = first + 1; i <= last; i++)); do shard "$i" & done
+at_once=${GPU_SHARDS_AT_ONCE:-0} late=${GPU_SHARDS_LATE_S:-120}
+for ((i = first + 1; i <= last; i++)); do
+  while ((at_once > 0 && $(jobs -rp | wc -l) >= at_once)); do wait -n; done
+  if (($(elapsed) > deadline - late)); then
+    echo "[gpu_shards] shards $i..$last not started: under ${late} s left before the deadline"
+    break
+  fi
+  shard "$i" &
+done
 wait
 
 archives=$(find "${sweep%%:*}" -path "*/shards/shard-*.tar.gz" -newer "$runs/.start" | sort -V)

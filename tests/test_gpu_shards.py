@@ -43,7 +43,7 @@ def test_shards_bring_back_their_archives_a_partial_one_and_time_stamped_logs(tm
     PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
   )
   done = subprocess.run(
-    ["bash", str(ROOT / "experiments" / "gpu_shards.sh"), "experiments/toy", "2", "0", "1", "120"],
+    ["bash", str(ROOT / "experiments" / "gpu_shards.sh"), "experiments/toy", "2", "0", "1", "400"],
     cwd=tmp_path,
     env=env,
     capture_output=True,
@@ -65,3 +65,70 @@ def test_shards_bring_back_their_archives_a_partial_one_and_time_stamped_logs(tm
   assert "run toy/c failed with exit status 2" in log
   assert all(line.split(" ", 1)[0].isdigit() for line in log.splitlines())  # UNIX times
   assert sorted(os.listdir(out)) == ["logs.tar.gz", "shards.tar"]
+
+
+def _done_toy(tmp_path, names):
+  """experiments/toy with runs `names`, each finished before (a result and its marker)."""
+  experiment = tmp_path / "experiments" / "toy"
+  experiment.mkdir(parents=True)
+  runs = ", ".join(f"{n!r}: Run(CONFIG)" for n in names)
+  (experiment / "sweep.py").write_text(
+    textwrap.dedent(f"""\
+      from lcx.tools.sweep import Run
+
+      CONFIG = {TINY_FLAGS[0].split("=", 1)[1]!r}
+
+      def get_runs(arg):
+        return {{{runs}}}
+      """)
+  )
+  loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
+  for name in names:
+    (tmp_path / "runs" / "toy" / name / "eval").mkdir(parents=True)
+    (tmp_path / "runs" / "toy" / name / "eval" / "none.json").write_text(
+      json.dumps(lengths_result(name))
+    )
+    (tmp_path / "runs" / "toy" / name / sweep.MARKER).write_text(
+      json.dumps({"command": loaded.command(name)})
+    )
+
+
+def _gpu_shards(tmp_path, out, *args, **env):
+  return subprocess.run(
+    ["bash", str(ROOT / "experiments" / "gpu_shards.sh"), "experiments/toy", *map(str, args)],
+    cwd=tmp_path,
+    env=dict(
+      os.environ,
+      OUT=str(out),
+      GPU_SHARDS_RUNS=str(tmp_path / "runs"),
+      JAX_PLATFORMS="cpu",
+      PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+      **env,
+    ),
+    capture_output=True,
+    text=True,
+    timeout=200,
+  )
+
+
+def test_a_queue_of_shards_runs_k_at_a_time_and_starts_none_late(tmp_path):
+  """GPU_SHARDS_AT_ONCE=1: each shard's log begins after the one before ends; every archive
+  comes back. GPU_SHARDS_LATE_S over the deadline: only the first shard starts."""
+  _done_toy(tmp_path, ["a", "b", "c", "d"])
+  queued = _gpu_shards(
+    tmp_path, tmp_path / "q", 4, 0, 3, 400, GPU_SHARDS_AT_ONCE="1", GPU_SHARDS_FIRST_ALONE="0"
+  )
+  assert queued.returncode == 0, queued.stderr
+  with tarfile.open(tmp_path / "q" / "shards.tar") as shards:
+    assert shards.getnames() == [f"shard-{i}-of-4.tar.gz" for i in range(4)]
+  with tarfile.open(tmp_path / "q" / "logs.tar.gz") as tar:
+    logs = [tar.extractfile(f"logs/shard-{i}.log").read().decode() for i in range(4)]
+  stamps = [[int(line.split(" ", 1)[0]) for line in log.splitlines()] for log in logs]
+  assert all(stamps[i][0] >= stamps[i - 1][-1] for i in range(1, 4))
+  late = _gpu_shards(tmp_path, tmp_path / "l", 4, 0, 3, 400, GPU_SHARDS_LATE_S="500")
+  assert late.returncode == 0, late.stderr
+  assert "[gpu_shards] shards 1..3 not started: under 500 s left before the deadline" in (
+    late.stdout
+  )
+  with tarfile.open(tmp_path / "l" / "shards.tar") as shards:
+    assert shards.getnames() == ["shard-0-of-4.tar.gz"]
