@@ -113,7 +113,7 @@ def _gpu_shards(tmp_path, out, *args, **env):
 
 def test_a_queue_of_shards_runs_k_at_a_time_and_starts_none_late(tmp_path):
   """GPU_SHARDS_AT_ONCE=1: each shard's log begins after the one before ends; every archive
-  comes back. GPU_SHARDS_LATE_S over the deadline: only the first shard starts."""
+  comes back. Queued with GPU_SHARDS_LATE_S over the deadline: only the first shard starts."""
   _done_toy(tmp_path, ["a", "b", "c", "d"])
   queued = _gpu_shards(
     tmp_path, tmp_path / "q", 4, 0, 3, 400, GPU_SHARDS_AT_ONCE="1", GPU_SHARDS_FIRST_ALONE="0"
@@ -125,7 +125,9 @@ def test_a_queue_of_shards_runs_k_at_a_time_and_starts_none_late(tmp_path):
     logs = [tar.extractfile(f"logs/shard-{i}.log").read().decode() for i in range(4)]
   stamps = [[int(line.split(" ", 1)[0]) for line in log.splitlines()] for log in logs]
   assert all(stamps[i][0] >= stamps[i - 1][-1] for i in range(1, 4))
-  late = _gpu_shards(tmp_path, tmp_path / "l", 4, 0, 3, 400, GPU_SHARDS_LATE_S="500")
+  late = _gpu_shards(
+    tmp_path, tmp_path / "l", 4, 0, 3, 400, GPU_SHARDS_AT_ONCE="2", GPU_SHARDS_LATE_S="500"
+  )
   assert late.returncode == 0, late.stderr
   assert "[gpu_shards] shards 1..3 not started: under 500 s left before the deadline" in (
     late.stdout

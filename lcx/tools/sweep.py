@@ -322,6 +322,7 @@ class _Signals:
 
   def __init__(self):
     self.children, self.received = set(), None
+    self.ended_before = set()  # children that had exited (0 means finished) when SIGTERM came
 
   def __enter__(self):
     self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -337,6 +338,8 @@ class _Signals:
     for child in list(self.children) if signum == signal.SIGTERM else ():
       if child.poll() is None:
         child.send_signal(signum)  # lcx.main's handler only sets a flag: twice is harmless
+      else:
+        self.ended_before.add(child)
 
 
 def to_run(sweep: Sweep, run: str, force_eval: bool) -> list[str] | None:
@@ -369,8 +372,11 @@ def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
   return f"{head} runs {progress.progress_text(done, total, sum(durations) / len(durations))}"
 
 
-def launch(sweep: Sweep, run: str, command: list[str], signals: _Signals, **popen):
-  """Starts `run` (its launch recorded, a stale marker removed) as a child `signals` knows."""
+def launch(
+  sweep: Sweep, run: str, command: list[str], signals: _Signals, env: dict | None = None, **popen
+):
+  """Starts `run` (its launch recorded, a stale marker removed) as a child `signals` knows;
+  `env`: defaults for variables the environment does not set."""
   marker = os.path.join(sweep.workdir(run), MARKER)
   if os.path.exists(marker) and not done(sweep, run):
     print(
@@ -383,11 +389,13 @@ def launch(sweep: Sweep, run: str, command: list[str], signals: _Signals, **pope
   child = subprocess.Popen(
     [sys.executable, *command],
     cwd=ROOT,
-    env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    env={**(env or {}), **os.environ, "PYTHONUNBUFFERED": "1"},
     preexec_fn=_dies_with(os.getpid()),
     **popen,
   )
   signals.children.add(child)
+  if signals.received == signal.SIGTERM and child.poll() is None:  # it came during the start
+    child.send_signal(signal.SIGTERM)
   return child
 
 
@@ -396,7 +404,7 @@ def finish(sweep: Sweep, run: str, child, signals: _Signals) -> int:
   done with its command."""
   status = child.wait()
   signals.children.discard(child)
-  if status == 0 and signals.received != signal.SIGTERM:
+  if status == 0 and (signals.received != signal.SIGTERM or child in signals.ended_before):
     _write_json(
       os.path.join(sweep.workdir(run), MARKER),
       {
@@ -411,13 +419,24 @@ def run_one(sweep: Sweep, run: str, command: list[str], signals: _Signals) -> in
   return finish(sweep, run, launch(sweep, run, command, signals), signals)
 
 
+# A child's output through a pipe, read as text whatever bytes it holds: a thread that stopped
+# reading would leave the child blocked on a full pipe.
+PIPED = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+# Side by side, each run allocates GPU memory as it needs it (JAX's default takes 75% at once).
+SIDE_BY_SIDE_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
 def _prefixed(stream, prefix: str):
-  """A thread copying a child's output to ours line by line, each line led by its run's name."""
+  """A thread copying a child's output to ours line by line, each line led by its run's name;
+  it reads to the end even when writing fails."""
 
   def copy():
     for line in stream:
-      sys.stdout.write(prefix + line)
-      sys.stdout.flush()
+      try:
+        sys.stdout.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+        sys.stdout.flush()
+      except (OSError, ValueError):
+        pass
 
   thread = threading.Thread(target=copy, daemon=True)
   thread.start()
@@ -450,11 +469,11 @@ def run_side_by_side(
         print(f"{head} done earlier: skipped", flush=True)
         continue
       print(f"{head} starting beside {len(going)} other runs", flush=True)
-      child = launch(
-        sweep, run, command, signals, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-      )
+      child = launch(sweep, run, command, signals, env=SIDE_BY_SIDE_ENV, **PIPED)
       going[run] = (child, _prefixed(child.stdout, f"[{run}] "), time.perf_counter())
     if not going:
+      if waiting and not failed and signals.received is None:  # select() rules this out
+        raise RuntimeError(f"runs {', '.join(waiting)} can never start: their needs are not run")
       break
     time.sleep(0.2)
     for run, (child, thread, started) in list(going.items()):
@@ -527,6 +546,7 @@ def collect(sweep: Sweep) -> list[str]:
 
 MAX_ARCHIVE_BYTES = 16 * 2**20  # what one shard may bring back from a lent machine and commit
 RESULT_MEMBER = re.compile(r"^results/([A-Za-z0-9][A-Za-z0-9_.-]*)/([^/]+\.json)$")
+ARCHIVE_NAME = re.compile(r"^shard-([0-9]+)-of-([0-9]+)(-partial)?\.tar\.gz$")
 
 
 def archive_path(sweep: Sweep, shard: tuple[int, int], partial: bool = False) -> str:
@@ -590,6 +610,13 @@ def unpack(sweep: Sweep) -> list[str]:
       f"--merge_shards: no shard archive (shard-i-of-n.tar.gz) in "
       f"{os.path.join(sweep.out_dir, 'shards')}; run the shards with --shard=i/n first"
     )
+  splits = {m.group(2) for m in (ARCHIVE_NAME.match(os.path.basename(a)) for a in archives) if m}
+  if len(splits) > 1:
+    raise ValueError(
+      f"--merge_shards: archives of {len(splits)} splits (of {', '.join(sorted(splits))}) in "
+      f"{os.path.dirname(archives[0])}: remove the stale split's, whose results the other's "
+      "would overwrite"
+    )
   for path in archives:  # every member checked before any is written
     with tarfile.open(path, "r:gz") as tar:
       for info in tar.getmembers():
@@ -612,9 +639,6 @@ def unpack(sweep: Sweep) -> list[str]:
   return written
 
 
-ARCHIVE_NAME = re.compile(r"^shard-([0-9]+)-of-([0-9]+)(-partial)?\.tar\.gz$")
-
-
 def coverage(sweep: Sweep) -> str:
   """Which shards the archives under OUT/shards/ hold, and which are partial or missing, so a
   report merged from some of the shards says so."""
@@ -624,7 +648,9 @@ def coverage(sweep: Sweep) -> str:
     if match:
       (partial if match.group(3) else whole).add(int(match.group(1)))
       counts.add(int(match.group(2)))
-  if len(counts) != 1:
+  if not counts:
+    return "[sweep] no archive named shard-i-of-n[-partial].tar.gz: which shards ran is unknown"
+  if len(counts) > 1:  # unpack refuses them
     return f"[sweep] shard archives of {len(counts)} different splits: {sorted(counts)}"
   (n,) = counts
   partial -= whole

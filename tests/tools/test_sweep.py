@@ -433,6 +433,12 @@ def test_a_merge_names_the_shards_it_lacks(tmp_path):
   assert sweep.coverage(loaded) == "[sweep] all 4 shards merged"
   (shards / "shard-0-of-2.tar.gz").write_bytes(b"")
   assert sweep.coverage(loaded) == "[sweep] shard archives of 2 different splits: [2, 4]"
+  with pytest.raises(ValueError, match=r"archives of 2 splits \(of 2, 4\) in .*: remove the stale"):
+    sweep.unpack(loaded)
+  for path in shards.iterdir():
+    path.unlink()
+  (shards / "notes.tar.gz").write_bytes(b"")
+  assert "no archive named shard-i-of-n" in sweep.coverage(loaded)
 
 
 def test_merge_refuses_foreign_members_and_missing_archives(tmp_path):
@@ -575,3 +581,36 @@ def test_jobs_pass_sigterm_to_every_run_going(tmp_path):
     assert f"[sweep] SIGTERM during toy/{run}: stopped; it is not marked done" in out
     assert f"[{run}] [lcx] stopped at step" in out, out[-3000:]  # after saving a checkpoint
     assert not (runs / "toy" / run / sweep.MARKER).exists()
+
+
+def test_a_childs_undecodable_output_neither_stops_its_reader_nor_blocks_it(capfd):
+  """A byte that is not UTF-8, then more than a pipe holds: the reader goes on to the end (a
+  reader that died would leave the child blocked on a full pipe, the sweep waiting forever)."""
+  code = "import sys; sys.stdout.buffer.write(b'\\xff\\n' + b'x' * 200000 + b'\\nlast')"
+  child = subprocess.Popen([sys.executable, "-c", code], **sweep.PIPED)
+  thread = sweep._prefixed(child.stdout, "[a] ")
+  assert child.wait(timeout=60) == 0
+  thread.join(timeout=60)
+  out = capfd.readouterr().out.splitlines()
+  assert out[0] == "[a] \ufffd" and out[1] == "[a] " + "x" * 200000 and out[2] == "[a] last"
+
+
+def test_sigterm_during_a_start_reaches_the_child_and_one_that_had_finished_is_done(tmp_path):
+  """The signal can land after a run's start was decided but before its child is known: the
+  child gets it at once. A child that had already exited 0 when SIGTERM came finished: it is
+  marked done."""
+  loaded = sweep.load(
+    str(_experiment(tmp_path, "{'a': Run(CONFIG), 'b': Run(CONFIG)}")), str(tmp_path)
+  )
+  signals = sweep._Signals()
+  signals.received = signal.SIGTERM
+  child = sweep.launch(loaded, "a", ["-c", "import time; time.sleep(60)"], signals)
+  assert child.wait(timeout=30) == -signal.SIGTERM
+  assert sweep.finish(loaded, "a", child, signals) != 0 and not sweep.done(loaded, "a")
+
+  signals = sweep._Signals()
+  child = sweep.launch(loaded, "b", ["-c", "pass"], signals)
+  os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet collected
+  signals._handle(signal.SIGTERM, None)
+  assert sweep.finish(loaded, "b", child, signals) == 0 and sweep.done(loaded, "b")
+  assert not sweep.done(loaded, "a")
