@@ -626,3 +626,26 @@ def test_rope_extension_seeds_compares_at_each_regimes_multiples_of_L():
   for what, a, _, _ in seeds.comparisons(256):
     if a[0] == "rope" and a[1] != "longrope":
       assert a[1] in variants, what  # every variant a claim reads is one the sweep evaluates
+
+
+def _anchor(heading: str) -> str:
+  """GitHub's anchor for a markdown heading: lower case, punctuation dropped, spaces to '-'."""
+  return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_anchor_link_in_the_readmes_resolves():
+  """A heading renamed to carry new counts once left a link to its old anchor dead."""
+  readmes = [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*/README.md"))]
+  anchors = {
+    p: {_anchor(h) for h in re.findall(r"^#+ (.+)$", p.read_text(), re.M)} for p in readmes
+  }
+  dead = []
+  for readme in readmes:
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", readme.read_text()):
+      path = (readme.parent / target).resolve() if target else readme
+      if path in anchors and anchor not in anchors[path]:
+        dead.append(f"{readme.relative_to(ROOT)}: {target}#{anchor}")
+  assert _anchor("The matched regime (`rope_extension:matched`)") == (
+    "the-matched-regime-rope_extensionmatched"
+  )
+  assert not dead, dead
