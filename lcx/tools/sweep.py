@@ -364,6 +364,10 @@ def stopped_line(sweep: Sweep, run: str, signum: int) -> str:
   )
 
 
+def skipped_line(sweep: Sweep, run: str) -> str:
+  return f"done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped"
+
+
 def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
   """A run's first line; once a run has finished in this call, with the runs done/total and an
   ETA from the finished runs' mean duration (runs skipped as done earlier cost nothing)."""
@@ -466,7 +470,7 @@ def run_side_by_side(
       head = f"[sweep {sweep.name}/{run} {len(chosen) - len(waiting)}/{len(chosen)}]"
       command = to_run(sweep, run, force_eval)
       if command is None:
-        print(f"{head} done earlier: skipped", flush=True)
+        print(f"{head} {skipped_line(sweep, run)}", flush=True)
         continue
       print(f"{head} starting beside {len(going)} other runs", flush=True)
       child = launch(sweep, run, command, signals, env=SIDE_BY_SIDE_ENV, **PIPED)
@@ -746,10 +750,7 @@ def main(argv):
         head = f"[sweep {sweep.name}/{run} {i}/{total}]"
         command = to_run(sweep, run, FLAGS.force_eval)
         if command is None:
-          print(
-            f"{head} done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped",
-            flush=True,
-          )
+          print(f"{head} {skipped_line(sweep, run)}", flush=True)
           continue
         if FLAGS.dry_run:
           print(f"{head}\n$ python {shlex.join(command)}", flush=True)

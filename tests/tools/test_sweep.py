@@ -614,3 +614,16 @@ def test_sigterm_during_a_start_reaches_the_child_and_one_that_had_finished_is_d
   signals._handle(signal.SIGTERM, None)
   assert sweep.finish(loaded, "b", child, signals) == 0 and sweep.done(loaded, "b")
   assert not sweep.done(loaded, "a")
+
+
+def test_jobs_skip_a_run_done_earlier_and_start_what_needs_it(tmp_path, monkeypatch, capsys):
+  runs = "{'a': Run(CONFIG), 'b': Run(CONFIG, needs=('a',))}"
+  (tmp_path / "x").mkdir()  # the same sweep elsewhere: its command for a, before the real one
+  loaded = sweep.load(str(_experiment(tmp_path / "x", runs)), str(tmp_path / "runs"))
+  (tmp_path / "runs" / "toy" / "a").mkdir(parents=True)
+  (tmp_path / "runs" / "toy" / "a" / sweep.MARKER).write_text(
+    json.dumps({"command": loaded.command("a")})
+  )
+  log, (failed, _), _ = _side_by_side(tmp_path, monkeypatch, runs, jobs=2)
+  assert failed == [] and [run for _, run, _ in log] == ["b"]
+  assert "[sweep toy/a 1/2] done earlier (" in capsys.readouterr().out
