@@ -27,8 +27,8 @@ runs=${GPU_SHARDS_RUNS:-/tmp/gpu_shards_runs}
 start=$(date +%s)
 mkdir -p "$out/logs" "$runs"
 since=$(mktemp /tmp/gpu_shards_since.XXXXXX)  # this call's start: its archives and runs are newer
-wheels=$(cat .whl/*.whl 2>/dev/null | md5sum | cut -c1-32)
 if compgen -G ".whl/*.whl" >/dev/null; then  # once per machine and wheels; others wait
+  wheels=$(cat .whl/*.whl | md5sum | cut -c1-32)
   (
     flock 9
     if [ "$(cat /tmp/site/.installed 2>/dev/null)" != "$wheels" ]; then

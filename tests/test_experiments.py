@@ -263,19 +263,13 @@ def test_an_unknown_arg_is_one_error_naming_the_allowed_ones(experiment: pathlib
 
 
 def _shard_estimate_s(loaded: sweep.Sweep, shard: list[str], jobs: int) -> float:
-  """Setup, then the shard's runs as `sweep --jobs` starts them (in order, each once its needs
-  are done and no other run going works in its workdir, at most `jobs` at once), each taking
-  its estimate: when the last ends."""
+  """Setup, then the shard's runs as `sweep --jobs` starts them (`sweep.ready`, at most `jobs`
+  at once), each taking its estimate: when the last ends."""
   waiting, going, now = list(shard), {}, 0.0  # going: run -> its end
   while waiting or going:
-    for run in list(waiting):
-      if (
-        len(going) < jobs
-        and not any(n in waiting or n in going for n in loaded.runs[run].needs)
-        and all(loaded.target(g) != loaded.target(run) for g in going)
-      ):
-        waiting.remove(run)
-        going[run] = now + _gpu_estimate_s(loaded, run)
+    while len(going) < jobs and (startable := sweep.ready(loaded, waiting, going)):
+      waiting.remove(startable[0])
+      going[startable[0]] = now + _gpu_estimate_s(loaded, startable[0])
     now = min(going.values())
     going = {r: end for r, end in going.items() if end > now}
   return GPU_SETUP_S + now

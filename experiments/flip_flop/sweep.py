@@ -50,7 +50,7 @@ def get_runs(arg=""):
       if arg == "matched_base":
         if label != "rope":
           continue
-        extra = MATCHED
+        extra = {**extra, **MATCHED}
       runs[f"{label}-s{seed}"] = Run(
         f"configs/flip_flop.py:pos={pos},steps={steps}",
         {

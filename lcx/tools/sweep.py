@@ -447,6 +447,17 @@ def _prefixed(stream, prefix: str):
   return thread
 
 
+def ready(sweep: Sweep, waiting: list[str], going) -> list[str]:
+  """The waiting runs `--jobs` may start now, in order: none of their needs waiting or going,
+  and no run going in their workdir."""
+  return [
+    r
+    for r in waiting
+    if not any(n in waiting or n in going for n in sweep.runs[r].needs)
+    and all(sweep.target(g) != sweep.target(r) for g in going)
+  ]
+
+
 def run_side_by_side(
   sweep: Sweep, chosen: list[str], jobs: int, force_eval: bool, signals: _Signals
 ) -> tuple[list[tuple[str, int]], list[str]]:
@@ -457,15 +468,10 @@ def run_side_by_side(
   waiting, going, failed, interrupted = list(chosen), {}, [], []
   while waiting or going:
     while signals.received is None and not failed and len(going) < jobs:
-      ready = [
-        r
-        for r in waiting
-        if not any(n in waiting or n in going for n in sweep.runs[r].needs)
-        and all(sweep.target(g) != sweep.target(r) for g in going)
-      ]
-      if not ready:
+      startable = ready(sweep, waiting, going)
+      if not startable:
         break
-      run = ready[0]
+      run = startable[0]
       waiting.remove(run)
       head = f"[sweep {sweep.name}/{run} {len(chosen) - len(waiting)}/{len(chosen)}]"
       command = to_run(sweep, run, force_eval)
@@ -681,21 +687,27 @@ def write_report(sweep: Sweep) -> dict[str, str]:
   return report.write(results, sweep.out_dir, title=title)
 
 
+def _stop(sweep, shard, chosen, interrupted: list[str], signum: int) -> None:
+  """A signal stopped the sweep: a line for each run it stopped, the finished runs packed (a
+  shard), exit 128 + the signal."""
+  for run in interrupted:
+    print(stopped_line(sweep, run, signum), file=sys.stderr, flush=True)
+  if not interrupted:
+    print(
+      f"[sweep] {signal.Signals(signum).name}: stopped; run the same command to resume",
+      file=sys.stderr,
+      flush=True,
+    )
+  _pack_finished(sweep, shard, chosen)
+  sys.exit(128 + signum)
+
+
 def _run_with_jobs(sweep, chosen, shard, jobs, force_eval, signals) -> None:
   """`--jobs` above 1: run_side_by_side, then what a signal or a failure leaves: the finished
   runs packed (a shard), one line, and the sweep's exit status."""
   failed, interrupted = run_side_by_side(sweep, chosen, jobs, force_eval, signals)
   if signals.received is not None:
-    for run in interrupted:
-      print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
-    if not interrupted:
-      print(
-        f"[sweep] {signal.Signals(signals.received).name}: stopped; run the same command to resume",
-        file=sys.stderr,
-        flush=True,
-      )
-    _pack_finished(sweep, shard, chosen)
-    sys.exit(128 + signals.received)
+    _stop(sweep, shard, chosen, interrupted, signals.received)
   if failed:
     _pack_finished(sweep, shard, chosen)
     finished = sum(done(sweep, r) for r in chosen)
@@ -760,9 +772,7 @@ def main(argv):
         status = run_one(sweep, run, command, signals)
         durations.append(time.perf_counter() - started)
         if signals.received is not None:
-          print(stopped_line(sweep, run, signals.received), file=sys.stderr, flush=True)
-          _pack_finished(sweep, shard, chosen)
-          sys.exit(128 + signals.received)
+          _stop(sweep, shard, chosen, [run], signals.received)
         if status != 0:
           _pack_finished(sweep, shard, chosen)
           cli.fail(
