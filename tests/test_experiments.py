@@ -553,6 +553,31 @@ def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta
     }
 
 
+def test_drope_matched_base_moves_the_base_of_every_rope_model_and_leaves_the_rest():
+  """:matched_base: the 6 rows that carry RoPE or start from its checkpoint, 3 seeds; the RoPE
+  models (rope, rnope_swa, rope_more) train at the base where 4 of the 16 pairs turn less than
+  once inside L = 207 (base 10^4: 9); the dropped rows read the matched RoPE run of their seed."""
+  from lcx import regime
+
+  plain = sweep.load(str(ROOT / "experiments" / "drope")).runs
+  matched = sweep.load(str(ROOT / "experiments" / "drope") + ":matched_base")
+  assert matched.out_dir.endswith("drope/matched_base") and len(matched.runs) == 18
+  assert {n.rsplit("-s", 1)[0] for n in set(plain) - set(matched.runs)} == {"alibi", "nope"}
+  bases = set()
+  for name, run in matched.runs.items():
+    assert run.config == plain[name].config and run.needs == plain[name].needs
+    overrides = dict(run.overrides)
+    if run.config.startswith("configs/niah.py:pos=rope"):
+      bases.add(overrides.pop("model.position.base"))
+    assert overrides == plain[name].overrides, name
+  (base,) = bases
+  config = _run_config(plain["rope-s0"], "configs/niah.py:")
+  L, head_dim = config.data.seq_len, config.model.head_dim
+  assert base == pytest.approx(regime.matched_base(L)) and L == 207
+  assert regime.pair_counts(base, head_dim, L)["under_one_turn"] == 4
+  assert regime.pair_counts(config.model.position.base, head_dim, L)["under_one_turn"] == 9
+
+
 def test_rope_extension_has_three_seeds_each_reading_its_own_base_run():
   """Seed 0 keeps its committed runs' names and commands; seed s > 0 trains with seed s and
   every search, variant, fine-tune and control of it reads rope-sS, never seed 0's run."""

@@ -11,12 +11,15 @@ examples (`beta@fit`: the `*_beta_fit` variants of configs/niah.py).
 
 `./launch.sh sweep experiments/drope` (CPU: the small model, 3 seeds, every row),
 `experiments/drope:recipe` (CPU: the RoPE base and drope_recipe rows alone, 3 seeds; results in
-experiments/drope/recipe/) or `experiments/drope:full` (the default model, 3 seeds, longer
+experiments/drope/recipe/), `experiments/drope:matched_base` (CPU: the rows that carry RoPE, at
+issue 27's matched rotary base `lcx.regime.matched_base(207)` = 143.66, 3 seeds; results in
+experiments/drope/matched_base/) or `experiments/drope:full` (the default model, 3 seeds, longer
 training).
 Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.3.
 """
 
-from lcx import errors
+from lcx import errors, regime
+from lcx.run.data import tasks
 from lcx.tools.sweep import Run
 
 NIAH = "multikey,multiquery,multivalue"
@@ -24,6 +27,11 @@ WINDOW = 64  # RNoPE-SWA: the RoPE layers' sliding window, about a third of the 
 
 
 RECIPE_ROWS = ("rope", "drope_recipe")  # :recipe, the rows its comparison needs
+L = tasks.document_tokens("niah", 8)  # configs/niah.py's seq_len (max_len=8): 207
+# :matched_base, the rows the rotary base moves: RoPE, RNoPE-SWA's RoPE layers, and every row
+# recalibrated from RoPE's checkpoint (their positions are gone, what RoPE taught them is not).
+MATCHED_ROWS = ("rope", "rnope_swa", "drope", "drope_no_temp", "rope_more", "drope_recipe")
+MATCHED = {"model.position.base": regime.matched_base(L)}
 
 
 # :full on lent GPUs, `--shard=i/12 --jobs=4` (README: the estimate): a seed's RoPE run and its
@@ -32,15 +40,18 @@ SHARDS, SHARD_JOBS = 12, 4
 
 
 def get_runs(arg=""):
-  if arg not in ("", "recipe", "full"):
-    raise errors.not_allowed("experiments/drope:ARG", arg, ['""', "recipe", "full"])
-  runs = _runs(arg == "full")
-  if arg == "recipe":
-    return {name: run for name, run in runs.items() if name.rsplit("-s", 1)[0] in RECIPE_ROWS}
+  allowed = ['""', "recipe", "matched_base", "full"]
+  if arg not in ("", "recipe", "matched_base", "full"):
+    raise errors.not_allowed("experiments/drope:ARG", arg, allowed)
+  runs = _runs(arg == "full", MATCHED if arg == "matched_base" else {})
+  rows = {"recipe": RECIPE_ROWS, "matched_base": MATCHED_ROWS}.get(arg)
+  if rows:
+    return {name: run for name, run in runs.items() if name.rsplit("-s", 1)[0] in rows}
   return runs
 
 
-def _runs(full: bool) -> dict:
+def _runs(full: bool, rotary: dict) -> dict:
+  """`rotary`: overrides for every run whose model carries RoPE (the base, at :matched_base)."""
   if full:
     size, steps, recalibrate, seeds = "default", 4000, 800, (0, 1, 2)
   else:
@@ -52,11 +63,12 @@ def _runs(full: bool) -> dict:
   runs = {}
   for seed in seeds:
     rope, plain = f"rope-s{seed}", {"seed": seed, "eval.variants": NIAH}
-    runs[rope] = Run(config("rope"), {"seed": seed})  # also YaRN, training-free
+    runs[rope] = Run(config("rope"), {"seed": seed, **rotary})  # also YaRN, training-free
     runs[f"alibi-s{seed}"] = Run(config("alibi"), plain)
     runs[f"nope-s{seed}"] = Run(config("nope"), plain)
     runs[f"rnope_swa-s{seed}"] = Run(
-      config("rope"), {**plain, "model.nope_every": 4, "model.position_window": WINDOW}
+      config("rope"),
+      {**plain, **rotary, "model.nope_every": 4, "model.position_window": WINDOW},
     )
     # From the RoPE checkpoint, fresh optimizer, `recalibrate` steps at the same length.
     start = {**plain, "train.init_from": f"{{runs}}/{rope}", "train.warmup_steps": 20}
@@ -65,7 +77,9 @@ def _runs(full: bool) -> dict:
       config("nope", recalibrate), {**drop, "model.attention.temperature": "log_n"}, needs=(rope,)
     )
     runs[f"drope_no_temp-s{seed}"] = Run(config("nope", recalibrate), drop, needs=(rope,))
-    runs[f"rope_more-s{seed}"] = Run(config("rope", recalibrate), start, needs=(rope,))
+    runs[f"rope_more-s{seed}"] = Run(
+      config("rope", recalibrate), {**start, **rotary}, needs=(rope,)
+    )
     fitted = ",".join(f"{kind}_beta_fit" for kind in NIAH.split(","))
     runs[f"drope_recipe-s{seed}"] = Run(
       config("nope", recalibrate),
