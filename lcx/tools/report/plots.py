@@ -269,8 +269,8 @@ def seed_lines(group: Sequence[dict], points: Sequence[tuple], value, ci) -> lis
       bounds = bounds or [mean, mean]
       xs.append(x)
       ys.append(mean)
-      lo.append(mean - bounds[0])
-      hi.append(bounds[1] - mean)
+      lo.append(max(0.0, mean - bounds[0]))  # equal seeds: their float mean can pass them
+      hi.append(max(0.0, bounds[1] - mean))
     lines.append((key, xs, ys, lo, hi))
   return lines
 

@@ -67,6 +67,21 @@ def test_task_lines_are_one_per_stem_across_seeds_and_one_per_single_result():
   assert (ys[0] - lo[0], ys[0] + hi[0]) == pytest.approx((0.931, 0.972))  # its own 95% CI
 
 
+def test_seeds_with_one_value_draw_bars_of_zero_and_the_plot_is_written(tmp_path):
+  """Three seeds at 0.1: their float mean, 0.10000000000000002, is above every seed; the bars
+  are 0, not a hair below (which matplotlib refuses, and the report with it)."""
+  from lcx.tools.report import plots
+
+  results = []
+  for seed in (0, 1, 2):
+    r = tasks_result(run=f"copy-rope-s{seed}")
+    r["buckets"]["17-32"]["accuracy"] = 0.1
+    results.append(r)
+  ((label, xs, ys, lo, hi),) = plots.task_lines(results, ["1-16", "17-32"])
+  assert ys[1] > 0.1 and lo[1] >= 0 and hi[1] == 0
+  assert open(report.plot_tasks(results, str(tmp_path / "t.png")), "rb").read(8) == PNG
+
+
 def test_length_lines_fold_seeds_into_one_line_and_the_plot_draws_a_line_per_stem(tmp_path):
   from lcx.tools.report import plots
 
