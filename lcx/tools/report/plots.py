@@ -333,23 +333,40 @@ def plot_tasks(results: Sequence[dict], path: str) -> str | None:
 
 def plot_task_errors(results: Sequence[dict], path: str) -> str | None:
   """Error rate on the scored tokens at the trained sizes, one column per task (flip-flop's test
-  mixes), a color per run stem (runs named STEM-s<seed>: one dot with 95% CI bars per seed, a
-  bar at their mean), so seeds' spread and each seed's interval show side by side."""
-  points = {}  # (task, stem) -> [(error, ci)]
+  mixes), a color per system (`tasks.system`: the run without its task and seed, with its
+  variant; one dot with 95% CI bars per seed, a bar at their mean), so seeds' spread and each
+  seed's interval show side by side; rows of TASKS_PER_ROW tasks."""
+  points = {}  # (task, system) -> [(error, ci)]
   for r in tables.of_kind(results, "tasks"):
     trained = r["buckets"].get("-".join(map(str, r["train_sizes"]))) or {}
     if trained.get("error_rate") is None:
       continue
-    match = tables.SEEDED_RUN.match(str(r["run"]))
-    stem = match["stem"] if match else str(r["run"])
-    points.setdefault((r["task"], stem), []).append(
+    points.setdefault((r["task"], tasks.system(r)), []).append(
       (trained["error_rate"], trained["error_rate_ci"])
     )
   if not points:
     return None
   tasks_ = sorted({t for t, _ in points})
   stems = list(dict.fromkeys(s for _, s in points))
-  fig, (ax,) = _subplots(1, width=max(6.0, 1.2 * len(tasks_) * max(1, len(stems)) ** 0.5))
+  per_row = TASKS_PER_ROW if len(stems) > 4 else 2 * TASKS_PER_ROW
+  rows = [tasks_[i : i + per_row] for i in range(0, len(tasks_), per_row)]
+  fig, axes = _subplots(
+    len(rows), width=min(18.0, max(6.0, 1.2 * per_row * len(stems) ** 0.5)), cols=1
+  )
+  for ax, row in zip(axes, rows):
+    _task_error_panel(ax, row, stems, points, per_row)
+  axes[0].set_title(
+    "error rate at the trained sizes: dots are seeds (95% CI), bars their mean", fontsize=9
+  )
+  axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # off the dots
+  return _save(fig, path)
+
+
+TASKS_PER_ROW = 4  # plot_task_errors: tasks side by side in a panel (8 with four stems or fewer)
+
+
+def _task_error_panel(ax, tasks_: Sequence[str], stems, points: dict, slots: int) -> None:
+  """One row of `plot_task_errors`: `slots` task columns wide, so every row has one scale."""
   width = 0.8 / len(stems)
   for j, stem in enumerate(stems):
     color = f"C{j % 10}"
@@ -361,7 +378,7 @@ def plot_task_errors(results: Sequence[dict], path: str) -> str | None:
         ax.errorbar(
           x + width * 0.6 * (k / max(1, len(values) - 1) - 0.5) * (len(values) > 1),
           value,
-          yerr=[[value - ci[0]], [ci[1] - value]],
+          yerr=[[max(0.0, value - ci[0])], [max(0.0, ci[1] - value)]],
           fmt="o",
           markersize=3,
           capsize=2,
@@ -372,15 +389,10 @@ def plot_task_errors(results: Sequence[dict], path: str) -> str | None:
         ax.hlines(mean, x - width * 0.45, x + width * 0.45, color=color, linewidth=2)
     ax.plot([], [], "o-", color=color, label=stem)
   ax.set_xticks(range(len(tasks_)), tasks_, fontsize=8)
-  ax.set_xlim(-0.5, len(tasks_) - 0.5)
+  ax.set_xlim(-0.5, slots - 0.5)
   ax.set_ylim(bottom=0)
   ax.set_ylabel("error rate on scored tokens")
-  ax.set_title(
-    "error rate at the trained sizes: dots are seeds (95% CI), bars their mean", fontsize=9
-  )
   ax.grid(True, axis="y", alpha=0.3)
-  ax.legend(fontsize=7)
-  return _save(fig, path)
 
 
 def plot_passkey(results: Sequence[dict], path: str) -> str | None:

@@ -23,6 +23,35 @@ def test_error_rates_at_the_trained_sizes_get_their_plot(tmp_path):
   assert report.plot_task_errors([beyond], str(tmp_path / "none.png")) is None
 
 
+def test_many_tasks_and_stems_wrap_the_error_plot_into_rows_of_one_scale(monkeypatch):
+  """13 tasks x 10 systems (nope_tasks with its matched rows) drew one panel 80 inches wide with
+  a color per task and system (130): now a color per system, rows of 4 tasks, every row 4
+  columns wide, at most 18 inches, the legend beside the first row."""
+  figures = []
+  monkeypatch.setattr(report.plots, "_save", lambda fig, path: figures.append(fig) or path)
+  results = []
+  for t in range(13):
+    for stem in range(10):
+      r = tasks_result(run=f"task{t:02d}-scheme{stem}-s0")
+      r["task"] = f"task{t:02d}"
+      r["buckets"]["1-16"].update(error_rate=0.1, error_rate_ci=[0.05, 0.15])
+      results.append(r)
+  report.plot_task_errors(results, "task_errors.png")
+  (fig,) = figures
+  axes = [a for a in fig.axes if a.get_visible()]
+  assert len(axes) == 4 and fig.get_size_inches()[0] <= 18
+  assert [len(a.get_xticklabels()) for a in axes] == [4, 4, 4, 1]
+  assert all(a.get_xlim() == (-0.5, 3.5) for a in axes)  # one scale
+  legend = axes[0].get_legend()
+  assert [t.get_text() for t in legend.get_texts()] == [f"scheme{i}" for i in range(10)]
+  assert legend.get_window_extent().x0 >= axes[0].get_window_extent().x1
+  figures.clear()
+  report.plot_task_errors(
+    [r for r in results if r["run"].endswith(("scheme0-s0", "scheme1-s0"))], "t.png"
+  )
+  assert len([a for a in figures[0].axes if a.get_visible()]) == 2  # 8 tasks a row, few stems
+
+
 def test_plot_length_sweep_takes_older_results(tmp_path):
   results = {
     "rope": {"train_len": 64, "lengths": {"64": {"perplexity": 8.0}, "128": {"perplexity": 9.0}}}
