@@ -347,14 +347,14 @@ def plot_task_errors(results: Sequence[dict], path: str) -> str | None:
   if not points:
     return None
   tasks_ = sorted({t for t, _ in points})
-  stems = list(dict.fromkeys(s for _, s in points))
-  per_row = TASKS_PER_ROW if len(stems) > 4 else 2 * TASKS_PER_ROW
+  systems = list(dict.fromkeys(s for _, s in points))
+  per_row = TASKS_PER_ROW if len(systems) > 4 else 2 * TASKS_PER_ROW
   rows = [tasks_[i : i + per_row] for i in range(0, len(tasks_), per_row)]
   fig, axes = _subplots(
-    len(rows), width=min(18.0, max(6.0, 1.2 * per_row * len(stems) ** 0.5)), cols=1
+    len(rows), width=min(18.0, max(6.0, 1.2 * per_row * len(systems) ** 0.5)), cols=1
   )
   for ax, row in zip(axes, rows):
-    _task_error_panel(ax, row, stems, points, per_row)
+    _task_error_panel(ax, row, systems, points, per_row)
   axes[0].set_title(
     "error rate at the trained sizes: dots are seeds (95% CI), bars their mean", fontsize=9
   )
@@ -362,16 +362,16 @@ def plot_task_errors(results: Sequence[dict], path: str) -> str | None:
   return _save(fig, path)
 
 
-TASKS_PER_ROW = 4  # plot_task_errors: tasks side by side in a panel (8 with four stems or fewer)
+TASKS_PER_ROW = 4  # plot_task_errors: tasks side by side in a panel (8 with four systems or fewer)
 
 
-def _task_error_panel(ax, tasks_: Sequence[str], stems, points: dict, slots: int) -> None:
+def _task_error_panel(ax, tasks_: Sequence[str], systems, points: dict, slots: int) -> None:
   """One row of `plot_task_errors`: `slots` task columns wide, so every row has one scale."""
-  width = 0.8 / len(stems)
-  for j, stem in enumerate(stems):
+  width = 0.8 / len(systems)
+  for j, system in enumerate(systems):
     color = f"C{j % 10}"
     for i, task in enumerate(tasks_):
-      values = points.get((task, stem), [])
+      values = points.get((task, system), [])
       x = i - 0.4 + width * (j + 0.5)
       for k, (value, ci) in enumerate(values):
         ci = ci or [value, value]
@@ -387,7 +387,7 @@ def _task_error_panel(ax, tasks_: Sequence[str], stems, points: dict, slots: int
       if values:
         mean = sum(v for v, _ in values) / len(values)
         ax.hlines(mean, x - width * 0.45, x + width * 0.45, color=color, linewidth=2)
-    ax.plot([], [], "o-", color=color, label=stem)
+    ax.plot([], [], "o-", color=color, label=system)
   ax.set_xticks(range(len(tasks_)), tasks_, fontsize=8)
   ax.set_xlim(-0.5, slots - 0.5)
   ax.set_ylim(bottom=0)
