@@ -369,7 +369,7 @@ def _task_error_panel(ax, tasks_: Sequence[str], systems, points: dict, slots: i
   """One row of `plot_task_errors`: `slots` task columns wide, so every row has one scale."""
   width = 0.8 / len(systems)
   for j, system in enumerate(systems):
-    color = f"C{j % 10}"
+    color = _line_style(j, len(systems)).get("color", f"C{j}")  # past 10: tab20's 20
     for i, task in enumerate(tasks_):
       values = points.get((task, system), [])
       x = i - 0.4 + width * (j + 0.5)

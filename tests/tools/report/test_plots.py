@@ -50,6 +50,16 @@ def test_many_tasks_and_stems_wrap_the_error_plot_into_rows_of_one_scale(monkeyp
     [r for r in results if r["run"].endswith(("scheme0-s0", "scheme1-s0"))], "t.png"
   )
   assert len([a for a in figures[0].axes if a.get_visible()]) == 2  # 8 tasks a row, few stems
+  figures.clear()
+  for t in range(2):  # 12 systems: 12 colors, not the default 10 over again
+    for stem in (10, 11):
+      r = tasks_result(run=f"task{t:02d}-scheme{stem}-s0")
+      r["task"] = f"task{t:02d}"
+      r["buckets"]["1-16"].update(error_rate=0.2, error_rate_ci=[0.1, 0.3])
+      results.append(r)
+  report.plot_task_errors(results, "task_errors.png")
+  handles = figures[0].axes[0].get_legend().legend_handles
+  assert len({tuple(h.get_color()) for h in handles}) == len(handles) == 12
 
 
 def test_plot_length_sweep_takes_older_results(tmp_path):
