@@ -39,10 +39,12 @@ MATCHED = {"model.position.base": regime.matched_base(L)}
 SHARDS, SHARD_JOBS = 12, 4
 
 
+ARGS = ("", "recipe", "matched_base", "full")
+
+
 def get_runs(arg=""):
-  allowed = ['""', "recipe", "matched_base", "full"]
-  if arg not in ("", "recipe", "matched_base", "full"):
-    raise errors.not_allowed("experiments/drope:ARG", arg, allowed)
+  if arg not in ARGS:
+    raise errors.not_allowed("experiments/drope:ARG", arg, [a or '""' for a in ARGS])
   runs = _runs(arg == "full", MATCHED if arg == "matched_base" else {})
   rows = {"recipe": RECIPE_ROWS, "matched_base": MATCHED_ROWS}.get(arg)
   if rows:

@@ -242,6 +242,12 @@ def plot_loss_by_position(results: Sequence[dict], path: str) -> str | None:
   return _save(fig, path)
 
 
+def _bars(value: float, bounds) -> tuple[float, float]:
+  """Error bar lengths below and above `value` to `bounds` (low, high), never negative: the
+  float mean of seeds that scored the same can pass them, and matplotlib refuses the plot."""
+  return max(0.0, value - bounds[0]), max(0.0, bounds[1] - value)
+
+
 def seed_lines(group: Sequence[dict], points: Sequence[tuple], value, ci) -> list[tuple]:
   """(label, xs, ys, lower, upper) per line over `points` ((x, key) pairs; value(r, key) and
   ci(r, key) read a result there): a result alone is its value with its 95% CI; runs named
@@ -269,8 +275,9 @@ def seed_lines(group: Sequence[dict], points: Sequence[tuple], value, ci) -> lis
       bounds = bounds or [mean, mean]
       xs.append(x)
       ys.append(mean)
-      lo.append(max(0.0, mean - bounds[0]))  # equal seeds: their float mean can pass them
-      hi.append(max(0.0, bounds[1] - mean))
+      below, above = _bars(mean, bounds)
+      lo.append(below)
+      hi.append(above)
     lines.append((key, xs, ys, lo, hi))
   return lines
 
@@ -378,7 +385,7 @@ def _task_error_panel(ax, tasks_: Sequence[str], systems, points: dict, slots: i
         ax.errorbar(
           x + width * 0.6 * (k / max(1, len(values) - 1) - 0.5) * (len(values) > 1),
           value,
-          yerr=[[max(0.0, value - ci[0])], [max(0.0, ci[1] - value)]],
+          yerr=[[bar] for bar in _bars(value, ci)],
           fmt="o",
           markersize=3,
           capsize=2,
