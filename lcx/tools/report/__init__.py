@@ -58,6 +58,7 @@ from lcx.tools.report.plots import (
 from lcx.tools.report.tables import (
   CSV_COLUMNS,
   SEEDED_RUN,
+  as_seeds,
   describe_protocol,
   label,
   markdown_table,
@@ -89,6 +90,7 @@ __all__ = [
   "SCHEMA",
   "SEEDED_RUN",
   "TASK_METRICS",
+  "as_seeds",
   "baseline_pairs",
   "baselines",
   "check",

@@ -9,6 +9,7 @@ from absl import flags
 from lcx import cli, errors
 from lcx.tools.report.kinds import baselines
 from lcx.tools.report.load import HISTORY, corpus_warning, load, superseded
+from lcx.tools.report.tables import as_seeds
 from lcx.tools.report.write import format_tables, write
 
 
@@ -40,7 +41,7 @@ def main(argv):
   if os.path.exists(out) and not os.path.isdir(out):
     cli.fail(f"--out={out}: exists and is not a directory")
   try:
-    results = load(paths)
+    results = as_seeds(load(paths))  # the names the tables print, for --baseline
   except ValueError as error:
     cli.fail(str(error))
   baseline = flags.FLAGS.baseline

@@ -155,6 +155,27 @@ def pivot_cells(
 SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
 
 
+def as_seeds(results: Sequence[dict]) -> list[dict]:
+  """The results as the seed tables read them, copies where a name changes: a run named STEM
+  beside runs STEM-s<k> (a sweep whose seed 0 kept its first names, as rope_extension's) is
+  STEM-s<seed>, the seed its config records; a variant naming a file in its run's own workdir
+  (a LongRoPE factors file) names it `{workdir}/...`, so that each seed's variant is the same
+  label and no machine path is printed. Results the tables already read are returned as they are."""
+  stems = {m["stem"] for r in results if (m := SEEDED_RUN.match(str(r["run"])))}
+  names = {str(r["run"]) for r in results}
+  out = []
+  for r in results:
+    run, variant, workdir = str(r["run"]), r["variant"], r.get("workdir")
+    seed = (r.get("config") or {}).get("seed")
+    if run in stems and isinstance(seed, int) and f"{run}-s{seed}" not in names:
+      run = f"{run}-s{seed}"
+    if workdir and isinstance(variant, str) and f"{workdir}/" in variant:
+      variant = variant.replace(f"{workdir}/", "{workdir}/")
+    same = (run, variant) == (r["run"], r["variant"])
+    out.append(r if same else {**r, "run": run, "variant": variant})
+  return out
+
+
 def seed_values(rows: Sequence[dict], column: str, metric: str, order=None) -> tuple[list, dict]:
   """(columns, {(stem, variant): (seeds, {column value: [value per run] or None})}) from
   long-form rows (`row`): runs named STEM-s<seed>, two or more per (stem, variant); columns are

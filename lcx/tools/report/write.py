@@ -16,7 +16,9 @@ def sections(
 ) -> list[tuple[str, str, str | None]]:
   """(heading, markdown, plot key) for every table that has data, in report order. The paired
   tables need per-document losses, so older results leave them out. `baseline`: see
-  `lengths.pair_tables`; `tolerance`: see `lengths.effective_length_tables`."""
+  `lengths.pair_tables`; `tolerance`: see `lengths.effective_length_tables`. Runs and
+  variants are named as `tables.as_seeds` names them, here and in the CSV, index and plots."""
+  results = tables.as_seeds(results)
   out = []
   for kind in kinds.KINDS.values():
     chosen = tables.of_kind(results, kind.name)
@@ -59,6 +61,7 @@ def csv_rows(results: Sequence[dict], baseline: str = "") -> list[dict]:
   """Tidy long format: one row per result x measurement (length, position bucket, size bucket,
   depth, passkey cell) x metric, then the rows comparing results (the paired differences);
   unused columns empty."""
+  results = tables.as_seeds(results)
   own = [row for r in results for row in kinds.KINDS[r["kind"]].rows(r)]
   pairs = [
     row
@@ -84,6 +87,7 @@ def format_report(
   tolerance: float | None = None,
 ) -> str:
   """report.md: title, the tables with links to their plots, and what each result is."""
+  results = tables.as_seeds(results)
   parts = [
     f"# {title}",
     "",
@@ -112,6 +116,7 @@ def write(
   {"report": path, "csv": path, plot key: path, ...}."""
   for i, r in enumerate(results):
     check(r, f"results[{i}]")
+  results = tables.as_seeds(results)
   os.makedirs(out_dir, exist_ok=True)
   paths = {}
   for kind in kinds.KINDS.values():

@@ -31,6 +31,38 @@ def test_seed_table_is_mean_and_range_over_seeds():
   assert report.seed_tables([lengths_result(run="rope")]) == ""
 
 
+def _seeded(run, seed, variant="none", workdir=None):
+  result = lengths_result(run=run, variant=variant, losses={1: 2.0 + 0.1 * seed, 2: 2.5})
+  return {**result, "config": {"seed": seed}, "workdir": workdir or f"/runs/{run}"}
+
+
+def test_a_seed_that_kept_its_first_name_joins_its_seeds_in_the_report():
+  factors = "longrope@{}/longrope/factors.json"
+  results = [
+    _seeded("rope", 0),
+    _seeded("rope", 0, factors.format("/runs/rope")),
+    *(_seeded(f"rope-s{s}", s) for s in (1, 2)),
+    *(_seeded(f"rope-s{s}", s, factors.format(f"/runs/rope-s{s}")) for s in (1, 2)),
+    _seeded("alibi", 0),  # no seeded siblings: its name stays
+    _seeded("nope", 1),  # its seed's name is taken: its name stays
+    _seeded("nope-s1", 1),
+    _seeded("nope-s2", 2),
+  ]
+  named = report.as_seeds(results)
+  assert [r["run"] for r in named] == [
+    "rope-s0", "rope-s0", "rope-s1", "rope-s2", "rope-s1", "rope-s2",
+    "alibi", "nope", "nope-s1", "nope-s2",
+  ]  # fmt: skip
+  assert {r["variant"] for r in named} == {"none", "longrope@{workdir}/longrope/factors.json"}
+  assert results[0]["run"] == "rope" and results[1]["variant"] == factors.format("/runs/rope")
+  assert report.as_seeds(named) == named
+  text = report.format_tables(results)
+  across = text.split("## Perplexity across seeds")[1].split("\n## ")[0]
+  seeds = {row_cells(line)[0]: row_cells(line)[1] for line in across.splitlines() if "|" in line}
+  assert seeds["rope/none"] == seeds["rope/longrope@{workdir}/longrope/factors.json"] == "0,1,2"
+  assert seeds["nope/none"] == "1,2" and "/runs/" not in text
+
+
 def test_task_seed_table_is_mean_and_range_over_seeds():
   results = []
   for seed, accuracy in ((0, 0.2), (1, 0.5)):
