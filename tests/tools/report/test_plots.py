@@ -145,3 +145,18 @@ def test_length_lines_fold_seeds_into_one_line_and_the_plot_draws_a_line_per_ste
   (ax,) = [a for a in figures[0].axes if a.get_visible()]
   labels = ax.get_legend_handles_labels()[1]
   assert labels == ["train length 64", "rope/none (seeds 0,1,2)", "alibi-s0/none"]
+
+
+def test_length_ticks_shorten_whole_kilotokens_so_neighbours_do_not_run_together(tmp_path):
+  from lcx.tools.report import plots
+
+  assert [plots.length_tick(n) for n in (64, 256, 1024, 1536, 4096, 65536)] == [
+    "64", "256", "1k", "1536", "4k", "64k",
+  ]  # fmt: skip
+  results = [lengths_result("rope", train_len=512)]  # 1x, 2x, 4x: 512, 1024, 2048
+  figures = []
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_perplexity(results, str(tmp_path / "p.png"))
+  (ax,) = [a for a in figures[0].axes if a.get_visible()]
+  assert [t.get_text() for t in ax.get_xticklabels()] == ["512", "1k", "2k"]
