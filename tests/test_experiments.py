@@ -668,3 +668,38 @@ def test_every_anchor_link_in_the_readmes_resolves():
     "the-matched-regime-rope_extensionmatched"
   )
   assert not dead, dead
+
+
+def test_drope_bases_pairs_each_matched_run_with_the_same_run_at_base_10000(tmp_path):
+  """bases.py pairs a matched-base result with the base-10^4 result of the same run, variant
+  and seed, example by example; a seed the matched sweep has not run says so."""
+  from tests.tools.report.results import tasks_result
+
+  bases = importlib.import_module("experiments.drope.bases")
+
+  def result(run, hits, digest="same"):
+    r = tasks_result(run, "multivalue")
+    r["buckets"]["17-32"]["per_example"] = {
+      "exact": "1" * hits + "0" * (100 - hits),
+      "digest": digest,
+    }
+    r["config"] = {"eval": {"bootstrap": 200}, "data": {"seed": 3}}
+    r["buckets"]["17-32"]["accuracy"] = hits / 100
+    return r
+
+  made = {"matched": [result("rope-s0", 60), result("rope-s1", 40, "other")], "base": []}
+  made["base"] = [result("rope-s0", 45), result("rope-s1", 50), result("rope-s2", 50)]
+  for where, results in made.items():
+    for r in results:
+      path = tmp_path / where / r["run"] / "multivalue.json"
+      path.parent.mkdir(parents=True)
+      path.write_text(json.dumps(r))
+  matched, base = (bases.by_name(tmp_path / where) for where in ("matched", "base"))
+  assert sorted(matched) == [("rope", "multivalue", 0), ("rope", "multivalue", 1)]
+  diff, (lo, hi) = report.tasks.paired(made["matched"][0], made["base"][0], "17-32", 200, 3)
+  assert diff == pytest.approx(0.15) and lo > 0
+  line = next(x for x in bases.lines(matched, base) if x.startswith("rope/multivalue 17-32:"))
+  assert line == (
+    f"rope/multivalue 17-32: 0.450 -> 0.600 {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    " / examples differ / not run"
+  )

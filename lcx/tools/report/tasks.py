@@ -262,7 +262,7 @@ def _exact(bucket: dict) -> tuple[str, np.ndarray] | None:
   return per["digest"], np.frombuffer(per["exact"].encode(), np.uint8).astype(np.float64) - 48
 
 
-def _bootstrap(r: dict) -> tuple[int, int]:
+def bootstrap_of(r: dict) -> tuple[int, int]:
   """(resamples, seed) of a result's own intervals: eval.bootstrap and data.seed."""
   config = r.get("config") or {}
   return config.get("eval", {}).get("bootstrap", 1000), config.get("data", {}).get("seed", 0)
@@ -323,7 +323,7 @@ def _pair_note(r: dict, what: str, cells: str) -> str:
 
 
 def _interval(r: dict) -> str:
-  resamples, seed = _bootstrap(r)
+  resamples, seed = bootstrap_of(r)
   return (
     f"95% paired bootstrap interval over the same examples ({resamples} resamples, seed {seed})"
   )
@@ -337,7 +337,7 @@ def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
   out = []
   for base, others in baseline_pairs(results, baseline):
     buckets = _buckets([base, *others])
-    resamples, seed = _bootstrap(base)
+    resamples, seed = bootstrap_of(base)
     rows = [
       [tables.label(r)] + [_text(paired(r, base, b, resamples, seed)) for b in buckets]
       for r in others
@@ -363,7 +363,7 @@ def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
     diffs: dict = {}  # system -> seed -> bucket -> (difference, interval)
     buckets = _buckets([r for base, others in group for r in (base, *others)])
     for base, others in group:
-      resamples, seed = _bootstrap(base)
+      resamples, seed = bootstrap_of(base)
       for r in others:
         diffs.setdefault(system(r), {})[_seed(r)] = {
           b: got for b in buckets if (got := paired(r, base, b, resamples, seed))
