@@ -504,18 +504,22 @@ def test_flip_flop_matched_base_is_the_cpu_ropes_with_the_llama2_matched_base():
   assert regime.pair_counts(config.model.position.base, head_dim, L)["under_one_turn"] == 8
 
 
-def test_nope_tasks_matched_base_is_the_cpu_rope_rows_with_the_base_matched_at_each_l():
+def test_nope_tasks_matched_base_is_the_cpu_rope_rows_with_the_base_matched_at_each_l_or_range():
   from lcx import regime
 
   plain = sweep.load(str(ROOT / "experiments" / "nope_tasks")).runs
   matched = sweep.load(str(ROOT / "experiments" / "nope_tasks") + ":matched_base").runs
-  assert len(matched) == 13 * 2 * 3
+  assert len(matched) == 13 * 3 * 3
   for name, run in matched.items():
-    source = plain[name.replace("_matched-", "-")]
+    source = plain[re.sub(r"_matched(_range)?-", "-", name)]
     assert "rope" in name and run.config == source.config == "configs/base.py:pos=rope,size=tiny"
     base = run.overrides.pop("model.position.base")
     assert run.overrides == source.overrides
-    assert base == pytest.approx(regime.matched_base(source.overrides["data.seq_len"]))
+    # randomized RoPE's range: the base matched where its positions run, not at L
+    at = source.overrides.get("train.random_positions") if "_range-" in name else None
+    assert base == pytest.approx(regime.matched_base(at or source.overrides["data.seq_len"]))
+  ranged = [name for name in matched if "_range-" in name]
+  assert len(ranged) == 13 * 3 and all("rope_randomized_matched_range-" in n for n in ranged)
 
 
 def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta_per_task():

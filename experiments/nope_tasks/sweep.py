@@ -5,8 +5,9 @@ sizes U(1, L), tested to 4x L; exact match per size bucket, ranked across tasks.
 `experiments/nope_tasks:full` (3 seeds, the small model, longer training).
 `experiments/nope_tasks:matched_base` trains the CPU table's two RoPE rows again with the rotary
 base matched at each task's L (issue 27's regime, `lcx.regime.matched_base`), named
-`rope_matched` and `rope_randomized_matched`, so one report over both results folders ranks them
-beside every other row.
+`rope_matched` and `rope_randomized_matched`, and randomized RoPE at the base matched at the
+1024 positions it draws from (`rope_randomized_matched_range`), so one report over both results
+folders ranks them beside every other row.
 Published mean reciprocal rank: NoPE 0.69 > T5 0.55 > ALiBi 0.50 > RoPE 0.33 > APE 0.22.
 """
 
@@ -49,15 +50,23 @@ SHARDS = 78  # :full on lent GPUs, `--shard=i/78` (README: the estimate)
 
 
 def _schemes(arg: str, seq_len: int) -> dict:
-  """The rows: every scheme, or (matched_base) the rotary ones at the base matched at L."""
+  """The rows: every scheme, or (matched_base) the rotary ones at the base matched at L, and
+  randomized RoPE once more at the base matched at the range its positions are drawn from
+  (`_matched_range`): it sees positions up to train.random_positions, not up to L."""
   if arg != "matched_base":
     return SCHEMES
-  base = {"model.position.base": regime.matched_base(seq_len)}
-  return {
-    f"{label}_matched": (pos, {**extra, **base})
-    for label, (pos, extra) in SCHEMES.items()
-    if pos == "rope"
-  }
+
+  def at(length: int) -> dict:
+    return {"model.position.base": regime.matched_base(length)}
+
+  rows = {}
+  for label, (pos, extra) in SCHEMES.items():
+    if pos == "rope":
+      rows[f"{label}_matched"] = (pos, {**extra, **at(seq_len)})
+  for label, (pos, extra) in SCHEMES.items():
+    if pos == "rope" and "train.random_positions" in extra:
+      rows[f"{label}_matched_range"] = (pos, {**extra, **at(extra["train.random_positions"])})
+  return rows
 
 
 def get_runs(arg=""):
