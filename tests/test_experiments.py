@@ -691,8 +691,10 @@ def test_drope_bases_pairs_each_matched_run_with_the_same_run_at_base_10000(tmp_
     r["buckets"]["17-32"]["accuracy"] = hits / 100
     return r
 
-  made = {"matched": [result("rope-s0", 60), result("rope-s1", 40, "other")], "base": []}
-  made["base"] = [result("rope-s0", 45), result("rope-s1", 50), result("rope-s2", 50)]
+  made = {
+    "matched": [result("rope-s0", 60), result("rope-s1", 40, "other")],
+    "base": [result("rope-s0", 45), result("rope-s1", 50), result("rope-s2", 50)],
+  }
   for where, results in made.items():
     for r in results:
       path = tmp_path / where / r["run"] / "multivalue.json"

@@ -61,10 +61,10 @@ def _schemes(arg: str, seq_len: int) -> dict:
 
   rows = {}
   for label, (pos, extra) in SCHEMES.items():
-    if pos == "rope":
-      rows[f"{label}_matched"] = (pos, {**extra, **at(seq_len)})
-  for label, (pos, extra) in SCHEMES.items():
-    if pos == "rope" and "train.random_positions" in extra:
+    if pos != "rope":
+      continue
+    rows[f"{label}_matched"] = (pos, {**extra, **at(seq_len)})
+    if "train.random_positions" in extra:
       rows[f"{label}_matched_range"] = (pos, {**extra, **at(extra["train.random_positions"])})
   return rows
 

@@ -4,7 +4,7 @@
 The report pairs rows within one run group, but these claims pair across runs of one seed (a
 fine-tune against the training-free variant, a control against the PI fine-tune) and read the
 same comparison in each seed. Seed 0's runs carry no `-s0` suffix (their names predate the
-seeds), so the report's seed tables cannot group them; this lines them up instead. Every cell is
+seeds): read here as seed 0, as `report.as_seeds` shows them in the report. Every cell is
 `lengths.paired_cell`: A - B in mean loss (nats/token) with the report's paired bootstrap
 interval over the same documents, windows protocol.
 """
