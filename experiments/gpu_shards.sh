@@ -20,6 +20,8 @@
 # $GPU_SHARDS_RUNS (default /tmp/gpu_shards_runs). Unpack the archives into the experiment's
 # shards/ folder and `--merge_shards` writes the report. experiments/schemes/README.md has a run
 # of it.
+# `experiments/gpu_tree.sh slim` before the device call (and `restore` after it) keeps the
+# committed outputs from counting against what the call may send.
 set -u
 sweep=$1 n=$2 first=$3 last=$4 deadline=$5
 out=${OUT:?set OUT to the folder that comes back}
