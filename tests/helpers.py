@@ -139,3 +139,14 @@ def bench_options(*argv):
   options.define_flags(fv)
   fv(["bench", *argv])
   return options.from_flags(fv)
+
+
+def committed_repo(repo: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+  """A git repository at `repo` holding `files` (path -> text) in one commit."""
+  for path, text in files.items():
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+  author = ["-c", "user.name=t", "-c", "user.email=t@t"]
+  for args in (["init", "-q"], ["add", "-A"], [*author, "commit", "-qm", "one"]):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+  return repo

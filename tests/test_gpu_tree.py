@@ -4,7 +4,7 @@ tree comes back exactly as it was."""
 import subprocess
 
 from lcx.run import provenance
-from tests.helpers import ROOT
+from tests.helpers import ROOT, committed_repo
 
 SCRIPT = str(ROOT / "experiments" / "gpu_tree.sh")
 FILES = {
@@ -25,14 +25,7 @@ def _git(repo, *args) -> str:
 
 
 def _tree(tmp_path):
-  repo = tmp_path / "repo"
-  for path, text in FILES.items():
-    (repo / path).parent.mkdir(parents=True, exist_ok=True)
-    (repo / path).write_text(text)
-  _git(repo, "init", "-q")
-  _git(repo, "add", "-A")
-  _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tree")
-  return repo
+  return committed_repo(tmp_path / "repo", FILES)
 
 
 def _run(repo, mode: str):

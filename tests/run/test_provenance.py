@@ -3,6 +3,7 @@
 import subprocess
 
 from lcx.run import provenance
+from tests.helpers import committed_repo
 
 
 def _git(repo, *args):
@@ -21,12 +22,7 @@ def test_dirty_is_code_that_differs_not_the_results_a_sweep_rewrites(tmp_path):
     "experiments/e/perplexity.png": "png\n",
     "README.md": "text\n",
   }
-  for path, text in files.items():
-    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / path).write_text(text)
-  _git(tmp_path, "init", "-q")
-  _git(tmp_path, "add", "-A")
-  _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+  committed_repo(tmp_path, files)
   where = str(tmp_path / "lcx")  # lcx asks from inside its package
   clean = provenance.source(where)
   assert len(clean["commit"]) == 40 and clean["dirty"] is False
