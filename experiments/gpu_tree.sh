@@ -35,12 +35,9 @@ case "$mode" in
     git diff --cached --quiet || fail "the index has staged changes; commit or unstage them first"
     mkdir -p "$(dirname "$exclude")"
     { echo "$begin"; printf '%s\n' "${patterns[@]}"; echo "$end"; } >>"$exclude"
-    if [ -n "$(git ls-files -- "${outputs[@]}" | head -1)" ]; then
-      git ls-files -z -- "${outputs[@]}" |
-        git --literal-pathspecs rm -q --cached --pathspec-from-file=- --pathspec-file-nul
-    fi
+    git ls-files -z -- "${outputs[@]}" | xargs -0 -r git --literal-pathspecs rm -q --cached --
     echo "[gpu_tree] slim: $(git ls-files | wc -l) tracked files, $(git ls-files -z |
-      xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes travel;" \
+      du -cb --files0-from=- | tail -1 | cut -f1) bytes travel;" \
       "run experiments/gpu_tree.sh restore after the call"
     ;;
   restore)

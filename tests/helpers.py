@@ -146,7 +146,13 @@ def committed_repo(repo: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
   for path, text in files.items():
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_text(text)
-  author = ["-c", "user.name=t", "-c", "user.email=t@t"]
-  for args in (["init", "-q"], ["add", "-A"], [*author, "commit", "-qm", "one"]):
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+  git(repo, "init", "-q")
+  git(repo, "add", "-A")
+  git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
   return repo
+
+
+def git(repo, *args: str) -> str:
+  """`git -C repo ARGS`'s stdout; a failure raises."""
+  done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
+  return done.stdout

@@ -4,7 +4,7 @@ tree comes back exactly as it was."""
 import subprocess
 
 from lcx.run import provenance
-from tests.helpers import ROOT, committed_repo
+from tests.helpers import ROOT, committed_repo, git
 
 SCRIPT = str(ROOT / "experiments" / "gpu_tree.sh")
 FILES = {
@@ -18,12 +18,6 @@ FILES = {
 }
 
 
-def _git(repo, *args) -> str:
-  return subprocess.run(
-    ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-  ).stdout
-
-
 def _tree(tmp_path):
   return committed_repo(tmp_path / "repo", FILES)
 
@@ -34,8 +28,8 @@ def _run(repo, mode: str):
 
 def _travels(repo) -> set[str]:
   """What a device call sends: tracked files and the untracked ones git does not ignore."""
-  tracked = _git(repo, "ls-files").split()
-  untracked = _git(repo, "ls-files", "--others", "--exclude-standard").split()
+  tracked = git(repo, "ls-files").split()
+  untracked = git(repo, "ls-files", "--others", "--exclude-standard").split()
   return set(tracked) | set(untracked)
 
 
@@ -54,21 +48,21 @@ def test_slim_sends_the_code_alone_with_a_clean_commit_and_restore_puts_the_tree
   done = _run(repo, "restore")
   assert done.returncode == 0, done.stderr
   assert _travels(repo) == set(FILES)
-  assert _git(repo, "status", "--porcelain") == ""
+  assert git(repo, "status", "--porcelain") == ""
   assert (repo / ".git" / "info" / "exclude").read_text() == exclude
 
 
 def test_slim_refuses_a_staged_index_and_a_second_slim_and_restore_an_unslimmed_tree(tmp_path):
   repo = _tree(tmp_path)
   (repo / "lcx" / "new.py").write_text("y = 1\n")
-  _git(repo, "add", "lcx/new.py")
+  git(repo, "add", "lcx/new.py")
   done = _run(repo, "slim")
   assert (done.returncode, done.stderr.splitlines()) == (
     2,
     ["error: the index has staged changes; commit or unstage them first"],
   )
-  assert "lcx/new.py" in _git(repo, "diff", "--cached", "--name-only")  # left as it was
-  _git(repo, "reset", "-q")
+  assert "lcx/new.py" in git(repo, "diff", "--cached", "--name-only")  # left as it was
+  git(repo, "reset", "-q")
   assert _run(repo, "slim").returncode == 0
   done = _run(repo, "slim")
   assert (done.returncode, done.stderr.strip()) == (

@@ -1,13 +1,7 @@
 """A result's source: the commit, and dirty only where code or configs differ from it."""
 
-import subprocess
-
 from lcx.run import provenance
-from tests.helpers import committed_repo
-
-
-def _git(repo, *args):
-  subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+from tests.helpers import committed_repo, git
 
 
 def test_dirty_is_code_that_differs_not_the_results_a_sweep_rewrites(tmp_path):
@@ -34,7 +28,7 @@ def test_dirty_is_code_that_differs_not_the_results_a_sweep_rewrites(tmp_path):
   for path in ("lcx/model.py", "configs/base.py", "experiments/e/sweep.py"):
     (tmp_path / path).write_text("changed = True\n")
     assert provenance.source(where)["dirty"] is True, path
-    _git(tmp_path, "checkout", "--", path)
+    git(tmp_path, "checkout", "--", path)
 
 
 def test_outside_git_the_source_is_unknown(tmp_path):
