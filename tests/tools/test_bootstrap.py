@@ -56,3 +56,17 @@ def test_seeded_and_without_resamples_no_interval():
     hard_D, tokens_D, hard_D * 0.9, tokens_D, bootstrap.resample_weights(hard_D.size, 0, 0)
   )
   assert ci is None and diff > 0
+
+
+def test_resample_weights_are_seeded_draws_of_whole_documents_shared_read_only():
+  """Rows are multinomial draws of D documents (the seed's own, another seed's differ); a
+  second call returns the same matrix, which no caller can change for the next."""
+  weights_RxD = bootstrap.resample_weights(12, 300, seed=5)
+  assert weights_RxD.shape == (300, 12) and (weights_RxD.sum(1) == 12).all()
+  assert np.array_equal(weights_RxD, weights_RxD.astype(int))
+  assert weights_RxD.mean() == pytest.approx(1.0) and (weights_RxD == 0).any()
+  assert not np.array_equal(weights_RxD, bootstrap.resample_weights(12, 300, seed=6))
+  assert np.array_equal(bootstrap.resample_weights(12, 300, seed=5), weights_RxD)
+  with pytest.raises(ValueError, match="read-only"):
+    weights_RxD[0, 0] += 1
+  assert bootstrap.resample_weights(12, 0, seed=5).shape == (0, 12)
