@@ -10,11 +10,11 @@ and with `eval.longppl` LongPPL.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from lcx import protocols
+from lcx.run import timing
 from lcx.run.metrics import say
 from lcx.tools.evaluate import samples, stats
 
@@ -172,22 +172,22 @@ def sweep(
       skipped[str(length)] = str(error)
       say(f"eval length {length}: skipped: {error}")
       continue
-    start = time.perf_counter()
-    windows = samples.cut(
-      sequences, length, ev.protocol, stride=settings["stride"], last_k=settings["last_k"]
-    )
-    nll_NxT = runner.nll(
-      windows.inputs_NxT,
-      windows.targets_NxT,
-      windows.positions_NxT,
-      windows.segments_NxT,
-      progress=f"eval length {length}",
-    )
-    r = summarize(nll_NxT, windows, doc_index, weights_RxD, byte_lengths_V, ev.buckets_per_octave)
-    r["kernel"] = runner.kernel(length)
-    if ev.longppl:
-      short_NxT = short_nll(runner, windows, train_len, nll_NxT)
-      r["longppl"] = longppl(nll_NxT, short_NxT, windows, doc_index, weights_RxD, train_len)
+    with timing.span() as took:
+      windows = samples.cut(
+        sequences, length, ev.protocol, stride=settings["stride"], last_k=settings["last_k"]
+      )
+      nll_NxT = runner.nll(
+        windows.inputs_NxT,
+        windows.targets_NxT,
+        windows.positions_NxT,
+        windows.segments_NxT,
+        progress=f"eval length {length}",
+      )
+      r = summarize(nll_NxT, windows, doc_index, weights_RxD, byte_lengths_V, ev.buckets_per_octave)
+      r["kernel"] = runner.kernel(length)
+      if ev.longppl:
+        short_NxT = short_nll(runner, windows, train_len, nll_NxT)
+        r["longppl"] = longppl(nll_NxT, short_NxT, windows, doc_index, weights_RxD, train_len)
     results[str(length)] = r
     ci = (
       ""
@@ -196,7 +196,6 @@ def sweep(
     )
     say(
       f"eval length {length}: perplexity {r['perplexity']:.3f}{ci} over {r['tokens']} tokens "
-      f"of {r['documents']} documents ({r['windows']} windows, {r['kernel']} kernel, "
-      f"{time.perf_counter() - start:.1f} s)"
+      f"of {r['documents']} documents ({r['windows']} windows, {r['kernel']} kernel, {took})"
     )
   return {"protocol": settings, "lengths": results, "skipped": skipped}

@@ -25,6 +25,7 @@ import re
 
 import numpy as np
 
+from lcx.run import timing
 from lcx.run.metrics import say
 from lcx.tools import generate
 
@@ -118,26 +119,29 @@ def sweep(runner, tokenizer) -> dict:
     ]
     rows = max(1, runner.config.eval.batch_tokens // size)
     right = []
-    for start in range(0, len(prompts), rows):
-      batch = [ids for _, _, ids in prompts[start : start + rows]]
-      batch += [batch[0]] * (rows - len(batch))  # fixed shapes: one program per length
-      out_BxN = generate.generate(
-        runner.prepared.graphdef,
-        runner.params,
-        np.stack(batch),
-        new_tokens,
-        kernel=runner.kernel(size),
-      )
-      right += [
-        answer(tokenizer, ids) == key
-        for ids, (_, key, _) in zip(out_BxN, prompts[start : start + rows])
-      ]
+    with timing.span() as took:
+      for start in range(0, len(prompts), rows):
+        batch = [ids for _, _, ids in prompts[start : start + rows]]
+        batch += [batch[0]] * (rows - len(batch))  # fixed shapes: one program per length
+        out_BxN = generate.generate(
+          runner.prepared.graphdef,
+          runner.params,
+          np.stack(batch),
+          new_tokens,
+          kernel=runner.kernel(size),
+        )
+        right += [
+          answer(tokenizer, ids) == key
+          for ids, (_, key, _) in zip(out_BxN, prompts[start : start + rows])
+        ]
     for depth in depths:
       hits = [ok for ok, (d, _, _) in zip(right, prompts) if d == depth]
       cells.append(
         {"length": length, "depth": depth, "accuracy": float(np.mean(hits)), "examples": len(hits)}
       )
-    say(f"passkey length {length}: accuracy {np.mean(right):.3f} over {len(right)} examples")
+    say(
+      f"passkey length {length}: accuracy {np.mean(right):.3f} over {len(right)} examples ({took})"
+    )
   return {
     "protocol": {
       "probe": "passkey",

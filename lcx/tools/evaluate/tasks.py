@@ -13,6 +13,7 @@ import hashlib
 
 import numpy as np
 
+from lcx.run import timing
 from lcx.run.data import tasks
 from lcx.run.metrics import say
 from lcx.tools.evaluate import stats
@@ -107,7 +108,9 @@ def sweep(runner, tokenizer) -> dict:
       skipped[i] = str(error)
       say(f"task {d.task}: sizes {lo}-{hi} skipped: {error}")
       continue
-    exact_N[rows], token_N[rows] = hits(runner, chosen)
+    with timing.span() as took:
+      exact_N[rows], token_N[rows] = hits(runner, chosen)
+    say(f"task {d.task}: sizes {lo}-{hi}: {len(chosen)} examples ({took})")
   say(f"task {d.task}: {len(examples)} examples, {len(skipped)} size buckets skipped")
   scored_N = np.array([mask.sum() for _, _, mask in examples], np.float64)
   weights = stats.resample_weights(len(examples), runner.config.eval.bootstrap, d.seed)

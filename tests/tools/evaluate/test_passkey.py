@@ -3,6 +3,7 @@ the first number generated, config checks naming the field, and the result file 
 
 import json
 import os
+import re
 import types
 
 import numpy as np
@@ -121,8 +122,16 @@ def test_evaluation_writes_a_passkey_result_per_variant_that_the_report_renders(
   config.eval.update(multipliers=(1,), num_tokens=256, bootstrap=10, variants="none,yarn@2")
   config.eval.passkey.update(lengths=(100,), depths=(0.0, 1.0), examples=2)
   train.train(config, workdir)
+  capsys.readouterr()
   results = evaluate.evaluate(config, workdir)
   assert sorted(results) == ["none", "passkey@none", "passkey@yarn@2", "yarn@2"]
+  err = capsys.readouterr().err  # each length's time, and how much of it went to compiling
+  assert re.search(
+    r"eval length 32: perplexity .* kernel, [\d.]+ s, [\d.]+ of them compiling\)", err
+  )
+  assert re.search(
+    r"passkey length 100: accuracy .* examples \([\d.]+ s, [\d.]+ of them compiling\)", err
+  )
   with open(os.path.join(workdir, "eval", "passkey@yarn@2.json")) as f:
     result = json.load(f)
   assert result["kind"] == "passkey" and result["variant"] == "yarn@2"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -53,8 +54,12 @@ def test_task_eval_writes_accuracy_per_size_bucket(copy_run, monkeypatch, capsys
   first = buckets["1-6"]
   assert first["accuracy"] >= 0.8 and first["accuracy_ci"][0] <= first["accuracy"]
   assert first["accuracy"] <= first["accuracy_ci"][1] <= 1.0
-  out = capsys.readouterr().out
-  assert "copy" in out and "1-6" in out
+  captured = capsys.readouterr()
+  assert "copy" in captured.out and "1-6" in captured.out
+  # each bucket's log line: its time, and how much of it went to building its program
+  assert re.search(
+    r"task copy: sizes 13-24: \d+ examples \([\d.]+ s, [\d.]+ of them compiling\)", captured.err
+  )
   for b in buckets.values():  # each example's exact match, in order, for paired comparisons
     exact = b["per_example"]["exact"]
     assert len(exact) == b["examples"] and set(exact) <= {"0", "1"}
