@@ -557,6 +557,24 @@ def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta
     }
 
 
+def test_drope_base_probe_is_fulls_seed_0_base_with_more_steps_or_a_smaller_learning_rate():
+  """:base_probe changes what its run names say against :full's RoPE base of seed 0 and nothing
+  else, and splits into one shard a run (`--shard=i/2`, each alone on a lent machine)."""
+  full = sweep.load(str(ROOT / "experiments" / "drope") + ":full").runs["rope-s0"]
+  probe = sweep.load(str(ROOT / "experiments" / "drope") + ":base_probe")
+  assert probe.out_dir.endswith("drope/base_probe")
+  assert set(probe.runs) == {"rope_long-s0", "rope_low_lr-s0"}
+  long, low = probe.runs["rope_long-s0"], probe.runs["rope_low_lr-s0"]
+  assert "steps=4000" in full.config and not full.needs
+  assert long.config == full.config.replace("steps=4000", "steps=8000")
+  assert long.overrides == full.overrides == {"seed": 0}
+  assert low.config == full.config and low.overrides == {"seed": 0, "train.lr": 1e-3}
+  assert not long.needs and not low.needs
+  assert sweep.shards(probe.runs, 2) == [["rope_long-s0"], ["rope_low_lr-s0"]]
+  readme = (ROOT / "experiments" / "drope" / "README.md").read_text()
+  assert "experiments/drope:base_probe --shard=i/2" in readme
+
+
 def test_drope_matched_base_moves_the_base_of_every_rope_model_and_leaves_the_rest():
   """:matched_base: the 6 rows that carry RoPE or start from its checkpoint, 3 seeds; the RoPE
   models (rope, rnope_swa, rope_more) train at the base where 4 of the 16 pairs turn less than

@@ -13,8 +13,9 @@ examples (`beta@fit`: the `*_beta_fit` variants of configs/niah.py).
 `experiments/drope:recipe` (CPU: the RoPE base and drope_recipe rows alone, 3 seeds; results in
 experiments/drope/recipe/), `experiments/drope:matched_base` (CPU: the rows that carry RoPE, at
 issue 27's matched rotary base `lcx.regime.matched_base(207)` = 143.66, 3 seeds; results in
-experiments/drope/matched_base/) or `experiments/drope:full` (the default model, 3 seeds, longer
-training).
+experiments/drope/matched_base/), `experiments/drope:full` (the default model, 3 seeds, longer
+training) or `experiments/drope:base_probe` (GPU: whether :full's RoPE base learns the task
+with more steps or a smaller learning rate).
 Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.3.
 """
 
@@ -39,12 +40,30 @@ MATCHED = {"model.position.base": regime.matched_base(L)}
 SHARDS, SHARD_JOBS = 12, 4
 
 
-ARGS = ("", "recipe", "matched_base", "full")
+# :base_probe on a lent GPU, `--shard=i/2`: does :full's RoPE base learn the NIAH mix given more
+# steps, or a smaller learning rate? Its three 4000-step bases at configs/niah.py's lr 3e-3 did
+# not (training loss 0.97-1.12, still falling slowly; ALiBi's fell to 0.12), and the small model
+# learned with that rate in 1200 steps (experiments/bench/gpu_2026-11-28). Seed 0, the base's
+# own settings otherwise; whichever learns gives :full its base.
+PROBE = {
+  "rope_long": {"steps": 8000},
+  "rope_low_lr": {"steps": 4000, "train.lr": 1e-3},
+}
+
+ARGS = ("", "recipe", "matched_base", "full", "base_probe")
 
 
 def get_runs(arg=""):
   if arg not in ARGS:
     raise errors.not_allowed("experiments/drope:ARG", arg, [a or '""' for a in ARGS])
+  if arg == "base_probe":
+    return {
+      f"{name}-s0": Run(
+        f"configs/niah.py:pos=rope,size=default,steps={probe['steps']}",
+        {"seed": 0, **{k: v for k, v in probe.items() if k != "steps"}},
+      )
+      for name, probe in PROBE.items()
+    }
   runs = _runs(arg == "full", MATCHED if arg == "matched_base" else {})
   rows = {"recipe": RECIPE_ROWS, "matched_base": MATCHED_ROWS}.get(arg)
   if rows:
