@@ -14,7 +14,7 @@ import jax
 from flax import nnx
 
 from lcx.model.decoder import Decoder
-from lcx.run import prepare
+from lcx.run import prepare, timing
 from lcx.tools.bench.timing import timed
 from lcx.tools.bench.workload import bench_config, options_config, synthetic_batch
 from lcx.tools.evaluate.runner import Runner
@@ -22,7 +22,6 @@ from lcx.tools.report import markdown_table
 
 TITLE = "Long evaluation: forward (loss) of batch 1, one fresh process per point"
 GB = 1024**3
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # one per XLA compilation
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
@@ -138,26 +137,20 @@ def eval_point(
   def forward():
     return runner.nll(*rows)  # returns host values: the forward is done
 
-  compiles = []
-
-  def on_event(event, secs, **_):
-    if event == COMPILE_EVENT:
-      compiles.append(secs)
-
-  jax.monitoring.register_event_duration_secs_listener(on_event)
-  first_s = timed(forward)
-  rss_before = _proc_status_kb("VmRSS")
-  try:
-    with open("/proc/self/clear_refs", "w") as f:
-      f.write("5")  # resets VmHWM to the current RSS
-    hwm_reset = True
-  except OSError:
-    hwm_reset = False
-  times = [timed(forward) for _ in range(repeats)]
+  with timing.span() as built:  # the first call's programs, and any a repeat builds again
+    first_s = timed(forward)
+    rss_before = _proc_status_kb("VmRSS")
+    try:
+      with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+      hwm_reset = True
+    except OSError:
+      hwm_reset = False
+    times = [timed(forward) for _ in range(repeats)]
   return {
     "length": length,
     "kernel": kernel,
-    "compile_s": sum(compiles),
+    "compile_s": built.xla_compiling,
     "first_call_s": first_s,
     "forward_s": statistics.median(times),
     "forward_s_all": times,
@@ -165,7 +158,7 @@ def eval_point(
     "peak_of": jax.default_backend(),
     "rss_before_gb": rss_before * 1024 / GB,
     "hwm_reset": hwm_reset,
-    "programs_compiled": len(compiles),
+    "programs_compiled": built.programs,
   }
 
 
