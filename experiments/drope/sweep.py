@@ -45,10 +45,7 @@ SHARDS, SHARD_JOBS = 12, 4
 # not (training loss 0.97-1.12, still falling slowly; ALiBi's fell to 0.12), and the small model
 # learned with that rate in 1200 steps (experiments/bench/gpu_2026-11-28). Seed 0, the base's
 # own settings otherwise; whichever learns gives :full its base.
-PROBE = {
-  "rope_long": {"steps": 8000},
-  "rope_low_lr": {"steps": 4000, "train.lr": 1e-3},
-}
+PROBE = {"rope_long": (8000, {}), "rope_low_lr": (4000, {"train.lr": 1e-3})}  # steps, overrides
 
 ARGS = ("", "recipe", "matched_base", "full", "base_probe")
 
@@ -58,17 +55,18 @@ def get_runs(arg=""):
     raise errors.not_allowed("experiments/drope:ARG", arg, [a or '""' for a in ARGS])
   if arg == "base_probe":
     return {
-      f"{name}-s0": Run(
-        f"configs/niah.py:pos=rope,size=default,steps={probe['steps']}",
-        {"seed": 0, **{k: v for k, v in probe.items() if k != "steps"}},
-      )
-      for name, probe in PROBE.items()
+      f"{name}-s0": Run(_config("rope", "default", steps), {"seed": 0, **overrides})
+      for name, (steps, overrides) in PROBE.items()
     }
   runs = _runs(arg == "full", MATCHED if arg == "matched_base" else {})
   rows = {"recipe": RECIPE_ROWS, "matched_base": MATCHED_ROWS}.get(arg)
   if rows:
     return {name: run for name, run in runs.items() if name.rsplit("-s", 1)[0] in rows}
   return runs
+
+
+def _config(pos: str, size: str, steps: int) -> str:
+  return f"configs/niah.py:pos={pos},size={size},steps={steps}"
 
 
 def _runs(full: bool, rotary: dict) -> dict:
@@ -79,7 +77,7 @@ def _runs(full: bool, rotary: dict) -> dict:
     size, steps, recalibrate, seeds = "small", 1200, 240, (0, 1, 2)
 
   def config(pos, n=steps):
-    return f"configs/niah.py:pos={pos},size={size},steps={n}"
+    return _config(pos, size, n)
 
   runs = {}
   for seed in seeds:
