@@ -452,6 +452,13 @@ def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths
     ),
     (
       "rope",
+      "model.nope_every",
+      3,
+      r"model.nope_every=3 leaves no NoPE block among model.num_layers=2; allowed: 0 \(off\) "
+      r"or at most 2",
+    ),
+    (
+      "rope",
       "model.attention.temperature",
       "log",
       r"model.attention.temperature='log' is not allowed; allowed: one of \('none', 'log_n', "

@@ -580,6 +580,11 @@ def check_config(config, train_len: int) -> None:
       f"{m.position.name!r}, which embeds positions once at the input (no "
       "block's hooks carry them); allowed: 0"
     )
+  if m.nope_every > m.num_layers:  # (i + 1) % k == 0 for no block i: the schedule does nothing
+    raise ValueError(
+      f"model.nope_every={m.nope_every} leaves no NoPE block among model.num_layers="
+      f"{m.num_layers}; allowed: 0 (off) or at most {m.num_layers}"
+    )
   # A learned table must cover the training windows, and the sampled positions if randomized.
   positions.check_eval_length(
     m.position,
