@@ -38,6 +38,8 @@ MATCHED = {"model.position.base": regime.matched_base(L)}
 # :full on lent GPUs, `--shard=i/12 --jobs=4` (README: the estimate): a seed's RoPE run and its
 # recalibrations stay on one shard, the recalibrations side by side once RoPE has trained.
 SHARDS, SHARD_JOBS = 12, 4
+# (size, base steps, recalibration steps) of the CPU table and of :full
+SMALL, FULL = ("small", 1200, 240), ("default", 4000, 800)
 
 
 # :base_probe on a lent GPU, `--shard=i/2`: does :full's RoPE base learn the NIAH mix given more
@@ -45,7 +47,10 @@ SHARDS, SHARD_JOBS = 12, 4
 # not (training loss 0.97-1.12, still falling slowly; ALiBi's fell to 0.12), and the small model
 # learned with that rate in 1200 steps (experiments/bench/gpu_2026-11-28). Seed 0, the base's
 # own settings otherwise; whichever learns gives :full its base.
-PROBE = {"rope_long": (8000, {}), "rope_low_lr": (4000, {"train.lr": 1e-3})}  # steps, overrides
+PROBE = {  # run -> (steps, overrides)
+  "rope_long": (2 * FULL[1], {}),
+  "rope_low_lr": (FULL[1], {"train.lr": 1e-3}),
+}
 
 ARGS = ("", "recipe", "matched_base", "full", "base_probe")
 
@@ -55,7 +60,7 @@ def get_runs(arg=""):
     raise errors.not_allowed("experiments/drope:ARG", arg, [a or '""' for a in ARGS])
   if arg == "base_probe":
     return {
-      f"{name}-s0": Run(_config("rope", "default", steps), {"seed": 0, **overrides})
+      f"{name}-s0": Run(_config("rope", FULL[0], steps), {"seed": 0, **overrides})
       for name, (steps, overrides) in PROBE.items()
     }
   runs = _runs(arg == "full", MATCHED if arg == "matched_base" else {})
@@ -71,16 +76,13 @@ def _config(pos: str, size: str, steps: int) -> str:
 
 def _runs(full: bool, rotary: dict) -> dict:
   """`rotary`: overrides for every run whose model carries RoPE (the base, at :matched_base)."""
-  if full:
-    size, steps, recalibrate, seeds = "default", 4000, 800, (0, 1, 2)
-  else:
-    size, steps, recalibrate, seeds = "small", 1200, 240, (0, 1, 2)
+  size, steps, recalibrate = FULL if full else SMALL
 
   def config(pos, n=steps):
     return _config(pos, size, n)
 
   runs = {}
-  for seed in seeds:
+  for seed in (0, 1, 2):
     rope, plain = f"rope-s{seed}", {"seed": seed, "eval.variants": NIAH}
     runs[rope] = Run(config("rope"), {"seed": seed, **rotary})  # also YaRN, training-free
     runs[f"alibi-s{seed}"] = Run(config("alibi"), plain)
