@@ -6,7 +6,7 @@ differ by up to 3%. So this runs the bench's positions section (`./launch.sh ben
 --sections=positions`, NoPE plus the schemes and options asked for) in `--processes` fresh
 processes one after another, takes each process's ratio (the median of its per-round ratios,
 as the bench does), and reports the median over processes with its distribution-free interval
-(lcx.tools.bench.timing.median_ci): the process is the unit that repeats. Run from the repository
+(lcx.tools.bench.measure.median_ci): the process is the unit that repeats. Run from the repository
 root:
 
   .venv/bin/python experiments/bench/overhead_processes.py \\
@@ -24,8 +24,8 @@ import tempfile
 
 from absl import app, flags
 
+from lcx.tools.bench.measure import median_ci, round_ratios
 from lcx.tools.bench.overhead import ci_cell
-from lcx.tools.bench.timing import median_ci, round_ratios
 from lcx.tools.report import markdown_table
 
 flags.DEFINE_list("schemes", ["cope"], "Schemes timed against NoPE (comma list).")

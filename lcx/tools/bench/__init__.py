@@ -9,9 +9,9 @@ and `table(result)`:
   eval       (long_eval.py)   forward time and peak memory at long lengths, dense vs chunked
                               (a subprocess each)
   peers      (peers.py)       lcx vs a plain `nnx.jit` step and vs x-transformers on PyTorch
-Shared: timing.py (programs, interleaved rounds, ratios), workload.py (configs, the synthetic
+Shared: measure.py (programs, interleaved rounds, ratios), workload.py (configs, the synthetic
 batch, lcx's train step), options.py (flags). Timings are medians of repeated steps after
-compilation; programs that are compared run interleaved (timing.py). Results: one JSON
+compilation; programs that are compared run interleaved (measure.py). Results: one JSON
 (--out, default bench.json; experiments/bench/README.md) and the tables on stdout.
 """
 
@@ -26,8 +26,8 @@ import time
 import jax
 
 from lcx.tools.bench import long_eval, overhead, peak, peers, throughput
+from lcx.tools.bench.measure import load_average
 from lcx.tools.bench.options import SECTION_NAMES
-from lcx.tools.bench.timing import load_average
 
 SECTIONS = dict(zip(SECTION_NAMES, (peak, throughput, overhead, long_eval, peers)))
 MFU_FORMULA = throughput.MFU_FORMULA

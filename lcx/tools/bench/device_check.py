@@ -40,7 +40,7 @@ import jax
 
 from lcx.model import cpu_tuned, kernels, positions
 from lcx.tools.bench import long_eval, peak, peers, throughput
-from lcx.tools.bench.timing import interleaved, ratio, ratio_ci, timed
+from lcx.tools.bench.measure import interleaved, ratio, ratio_ci, timed
 from lcx.tools.bench.workload import bench_config, lcx_program, synthetic_batch
 from lcx.tools.report import markdown_table
 

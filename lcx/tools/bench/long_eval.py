@@ -15,7 +15,7 @@ from flax import nnx
 
 from lcx.model.decoder import Decoder
 from lcx.run import prepare, timing
-from lcx.tools.bench.timing import timed
+from lcx.tools.bench.measure import timed
 from lcx.tools.bench.workload import bench_config, options_config, synthetic_batch
 from lcx.tools.evaluate.runner import Runner
 from lcx.tools.report import markdown_table

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from lcx.tools.bench.timing import interleaved, ratio, ratio_ci
+from lcx.tools.bench.measure import interleaved, ratio, ratio_ci
 from lcx.tools.bench.workload import buildable, option_rows, registered, skipped_rows
 from lcx.tools.report import markdown_table
 

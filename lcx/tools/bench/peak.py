@@ -10,7 +10,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from lcx.tools.bench.timing import Program, interleaved, timed
+from lcx.tools.bench.measure import Program, interleaved, timed
 from lcx.tools.report import markdown_table
 
 TITLE = "Peak: measured square matmul throughput (median per size; the roofline)"

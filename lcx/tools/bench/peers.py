@@ -13,8 +13,8 @@ from flax import nnx
 from lcx.model.decoder import Decoder
 from lcx.run import train
 from lcx.tools.bench import peak
+from lcx.tools.bench.measure import Program, interleaved, ratio, timed
 from lcx.tools.bench.throughput import mfu, train_flops_per_token
-from lcx.tools.bench.timing import Program, interleaved, ratio, timed
 from lcx.tools.bench.workload import (
   buildable,
   options_config,

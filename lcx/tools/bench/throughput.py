@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from lcx.tools.bench import peak
-from lcx.tools.bench.timing import timed
+from lcx.tools.bench.measure import timed
 from lcx.tools.bench.workload import lcx_program, options_config
 from lcx.tools.report import markdown_table
 

@@ -12,7 +12,7 @@ import numpy as np
 from lcx import config as config_lib, defaults
 from lcx.model import positions
 from lcx.run import data, prepare, sharding, train
-from lcx.tools.bench.timing import Program
+from lcx.tools.bench.measure import Program
 
 
 def bench_config(scheme: str, size: str, batch_size: int, seq_len: int):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lcx.tools import bench
-from lcx.tools.bench import timing
+from lcx.tools.bench import measure
 from tests.helpers import run_lcx
 
 
@@ -62,7 +62,7 @@ def test_tiny_end_to_end_run_writes_every_section(tmp_path):
       }
       continue
     assert rope[peer]["lcx_speedup"] == pytest.approx(
-      timing.ratio(rope[peer]["rounds_s"], rope["lcx"]["rounds_s"])
+      measure.ratio(rope[peer]["rounds_s"], rope["lcx"]["rounds_s"])
     )
   dense, chunked = s["eval"]["points"]
   assert dense["skipped"].startswith("would need")  # --max_dense_gb tiny: computed, not run

@@ -1,4 +1,6 @@
-"""Timing shared by every section: a compiled, warmed-up program, and interleaved rounds.
+"""How every section measures: a compiled, warmed-up program, and interleaved rounds.
+
+(Not `lcx.run.timing`, which splits a block's wall time into compiling and running.)
 
 Programs that are compared run interleaved, round-robin (the order rotated every round), so slow
 drift of a shared machine hits all of them alike; a ratio is the median over rounds of the
