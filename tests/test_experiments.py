@@ -557,22 +557,22 @@ def test_drope_recipe_adds_qk_norm_over_heads_to_the_dropped_model_and_fits_beta
     }
 
 
-def test_drope_base_probe_is_fulls_seed_0_base_with_more_steps_or_a_smaller_learning_rate():
-  """:base_probe changes what its run names say against :full's RoPE base of seed 0 and nothing
-  else, and splits into one shard a run (`--shard=i/2`, each alone on a lent machine)."""
-  full = sweep.load(str(ROOT / "experiments" / "drope") + ":full").runs["rope-s0"]
-  probe = sweep.load(str(ROOT / "experiments" / "drope") + ":base_probe")
+def test_drope_full_trains_every_run_at_1e_3_and_the_probe_is_its_seed_0_base():
+  """:full adds `train.lr=1e-3` to every run, bases and recalibrations alike, and nothing else
+  to the CPU table's runs; :base_probe is :full's RoPE base of seed 0, alone in its shard."""
+  drope = str(ROOT / "experiments" / "drope")
+  small, full = sweep.load(drope).runs, sweep.load(drope + ":full").runs
+  assert set(small) == set(full) and len(full) == 24
+  for name, run in full.items():
+    extra = {k: v for k, v in run.overrides.items() if small[name].overrides.get(k) != v}
+    assert extra == {"train.lr": 1e-3} and "train.lr" not in small[name].overrides, name
+    assert run.needs == small[name].needs and run.config == small[name].config.replace(
+      "size=small", "size=default"
+    ).replace("steps=1200", "steps=4000").replace("steps=240", "steps=800")
+  probe = sweep.load(drope + ":base_probe")
   assert probe.out_dir.endswith("drope/base_probe")
-  assert set(probe.runs) == {"rope_long-s0", "rope_low_lr-s0"}
-  long, low = probe.runs["rope_long-s0"], probe.runs["rope_low_lr-s0"]
-  assert "steps=4000" in full.config and not full.needs
-  assert long.config == full.config.replace("steps=4000", "steps=8000")
-  assert long.overrides == full.overrides == {"seed": 0}
-  assert low.config == full.config and low.overrides == {"seed": 0, "train.lr": 1e-3}
-  assert not long.needs and not low.needs
-  assert sweep.shards(probe.runs, 2) == [["rope_long-s0"], ["rope_low_lr-s0"]]
-  readme = (ROOT / "experiments" / "drope" / "README.md").read_text()
-  assert "experiments/drope:base_probe --shard=i/2" in readme
+  assert probe.runs == {"rope_low_lr-s0": full["rope-s0"]}
+  assert sweep.shards(probe.runs, 1) == [["rope_low_lr-s0"]]
 
 
 def test_drope_matched_base_moves_the_base_of_every_rope_model_and_leaves_the_rest():
