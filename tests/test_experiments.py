@@ -42,8 +42,8 @@ def _quoted_reports(readme: str, root: pathlib.Path = ROOT) -> list[str]:
   """What each `./launch.sh report PATH... [--baseline=X] [--effective_tolerance=N]` quoted in
   a README prints (paths relative to the repo root; --out and --title change no table)."""
   printed = []
-  for match in REPORT_COMMAND.finditer(readme):
-    args = shlex.split(match[1])
+  for command in dict.fromkeys(m[1] for m in REPORT_COMMAND.finditer(readme)):  # each once
+    args = shlex.split(command)
     flags = dict(a[2:].partition("=")[::2] for a in args if a.startswith("--"))
     tolerance = flags.get("effective_tolerance")
     results = report.load([str(root / a) for a in args if not a.startswith("--")])
