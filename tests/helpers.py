@@ -44,6 +44,38 @@ def tiny_config(pos: str = "rope", **train):
   return config
 
 
+def fixed_batch(b=8, t=32) -> dict:
+  """A fixed (b, t) batch of byte tokens, every position scored: a few steps on it lower the
+  loss."""
+  import numpy as np
+
+  tokens = (np.arange(b * (t + 1)).reshape(b, t + 1) * 7919 % 256).astype(np.int32)
+  return {
+    "inputs": tokens[:, :-1],
+    "targets": tokens[:, 1:],
+    "segment_ids": np.ones((b, t), np.int32),
+    "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+    "loss_mask": np.ones((b, t), np.float32),
+  }
+
+
+def train_fixed_batch(config, steps: int):
+  """(losses, params): `steps` train steps of `config`'s model on `fixed_batch`, from its init."""
+  import jax
+  import jax.numpy as jnp
+
+  from lcx.run import prepare, sharding, train
+
+  trainer = train.Trainer(prepare.prepare(config))
+  batch = sharding.global_batch(fixed_batch(), trainer.mesh, trainer.rules)
+  state = trainer.init_state()
+  params, opt_state, losses = state["params"], state["opt_state"], []
+  for step in range(steps):
+    params, opt_state, metrics = trainer.step(params, opt_state, batch, jnp.int32(step))
+    losses.append(float(jax.device_get(metrics["loss"])))
+  return losses, params
+
+
 def equations(jaxpr):
   """Every equation of `jaxpr` and of the jaxprs nested in its equations (jit, scan, cond,
   custom_vjp, a pallas_call's kernel), each before those nested in it."""

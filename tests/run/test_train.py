@@ -14,23 +14,12 @@ from flax import nnx
 from lcx import config as config_lib
 from lcx.model.decoder import Decoder
 from lcx.run import checkpoint, prepare, sharding, train
-from tests.helpers import read_metrics, set_fields, tiny_config
+from tests.helpers import fixed_batch, read_metrics, set_fields, tiny_config, train_fixed_batch
 
 # The tiny RoPE model from seed 0 on the fixed batch below: loss and grad norm of the first
 # step, and the loss of the second (after one AdamW update). A change here means the model,
 # its init or the optimizer changed: update the numbers only on purpose.
 GOLDEN = {"loss": 6.1531758, "grad_norm": 1.0552787, "loss_after_update": 5.8805232}
-
-
-def _fixed_batch(b=8, t=32):
-  tokens = (np.arange(b * (t + 1)).reshape(b, t + 1) * 7919 % 256).astype(np.int32)
-  return {
-    "inputs": tokens[:, :-1],
-    "targets": tokens[:, 1:],
-    "segment_ids": np.ones((b, t), np.int32),
-    "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
-    "loss_mask": np.ones((b, t), np.float32),
-  }
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +29,7 @@ def rope_trainer():
   config = tiny_config("rope", warmup_steps=0, lr=1e-3)
   config.model.vocab_size = 259
   trainer = train.Trainer(prepare.prepare(config))
-  return trainer, sharding.global_batch(_fixed_batch(), trainer.mesh, trainer.rules)
+  return trainer, sharding.global_batch(fixed_batch(), trainer.mesh, trainer.rules)
 
 
 def test_golden_one_step(rope_trainer):
@@ -190,11 +179,5 @@ def test_attention_options_train_without_nan(options):
   config = tiny_config("rope", warmup_steps=0, lr=3e-3)
   config.model.vocab_size = 259
   set_fields(config, options)
-  trainer = train.Trainer(prepare.prepare(config))
-  batch = sharding.global_batch(_fixed_batch(), trainer.mesh, trainer.rules)
-  state = trainer.init_state()
-  params, opt_state, losses = state["params"], state["opt_state"], []
-  for step in range(6):
-    params, opt_state, metrics = trainer.step(params, opt_state, batch, jnp.int32(step))
-    losses.append(float(jax.device_get(metrics["loss"])))
+  losses, _ = train_fixed_batch(config, 6)
   assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.3, losses

@@ -13,8 +13,7 @@ from lcx.model import positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import fields
 from lcx.model.positions.base import Scheme, register
-from lcx.run import prepare, sharding, train
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, train_fixed_batch
 
 
 class LearnedSlope(Scheme):
@@ -79,22 +78,7 @@ def test_the_chunked_kernel_equals_the_dense_one(learned_slope):
 
 
 def test_it_trains_and_its_slopes_learn(learned_slope):
-  trainer = train.Trainer(prepare.prepare(_config()))
-  rng = np.random.default_rng(0)
-  tokens = rng.integers(0, 256, (8, 33))
-  batch = {
-    "inputs": tokens[:, :-1],
-    "targets": tokens[:, 1:],
-    "positions": np.broadcast_to(np.arange(32), (8, 32)),
-    "segment_ids": np.ones((8, 32), np.int32),
-    "loss_mask": np.ones((8, 32), np.float32),
-  }
-  batch = sharding.global_batch(batch, trainer.mesh, trainer.rules)
-  state = trainer.init_state()
-  params, opt_state, losses = state["params"], state["opt_state"], []
-  for step in range(4):
-    params, opt_state, metrics = trainer.step(params, opt_state, batch, jnp.int32(step))
-    losses.append(float(jax.device_get(metrics["loss"])))
+  losses, params = train_fixed_batch(_config(), 4)
   assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
   slope = np.asarray(jax.tree.leaves(params["position"])[0])
   assert slope.shape == (4,) and np.abs(slope - 0.1).max() > 1e-4
