@@ -1,4 +1,4 @@
-"""Analysis of attention and rotary bands on cases with known answers, for every scheme x remap."""
+"""Analysis of attention and rotary bands on cases with known answers, every scheme and remap."""
 
 import math
 
@@ -13,6 +13,8 @@ from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps
 from lcx.run import checkpoint
 from lcx.tools import analysis
+from tests import pairwise
+from tests.helpers import schemes_with
 
 VOCAB = 64
 
@@ -242,22 +244,46 @@ def test_qk_records_the_models_own_forward_in_both_kernels():
   np.testing.assert_allclose(chunked.k, dense.k, atol=1e-4, rtol=1e-4)
 
 
-def _combos():
-  for scheme in sorted(positions.SCHEMES):
-    for remap in sorted(remaps.REMAPS):
-      yield scheme, remap
+HOOKS = ("embed", "rotate", "bias", "contextual", "from_input")
 
 
-@pytest.mark.parametrize("scheme,remap", list(_combos()))
+def _hooks(scheme: str) -> tuple[str, ...]:
+  """The position hooks a scheme overrides (none for NoPE): how a remap reaches its logits."""
+  return tuple(hook for hook in HOOKS if scheme in schemes_with(hook))
+
+
+def _covered(case) -> set:
+  scheme, remap = case
+  return {("scheme", scheme), ("remap", remap), ("hooks", _hooks(scheme), remap)}
+
+
+# The maps are the model's own logits (attention.logits), whose every scheme x remap pair the
+# generate matrix already checks against the full forward; here each scheme, each remap, and
+# each remap on each kind of scheme (which hooks it overrides) is enough: 27 of the 72 valid pairs.
+VALID = [
+  (s, r) for s in sorted(positions.SCHEMES) for r in sorted(remaps.REMAPS) if remaps.accepts(r, s)
+]
+COVER = pairwise.greedy_cover(VALID, _covered)
+
+
+def test_a_refused_scheme_and_remap_fail_to_build():
+  """Relative-distance remaps on absolute embeddings, and every remap but none on CoPE and
+  PaTH, are refused when the model is built."""
+  refused = [
+    (s, r) for s in sorted(positions.SCHEMES) for r in sorted(remaps.REMAPS) if (s, r) not in VALID
+  ]
+  assert ("learned", "rerope") in refused and ("cope", "streaming") in refused
+  for scheme, remap in refused:
+    with pytest.raises(ValueError, match=f"model.remap.name='{remap}'.*'{scheme}'"):
+      _model(scheme, remap)
+
+
+@pytest.mark.parametrize("scheme,remap", COVER)
 def test_every_scheme_and_remap_past_the_training_length(scheme, remap):
   """Probabilities are finite, sum to 1 over allowed keys and are 0 elsewhere, at 2.5x L, with
   two documents in one row; the row path gives the dense path's rows."""
   position = {"max_len_policy": "clamp"} if scheme == "learned" else {}
-  try:
-    model = _model(scheme, remap, **position)
-  except ValueError as error:  # relative-distance remaps on absolute embeddings are refused,
-    assert not remaps.accepts(remap, scheme), error  # and every remap but none on CoPE
-    return
+  model = _model(scheme, remap, **position)
   t = 40
   pos = np.concatenate([np.arange(30), np.arange(10)])[None].repeat(2, 0)
   seg = np.array([1] * 30 + [2] * 10)[None].repeat(2, 0)
