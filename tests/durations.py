@@ -56,6 +56,13 @@ def longest_first(tests: list, seconds: dict[str, float], nodeid=lambda test: te
   return sorted(tests, key=lambda test: -totals[unit(nodeid(test))])
 
 
+def write_json(path: pathlib.Path, data: dict) -> None:
+  """`data` to `path`, one entry a line, whole or not at all (a temporary file, then a rename)."""
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(data, indent=0) + "\n")
+  os.replace(tmp, path)
+
+
 class Recorder:
   """Sums each test's setup, call and teardown seconds (on xdist's controller, which receives
   every worker's reports) and writes them to `path` when the session ends."""
@@ -68,10 +75,7 @@ class Recorder:
     self.seconds[report.nodeid] += report.duration
 
   def pytest_sessionfinish(self, session):
-    rounded = {k: round(v, 3) for k, v in sorted(self.seconds.items())}
-    tmp = self.path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rounded, indent=0) + "\n")
-    os.replace(tmp, self.path)
+    write_json(self.path, {k: round(v, 3) for k, v in sorted(self.seconds.items())})
 
 
 COMPILE_EVENTS = {  # jax.monitoring's duration events of a new program, by stage
@@ -140,6 +144,4 @@ class CompileRecorder:
       nodeid: {k: round(v, 3) for k, v in sorted(test.items())}
       for nodeid, test in sorted(self.tests.items())
     }
-    tmp = self.path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rounded, indent=0) + "\n")
-    os.replace(tmp, self.path)
+    write_json(self.path, rounded)

@@ -44,12 +44,12 @@ def tiny_config(pos: str = "rope", **train):
   return config
 
 
-def fixed_batch(b=8, t=32) -> dict:
-  """A fixed (b, t) batch of byte tokens, every position scored: a few steps on it lower the
-  loss."""
+def batch_of(tokens_BxT1) -> dict:
+  """The train batch of (b, t + 1) tokens: one document a row, every position scored."""
   import numpy as np
 
-  tokens = (np.arange(b * (t + 1)).reshape(b, t + 1) * 7919 % 256).astype(np.int32)
+  tokens = np.asarray(tokens_BxT1, np.int32)
+  b, t = tokens.shape[0], tokens.shape[1] - 1
   return {
     "inputs": tokens[:, :-1],
     "targets": tokens[:, 1:],
@@ -57,6 +57,14 @@ def fixed_batch(b=8, t=32) -> dict:
     "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
     "loss_mask": np.ones((b, t), np.float32),
   }
+
+
+def fixed_batch(b=8, t=32) -> dict:
+  """A fixed (b, t) batch of byte tokens, every position scored: a few steps on it lower the
+  loss."""
+  import numpy as np
+
+  return batch_of(np.arange(b * (t + 1)).reshape(b, t + 1) * 7919 % 256)
 
 
 def train_fixed_batch(config, steps: int):

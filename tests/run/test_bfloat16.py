@@ -10,7 +10,7 @@ from flax import nnx
 
 from lcx.model.decoder import Decoder
 from lcx.run import prepare, sharding, train
-from tests.helpers import equations, tiny_config
+from tests.helpers import batch_of, equations, tiny_config
 
 # The reductions and transcendental ops of a softmax or a cross entropy: run in bfloat16, their
 # statistics (row max, sum of exponentials, log-sum-exp) lose the precision a long row needs.
@@ -59,14 +59,7 @@ def _batches(steps, b=8, t=32, seed=0):
     period = rng.integers(2, 9, (b, 1))
     tokens = (rng.integers(0, 200, (b, 1)) + np.arange(t + 1) % period) % 259
     tokens = np.where(rng.random(tokens.shape) < 0.1, rng.integers(0, 259, tokens.shape), tokens)
-    tokens = tokens.astype(np.int32)
-    yield {
-      "inputs": tokens[:, :-1],
-      "targets": tokens[:, 1:],
-      "segment_ids": np.ones((b, t), np.int32),
-      "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
-      "loss_mask": np.ones((b, t), np.float32),
-    }
+    yield batch_of(tokens)
 
 
 def _curve(dtype, init_seed, steps=40):

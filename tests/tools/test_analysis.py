@@ -260,18 +260,15 @@ def _covered(case) -> set:
 # The maps are the model's own logits (attention.logits), whose every scheme x remap pair the
 # generate matrix already checks against the full forward; here each scheme, each remap, and
 # each remap on each kind of scheme (which hooks it overrides) is enough: 27 of the 72 valid pairs.
-VALID = [
-  (s, r) for s in sorted(positions.SCHEMES) for r in sorted(remaps.REMAPS) if remaps.accepts(r, s)
-]
+FACTORS = (sorted(positions.SCHEMES), sorted(remaps.REMAPS))
+VALID = pairwise.valid_product(FACTORS, lambda case: remaps.accepts(case[1], case[0]))
 COVER = pairwise.greedy_cover(VALID, _covered)
 
 
 def test_a_refused_scheme_and_remap_fail_to_build():
   """Relative-distance remaps on absolute embeddings, and every remap but none on CoPE and
   PaTH, are refused when the model is built."""
-  refused = [
-    (s, r) for s in sorted(positions.SCHEMES) for r in sorted(remaps.REMAPS) if (s, r) not in VALID
-  ]
+  refused = pairwise.valid_product(FACTORS, lambda case: case not in VALID)
   assert ("learned", "rerope") in refused and ("cope", "streaming") in refused
   for scheme, remap in refused:
     with pytest.raises(ValueError, match=f"model.remap.name='{remap}'.*'{scheme}'"):

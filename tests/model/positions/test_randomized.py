@@ -10,7 +10,7 @@ from flax import nnx
 from lcx.model import positions
 from lcx.model.decoder import Decoder
 from lcx.run import train
-from tests.helpers import schemes_with, tiny_config
+from tests.helpers import batch_of, schemes_with, tiny_config
 
 
 def test_each_document_gets_distinct_increasing_positions():
@@ -73,14 +73,7 @@ def test_too_few_positions_is_an_error():
 
 def _learnable_batch(b=4, t=16):
   """A fixed batch of repeating byte patterns: a few steps on it lower the loss."""
-  tokens = (np.arange(b * (t + 1)).reshape(b, t + 1) % 7 * 31 + np.arange(b)[:, None]) % 256
-  return {
-    "inputs": tokens[:, :-1].astype(np.int32),
-    "targets": tokens[:, 1:].astype(np.int32),
-    "segment_ids": np.ones((b, t), np.int32),
-    "positions": np.tile(np.arange(t, dtype=np.int32), (b, 1)),
-    "loss_mask": np.ones((b, t), np.float32),
-  }
+  return batch_of((np.arange(b * (t + 1)).reshape(b, t + 1) % 7 * 31 + np.arange(b)[:, None]) % 256)
 
 
 RANDOM_MAX, STEPS = 128, 6
