@@ -25,6 +25,15 @@ def schemes_with(*hooks: str) -> list[str]:
   return sorted(name for name in positions.SCHEMES if any(overrides(name, h) for h in hooks))
 
 
+HOOKS = ("embed", "rotate", "bias", "contextual", "from_input")
+
+
+def hooks_of(scheme: str) -> tuple[str, ...]:
+  """The position hooks a scheme overrides (none for NoPE): its kind, for tests that cover each
+  kind of scheme with an option instead of each scheme."""
+  return tuple(hook for hook in HOOKS if scheme in schemes_with(hook))
+
+
 def tiny_config(pos: str = "rope", **train):
   """2 layers, d=64, L=32, batch 8: compiles in seconds, trains at ~100 steps/s on CPU."""
   from configs import base

@@ -39,10 +39,22 @@ def valid_product(factors: Sequence[Sequence], valid: Callable[[Case], bool]) ->
 
 
 def pairwise(
-  factors: Sequence[Sequence], valid: Callable[[Case], bool] = lambda case: True
+  factors: Sequence[Sequence],
+  valid: Callable[[Case], bool] = lambda case: True,
+  kind: Callable[[Case], Case] = lambda case: case,
 ) -> list[Case]:
-  """Valid combinations covering every pair of values that any valid combination holds."""
-  return greedy_cover(valid_product(factors, valid), pairs_of)
+  """Valid combinations covering every pair of kinds that any valid combination holds, and
+  every value. `kind(case)` maps each factor's value to what decides how it acts (a scheme to
+  the position hooks it overrides, say; by default the value itself): where many values act
+  alike, their pairs with another factor are asked once for the kind, not once for each value,
+  and each value a kind stands for still occurs once."""
+
+  def items(case):
+    kinds = kind(case)
+    hidden = {(i, v) for i, v in enumerate(case) if kinds[i] != v}  # values a kind stands for
+    return pairs_of(kinds) | hidden
+
+  return greedy_cover(valid_product(factors, valid), items)
 
 
 def each_value(cases: Iterable[Case]) -> list[Case]:

@@ -54,3 +54,17 @@ def test_each_value_picks_a_few_cases_that_hold_every_value():
   assert set(quick) <= set(cases) and len(quick) == 4  # one per value of the largest factor
   for i, values in enumerate(factors):
     assert {c[i] for c in quick} == set(values)
+
+
+def test_values_that_act_alike_have_their_pairs_asked_once_for_their_kind():
+  """Three schemes of one kind and one of another, each with two remaps: every scheme once,
+  each kind with each remap, in 5 cases where all pairs of values need the product's 8."""
+  factors = [("a1", "a2", "a3", "b1"), ("x", "y")]
+
+  def kind(case):
+    return (case[0][0], case[1])
+
+  cases = pairwise.pairwise(factors, kind=kind)
+  assert len(cases) == 5 and len(pairwise.pairwise(factors)) == 8
+  assert {c[0] for c in cases} == set(factors[0]) and {c[1] for c in cases} == set(factors[1])
+  assert {kind(c) for c in cases} == {(k, r) for k in "ab" for r in "xy"}

@@ -14,7 +14,7 @@ from lcx.model.positions import remaps
 from lcx.run import checkpoint
 from lcx.tools import analysis
 from tests import pairwise
-from tests.helpers import schemes_with
+from tests.helpers import hooks_of
 
 VOCAB = 64
 
@@ -244,31 +244,24 @@ def test_qk_records_the_models_own_forward_in_both_kernels():
   np.testing.assert_allclose(chunked.k, dense.k, atol=1e-4, rtol=1e-4)
 
 
-HOOKS = ("embed", "rotate", "bias", "contextual", "from_input")
-
-
-def _hooks(scheme: str) -> tuple[str, ...]:
-  """The position hooks a scheme overrides (none for NoPE): how a remap reaches its logits."""
-  return tuple(hook for hook in HOOKS if scheme in schemes_with(hook))
-
-
-def _covered(case) -> set:
-  scheme, remap = case
-  return {("scheme", scheme), ("remap", remap), ("hooks", _hooks(scheme), remap)}
-
-
-# The maps are the model's own logits (attention.logits), whose every scheme x remap pair the
-# generate matrix already checks against the full forward; here each scheme, each remap, and
-# each remap on each kind of scheme (which hooks it overrides) is enough: 27 of the 72 valid pairs.
+# The maps are the model's own logits (attention.logits), which the generate matrix checks
+# against the full forward; here each scheme, each remap, and each remap on each kind of scheme
+# (the hooks it overrides: how a remap reaches the logits) is enough: 27 of the 72 valid pairs.
 FACTORS = (sorted(positions.SCHEMES), sorted(remaps.REMAPS))
-VALID = pairwise.valid_product(FACTORS, lambda case: remaps.accepts(case[1], case[0]))
-COVER = pairwise.greedy_cover(VALID, _covered)
+
+
+def _accepted(case) -> bool:
+  return remaps.accepts(case[1], case[0])
+
+
+VALID = pairwise.valid_product(FACTORS, _accepted)
+COVER = pairwise.pairwise(FACTORS, _accepted, kind=lambda case: (hooks_of(case[0]), case[1]))
 
 
 def test_a_refused_scheme_and_remap_fail_to_build():
   """Relative-distance remaps on absolute embeddings, and every remap but none on CoPE and
   PaTH, are refused when the model is built."""
-  refused = pairwise.valid_product(FACTORS, lambda case: case not in VALID)
+  refused = pairwise.valid_product(FACTORS, lambda case: not _accepted(case))
   assert ("learned", "rerope") in refused and ("cope", "streaming") in refused
   for scheme, remap in refused:
     with pytest.raises(ValueError, match=f"model.remap.name='{remap}'.*'{scheme}'"):

@@ -19,7 +19,7 @@ from lcx.run.data import tasks
 from lcx.tools import generate
 from lcx.tools.evaluate import runner as runner_lib, tasks as task_eval
 from tests import pairwise
-from tests.helpers import refused_before_jax, run_lcx, set_fields, tiny_config
+from tests.helpers import hooks_of, refused_before_jax, run_lcx, set_fields, tiny_config
 
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
@@ -106,14 +106,25 @@ def _valid(case) -> bool:
   return remaps.accepts(remap, scheme) and (rope_type == "default" or scheme in ROTARY)
 
 
-# Every pair of values of (scheme, remap, scaling, pattern) that a valid case holds occurs in
-# some case (the four act on different things: which hook, which positions, which frequencies,
-# which keys; a fault from one value or the meeting of two shows): with 15 schemes, 107 of the
-# 900 valid cases. Run by default: 18 of them that hold every value, with the tiny model's two
-# layers (a layer reading another's cache shows); the rest is slow, and one layer (a quarter of
-# the compile time, which is most of a case's).
+def _kind(case) -> tuple:
+  """What decides how each factor acts: a scheme, the position hooks it overrides (the cache
+  holds what each hook made); a RoPE scaling, its name if it reads the current length (dynamic,
+  longrope: the cache must not freeze it), else whether it rescales the frequencies at all (a
+  fixed table, the same code path for linear, ntk, yarn and llama3)."""
+  scheme, remap, rope_type, pattern = case
+  per_length = positions.scaling.ROPE_TYPES[rope_type].per_length
+  scaling = rope_type if per_length or rope_type == "default" else "fixed"
+  return hooks_of(scheme), remap, scaling, pattern
+
+
+# Every value of (scheme, remap, scaling, pattern) occurs, and every pair of their kinds that a
+# valid case holds (the four act on different things: which hook, which positions, which
+# frequencies, which keys; a fault from one value or the meeting of two shows): 48 of the 900
+# valid cases. Run by default: 18 of them that hold every value, with the tiny model's two layers
+# (a layer reading another's cache shows); the rest is slow, and one layer (a quarter of the
+# compile time, which is most of a case's).
 FACTORS = (list(positions.SCHEMES), list(REMAPS), list(SCALINGS), list(PATTERNS))
-CASES = pairwise.pairwise(FACTORS, _valid)
+CASES = pairwise.pairwise(FACTORS, _valid, kind=_kind)
 QUICK = set(pairwise.each_value(CASES))
 
 
@@ -169,17 +180,21 @@ def test_cached_logits_equal_the_full_forward_pass_with_attention_options(name):
   np.testing.assert_allclose(logits_BxNxV, reference, atol=1e-4, rtol=1e-4)
 
 
-def test_the_cases_cover_every_valid_pair_of_scheme_remap_scaling_and_pattern():
+def test_the_cases_cover_every_value_and_every_valid_pair_of_kinds():
   assert FACTORS[0] == list(positions.SCHEMES)
   assert set(FACTORS[1]) == set(remaps.REMAPS)
   assert set(FACTORS[2]) == set(positions.scaling.ROPE_TYPES)
   assert set(FACTORS[3]) == set(patterns.PATTERNS)
   product = [c for c in itertools.product(*FACTORS) if _valid(c)]
-  assert set(CASES) <= set(product) and len(CASES) == len(set(CASES)) < len(product) / 3
+  assert set(CASES) <= set(product) and len(CASES) == len(set(CASES)) < len(product) / 10
   for i, j in itertools.combinations(range(len(FACTORS)), 2):
-    assert {(c[i], c[j]) for c in CASES} == {(c[i], c[j]) for c in product}, (i, j)
+    pairs = {(_kind(c)[i], _kind(c)[j]) for c in product}
+    assert {(_kind(c)[i], _kind(c)[j]) for c in CASES} == pairs, (i, j)
   for i, values in enumerate(FACTORS):
-    assert {c[i] for c in QUICK} == set(values)
+    assert {c[i] for c in CASES} == {c[i] for c in QUICK} == set(values)
+  kinds = [_kind(c) for c in CASES]
+  assert {("embed",), ("rotate",), ("bias",), ("contextual",), ()} <= {k[0] for k in kinds}
+  assert {k[2] for k in kinds} == {"default", "fixed", "dynamic", "longrope"}
 
 
 @pytest.mark.parametrize("rope_type", ["dynamic", "longrope"])
