@@ -13,25 +13,27 @@ DATA_DIR = str(ROOT / ".lcx_data")
 sys.path.insert(0, str(ROOT))  # `configs` is imported as a package by the tests
 
 
-def schemes_with(*hooks: str) -> list[str]:
-  """The registered position schemes that override any of `hooks` ("embed", "rotate", "bias",
-  "contextual", "from_input"), sorted: tests parametrized by it cover a new scheme without
-  being edited."""
+HOOKS = ("embed", "rotate", "bias", "contextual", "from_input")
+
+
+def _overrides(scheme: str, hook: str) -> bool:
   from lcx.model import positions
 
-  def overrides(name, hook):
-    return getattr(positions.spec(name).cls, hook) is not getattr(positions.Scheme, hook)
-
-  return sorted(name for name in positions.SCHEMES if any(overrides(name, h) for h in hooks))
+  return getattr(positions.spec(scheme).cls, hook) is not getattr(positions.Scheme, hook)
 
 
-HOOKS = ("embed", "rotate", "bias", "contextual", "from_input")
+def schemes_with(*hooks: str) -> list[str]:
+  """The registered position schemes that override any of `hooks` (of HOOKS), sorted: tests
+  parametrized by it cover a new scheme without being edited."""
+  from lcx.model import positions
+
+  return sorted(name for name in positions.SCHEMES if any(_overrides(name, h) for h in hooks))
 
 
 def hooks_of(scheme: str) -> tuple[str, ...]:
   """The position hooks a scheme overrides (none for NoPE): its kind, for tests that cover each
   kind of scheme with an option instead of each scheme."""
-  return tuple(hook for hook in HOOKS if scheme in schemes_with(hook))
+  return tuple(hook for hook in HOOKS if _overrides(scheme, hook))
 
 
 def tiny_config(pos: str = "rope", **train):
