@@ -110,6 +110,12 @@ def _corpus_examples(data_cfg, tokenizer, process_index, process_count):
   )
 
 
+# How many documents are read ahead, and by how many threads. A document's work is cheap
+# Python (bytes, a generated task), and grain's default (16 threads, 500 documents ahead) scans
+# every buffered document on each one taken. Measured on 2 cores: 50 batches of 64x1024 bytes
+# 0.61 s -> 0.43 s; a tiny model's 400 steps on mqar, host-bound, 16.8 s -> 12.1 s.
+READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=16)
+
 # Where each source's training documents come from: records on disk, or generated.
 TRAIN_EXAMPLES = {
   **{name: _corpus_examples for name in sources.TEXT_SOURCES},
@@ -130,7 +136,7 @@ def make_train_iterator(
   tokenizer = tokenizer or get_tokenizer(data_cfg)
   examples = TRAIN_EXAMPLES[data_cfg.name](data_cfg, tokenizer, process_index, process_count)
   batches = packing.pack_and_batch(
-    examples.to_iter_dataset(),
+    examples.to_iter_dataset(READ_OPTIONS),
     packing=config.packing(data_cfg),
     seq_len=data_cfg.seq_len,
     batch_size=data_cfg.batch_size // process_count,
