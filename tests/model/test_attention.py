@@ -8,7 +8,9 @@ from flax import nnx
 
 from lcx.model import attention, kernels, patterns, positions
 from lcx.model.positions import remaps
-from tests.helpers import schemes_with
+from tests.helpers import compiled, schemes_with
+
+_dense, _chunked = compiled(attention.dense), compiled(attention.chunked)
 
 
 def _inputs(b=2, t=40, h=4, g=2, k=8, seed=0):
@@ -52,8 +54,8 @@ def test_chunked_equals_dense(name, remap):
     "rerope": _remap("rerope", window=6),
     "self_extend": _remap("self_extend", window=8, group=4),
   }[remap]
-  dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=remap)
-  chunked = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=remap, chunk_size=16)
+  dense = _dense(q, k, v, pos, seg, scheme=scheme, remap=remap)
+  chunked = _chunked(q, k, v, pos, seg, scheme=scheme, remap=remap, chunk_size=16)
   np.testing.assert_allclose(chunked, dense, atol=3e-5, rtol=3e-5)
 
 
@@ -70,12 +72,10 @@ def test_chunked_equals_dense_with_pattern_and_two_branches():
     return qi - ki < 9
 
   scheme = _scheme("rope")
-  dense = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window)
-  chunked = attention.chunked(
-    q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window, chunk_size=8
-  )
+  dense = _dense(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window)
+  chunked = _chunked(q, k, v, pos, seg, scheme=scheme, remap=Clip(), pattern=window, chunk_size=8)
   np.testing.assert_allclose(chunked, dense, atol=2e-5, rtol=2e-5)
-  plain = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, pattern=window)
+  plain = _dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, pattern=window)
   assert not np.allclose(plain, dense, atol=1e-3)  # the far branch really changed something
 
 
@@ -120,9 +120,9 @@ def test_segments_never_attend_across_documents():
   q, k, v, pos, seg = _inputs(b=1, t=20)
   seg = jnp.asarray([[1] * 12 + [2] * 8])
   scheme = _scheme("rope")
-  out = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
+  out = _dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
   v2 = v.at[:, :12].set(100.0)  # change only document 1's values
-  out2 = attention.dense(q, k, v2, pos, seg, scheme=scheme, remap=NO_REMAP)
+  out2 = _dense(q, k, v2, pos, seg, scheme=scheme, remap=NO_REMAP)
   np.testing.assert_allclose(out[:, 12:], out2[:, 12:], atol=1e-6)
   assert not np.allclose(out[:, :12], out2[:, :12])
 
@@ -130,8 +130,8 @@ def test_segments_never_attend_across_documents():
 def test_causal_future_does_not_leak():
   q, k, v, pos, seg = _inputs(b=1, t=16)
   scheme = _scheme("nope")
-  out = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
-  out2 = attention.dense(
+  out = _dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
+  out2 = _dense(
     q, k.at[:, 10:].set(5.0), v.at[:, 10:].set(-3.0), pos, seg, scheme=scheme, remap=NO_REMAP
   )
   np.testing.assert_allclose(out[:, :10], out2[:, :10], atol=1e-6)
@@ -170,9 +170,9 @@ def test_pattern_sees_a_packed_document_as_if_alone(name, fields, kernel):
 
   def run(*a):
     return (
-      attention.dense(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern)
+      _dense(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern)
       if kernel == "dense"
-      else attention.chunked(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern, chunk_size=8)
+      else _chunked(*a, scheme=scheme, remap=NO_REMAP, pattern=pattern, chunk_size=8)
     )
 
   packed = run(q, k, v, pos, seg)
@@ -239,8 +239,8 @@ def _length_scheme(rope_type):
 
 def _run(kernel, scheme):
   if kernel == "dense":
-    return lambda *a: attention.dense(*a, scheme=scheme, remap=NO_REMAP)
-  return lambda *a: attention.chunked(*a, scheme=scheme, remap=NO_REMAP, chunk_size=16)
+    return lambda *a: _dense(*a, scheme=scheme, remap=NO_REMAP)
+  return lambda *a: _chunked(*a, scheme=scheme, remap=NO_REMAP, chunk_size=16)
 
 
 @pytest.mark.parametrize("rope_type", ["dynamic", "longrope"])
@@ -277,8 +277,8 @@ def test_packed_documents_each_get_their_own_length_scaling(rope_type, kernel):
 
 def _run_kernel(kernel, *args, **kwargs):
   if kernel == "dense":
-    return attention.dense(*args, **kwargs)
-  return attention.chunked(*args, **kwargs, chunk_size=16)
+    return _dense(*args, **kwargs)
+  return _chunked(*args, **kwargs, chunk_size=16)
 
 
 @pytest.mark.parametrize("name", schemes_with("bias"))
@@ -365,8 +365,8 @@ def test_sink_chunked_equals_dense(name):
     sink_H=jnp.asarray([0.3, -0.2, 1.5, 0.0]),
   )
   np.testing.assert_allclose(
-    attention.chunked(q, k, v, pos, seg, chunk_size=16, **kw),
-    attention.dense(q, k, v, pos, seg, **kw),
+    _chunked(q, k, v, pos, seg, chunk_size=16, **kw),
+    _dense(q, k, v, pos, seg, **kw),
     atol=3e-5,
     rtol=3e-5,
   )
@@ -413,10 +413,10 @@ def test_prefix_sums_bias_the_logits_by_their_difference():
   q, k, v, pos, seg = _inputs(t=24)
   prefix = attention.document_cumsum(_prefix(2, 24), seg)
   nope = _scheme("nope")
-  got = attention.dense(q, k, v, pos, seg, scheme=nope, remap=NO_REMAP, prefix_BxSxH=prefix)
-  expected = attention.dense(q, k, v, pos, seg, scheme=_TableBias(prefix), remap=NO_REMAP)
+  got = _dense(q, k, v, pos, seg, scheme=nope, remap=NO_REMAP, prefix_BxSxH=prefix)
+  expected = _dense(q, k, v, pos, seg, scheme=_TableBias(prefix), remap=NO_REMAP)
   np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
-  plain = attention.dense(q, k, v, pos, seg, scheme=nope, remap=NO_REMAP)
+  plain = _dense(q, k, v, pos, seg, scheme=nope, remap=NO_REMAP)
   assert not np.allclose(got, plain, atol=1e-3)  # the bias matters
 
 
@@ -431,6 +431,6 @@ def test_prefix_sums_chunked_equal_dense_on_packed_documents(chunk, name):
   prefix = attention.document_cumsum(_prefix(3, t), seg)
   kw = dict(scheme=_scheme(name), remap=NO_REMAP, prefix_BxSxH=prefix)
   real = np.asarray(seg > 0)
-  dense = attention.dense(q, k, v, pos, seg, **kw)
-  chunked = attention.chunked(q, k, v, pos, seg, chunk_size=chunk, **kw)
+  dense = _dense(q, k, v, pos, seg, **kw)
+  chunked = _chunked(q, k, v, pos, seg, chunk_size=chunk, **kw)
   np.testing.assert_allclose(np.asarray(chunked)[real], np.asarray(dense)[real], atol=3e-5)

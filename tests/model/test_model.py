@@ -11,7 +11,7 @@ from flax import nnx
 from lcx.model import kernels, positions
 from lcx.model.decoder import Decoder, gelu, rms_norm
 from lcx.model.positions import remaps
-from tests.helpers import schemes_with, tiny_config
+from tests.helpers import compiled, schemes_with, tiny_config
 
 
 def _model(pos="rope", **model):
@@ -30,8 +30,8 @@ def test_packed_document_equals_document_alone():
   tokens = jnp.asarray(np.concatenate([doc1, doc2])[None])
   pos = jnp.asarray(np.concatenate([np.arange(11), np.arange(9)])[None])
   seg = jnp.asarray(np.array([1] * 11 + [2] * 9)[None])
-  packed = model(tokens, pos, seg)
-  alone = model(jnp.asarray(doc2[None]), jnp.arange(9)[None], jnp.ones((1, 9), jnp.int32))
+  packed = compiled(model)(tokens, pos, seg)
+  alone = compiled(model)(jnp.asarray(doc2[None]), jnp.arange(9)[None], jnp.ones((1, 9), jnp.int32))
   np.testing.assert_allclose(packed[:, 11:], alone, atol=1e-4, rtol=1e-4)
 
 
@@ -42,7 +42,7 @@ def test_packed_document_equals_document_alone():
 def test_model_options_give_finite_logits(options):
   model = _model("rope", **options)
   tokens = jnp.arange(16)[None] % 259
-  logits = model(tokens, jnp.arange(16)[None], jnp.ones((1, 16), jnp.int32))
+  logits = compiled(model)(tokens, jnp.arange(16)[None], jnp.ones((1, 16), jnp.int32))
   assert logits.shape == (1, 16, 259) and logits.dtype == jnp.float32
   assert np.isfinite(np.asarray(logits)).all()
 
@@ -74,7 +74,7 @@ def test_compress_remap_reaches_absolute_embeddings(pos):
   compressed = Decoder(cfg, rngs=nnx.Rngs(0))
   tokens = jnp.arange(40)[None] % 259
   args = (tokens, jnp.arange(40)[None], jnp.ones((1, 40), jnp.int32))
-  a, b = plain_model(*args), compressed(*args)
+  a, b = compiled(plain_model)(*args), compiled(compressed)(*args)
   np.testing.assert_allclose(a[:, :17], b[:, :17], atol=1e-5)
   assert not np.allclose(a[:, 17:], b[:, 17:], atol=1e-3)
 
@@ -127,10 +127,13 @@ def test_rms_norm_and_its_gradients_equal_autodiff_of_the_formula(shape):
 def _block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL, kernel="dense"):
   """Block `layer`'s output for input x, with the scheme and plan the decoder gives it."""
   kernel = kernels.get_kernel(kernel, model.chunk_size)
-  plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
-  return model.blocks[layer](
-    x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **model.layer_inputs(layer, plans)
-  )
+
+  def block(x_BxLxD, pos_BxL, seg_BxL):
+    plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
+    inputs = model.layer_inputs(layer, plans)
+    return model.blocks[layer](x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **inputs)
+
+  return compiled(block)(x_BxLxD, pos_BxL, seg_BxL)
 
 
 def _x(t=12, seed=0):
@@ -176,7 +179,10 @@ def test_layer_schedule_chunked_equals_dense(pos):
   model = _model(pos, nope_every=2, position_window=5)
   model.chunk_size = 8
   np.testing.assert_allclose(
-    model(*_tokens(21), kernel="chunked"), model(*_tokens(21)), atol=2e-4, rtol=2e-4
+    compiled(model)(*_tokens(21), kernel="chunked"),
+    compiled(model)(*_tokens(21)),
+    atol=2e-4,
+    rtol=2e-4,
   )
 
 
@@ -223,12 +229,15 @@ def test_qk_norm_chunked_equals_dense_and_its_scales_act(over):
   model = _model("rope", qk_norm=True, qk_norm_over=over)
   model.chunk_size = 8
   np.testing.assert_allclose(
-    model(*_tokens(21), kernel="chunked"), model(*_tokens(21)), atol=2e-4, rtol=2e-4
+    compiled(model)(*_tokens(21), kernel="chunked"),
+    compiled(model)(*_tokens(21)),
+    atol=2e-4,
+    rtol=2e-4,
   )
-  before = model(*_tokens(21))
+  before = compiled(model)(*_tokens(21))
   scale = model.blocks[0].attn.k_norm.scale
   scale[...] = jnp.full(scale[...].shape, 2.0)
-  assert np.abs(model(*_tokens(21)) - before).max() > 1e-3
+  assert np.abs(compiled(model)(*_tokens(21)) - before).max() > 1e-3
 
 
 def _tokens(t):

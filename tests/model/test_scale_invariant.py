@@ -16,7 +16,7 @@ from lcx import main
 from lcx.model import attention, kernels, positions, temperature
 from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps
-from tests.helpers import tiny_config
+from tests.helpers import compiled, tiny_config
 
 TAU = 10.0
 DIMS = positions.Dims(32, 4, 8, 16)
@@ -71,7 +71,7 @@ def _kernel(kernel, q, k, v, pos, seg, scheme, chunk_size=6):
   fn = attention.dense if kernel == "dense" else attention.chunked
   extra = {} if kernel == "dense" else {"chunk_size": chunk_size}
   wrapped = temperature.ScaleInvariant(scheme, TAU)
-  return fn(q, k, v, pos, seg, scheme=wrapped, remap=NO_REMAP, **extra)
+  return compiled(fn)(q, k, v, pos, seg, scheme=wrapped, remap=NO_REMAP, **extra)
 
 
 def _packed():
@@ -88,7 +88,7 @@ def test_attention_equals_an_independent_implementation_with_gradients(kernel):
   cot = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
 
   def loss(fn):
-    return jax.value_and_grad(lambda q, k, v: (fn(q, k, v) * cot).sum(), argnums=(0, 1, 2))
+    return jax.jit(jax.value_and_grad(lambda q, k, v: (fn(q, k, v) * cot).sum(), argnums=(0, 1, 2)))
 
   want, want_grads = loss(lambda q, k, v: _reference(q, k, v, pos, seg, scheme))(q, k, v)
   if kernel == "chunked":  # the softmax chunked kernel is forward-only (long evaluation)
@@ -99,7 +99,7 @@ def test_attention_equals_an_independent_implementation_with_gradients(kernel):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
     for g, w in zip(got_grads, want_grads):
       np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
-  plain = attention.dense(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
+  plain = compiled(attention.dense)(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP)
   out = _kernel(kernel, q, k, v, pos, seg, scheme)
   assert np.abs(np.asarray(out - plain)).max() > 1e-2  # it changes attention
 
@@ -129,7 +129,7 @@ def test_stick_breaking_chunked_equals_dense_with_gradients():
       plan = kern.prepare(pos, seg, scheme=scheme, remap=NO_REMAP)
       return (kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme) ** 2).sum()
 
-    return jax.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(q, k, v)
 
   (dense, dense_grads), (chunked, chunked_grads) = run("dense", 8), run("chunked", 7)
   np.testing.assert_allclose(chunked, dense, rtol=2e-5)

@@ -14,7 +14,7 @@ from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps
 from lcx.run import train
 from lcx.tools import analysis
-from tests.helpers import read_metrics, set_fields, tiny_config
+from tests.helpers import compiled, read_metrics, set_fields, tiny_config
 
 DIMS = positions.Dims(32, 4, 8, 16)
 
@@ -39,9 +39,13 @@ def _inputs(b=2, t=24, h=4, g=2, e=8, seed=0):
 def _attend(kernel, q, k, v, pos, seg, *, scheme, remap, pattern=None, chunk_size=8, **options):
   """Stick-breaking through `kernels.get_kernel`, all token-major."""
   kern = kernels.get_kernel(kernel, chunk_size, "stick_breaking")
-  plan = kern.prepare(pos, seg, scheme=scheme, remap=remap, pattern=pattern)
-  out = kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme, **options)
-  return jnp.swapaxes(out, 1, 2)  # BxTxHxE
+
+  def attend(q, k, v, pos, seg):
+    plan = kern.prepare(pos, seg, scheme=scheme, remap=remap, pattern=pattern)
+    out = kern.attend(q, k, jnp.swapaxes(v, 1, 2), plan, scheme=scheme, **options)
+    return jnp.swapaxes(out, 1, 2)  # BxTxHxE
+
+  return compiled(attend)(q, k, v, pos, seg)
 
 
 def _closed_form(logits_HxTxT, allowed_TxT):

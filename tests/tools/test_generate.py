@@ -19,7 +19,7 @@ from lcx.run.data import tasks
 from lcx.tools import generate
 from lcx.tools.evaluate import runner as runner_lib, tasks as task_eval
 from tests import pairwise
-from tests.helpers import hooks_of, refused_before_jax, run_lcx, set_fields, tiny_config
+from tests.helpers import compiled, hooks_of, refused_before_jax, run_lcx, set_fields, tiny_config
 
 L, P, S = 16, 10, 48  # training length, prompt, positions generated up to (3x L)
 ROTARY = ("rope", "p_rope", "xpos")
@@ -87,7 +87,7 @@ def _prefix_logits(model, seq_BxS):
   rows_RxS = np.repeat(seq_BxS, n, axis=0)
   seg_RxS = np.where(np.arange(s)[None] < lens_R[:, None], 1, 2)
   pos_RxS = np.broadcast_to(np.arange(s), rows_RxS.shape)
-  logits = model(rows_RxS, pos_RxS, seg_RxS)  # eager: its op programs serve every case
+  logits = compiled(model)(rows_RxS, pos_RxS, seg_RxS)
   return np.asarray(logits)[np.arange(len(lens_R)), lens_R - 1].reshape(b, n, -1)
 
 

@@ -12,7 +12,7 @@ from lcx import config as config_lib
 from lcx.model import attention, positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps
-from tests.helpers import TINY_FLAGS, run_lcx, set_fields, tiny_config
+from tests.helpers import TINY_FLAGS, compiled, run_lcx, set_fields, tiny_config
 
 B, T, D, H, G, E = 2, 7, 16, 4, 2, 8  # GQA: 2 query heads per kv head
 DIMS = positions.Dims(D, H, E, 16, num_layers=3)
@@ -48,16 +48,20 @@ def _paper(x_BxTxD, w_DxH, b_H, q_BxTxHxE, k_BxTxGxE, v_BxTxGxE):
 
 def _lcx(scheme, x_BxTxD, q, k, v, kernel="dense", chunk_size=3, seg_BxT=None):
   """lcx's path: the scheme's `from_input`, the per-document prefix sums, a kernel."""
-  pos = jnp.broadcast_to(jnp.arange(x_BxTxD.shape[1]), x_BxTxD.shape[:2])
-  seg = jnp.ones(pos.shape, jnp.int32) if seg_BxT is None else seg_BxT
-  prefix = attention.document_cumsum(scheme.from_input(x_BxTxD, pos, seg), seg)
-  nope = positions.Scheme()
-  no_remap = remaps.build(remaps.default_config("none"), DIMS)
-  if kernel == "dense":
-    return attention.dense(q, k, v, pos, seg, scheme=nope, remap=no_remap, prefix_BxSxH=prefix)
-  return attention.chunked(
-    q, k, v, pos, seg, scheme=nope, remap=no_remap, prefix_BxSxH=prefix, chunk_size=chunk_size
-  )
+  seg = jnp.ones(x_BxTxD.shape[:2], jnp.int32) if seg_BxT is None else seg_BxT
+
+  def run(x_BxTxD, q, k, v, seg):
+    pos = jnp.broadcast_to(jnp.arange(x_BxTxD.shape[1]), x_BxTxD.shape[:2])
+    prefix = attention.document_cumsum(scheme.from_input(x_BxTxD, pos, seg), seg)
+    nope = positions.Scheme()
+    no_remap = remaps.build(remaps.default_config("none"), DIMS)
+    if kernel == "dense":
+      return attention.dense(q, k, v, pos, seg, scheme=nope, remap=no_remap, prefix_BxSxH=prefix)
+    return attention.chunked(
+      q, k, v, pos, seg, scheme=nope, remap=no_remap, prefix_BxSxH=prefix, chunk_size=chunk_size
+    )
+
+  return compiled(run)(x_BxTxD, q, k, v, seg)
 
 
 def _inputs():

@@ -15,7 +15,7 @@ from lcx import config as config_lib
 from lcx.model import attention, positions
 from lcx.model.kernels import impl
 from lcx.model.positions import path, remaps
-from tests.helpers import tiny_config
+from tests.helpers import compiled, tiny_config
 
 B, T, H, G, E = 2, 11, 4, 2, 8  # T = 11: no block size below divides it
 
@@ -72,7 +72,8 @@ def _attend(kernel, q, k, v, w, beta, seg=None, **kw):
   """BxTxHxE attention output through a kernel with PaTH's Householders."""
   pos = jnp.broadcast_to(jnp.arange(T), (B, T))
   seg = jnp.ones((B, T), jnp.int32) if seg is None else seg
-  return kernel(q, k, v, pos, seg, scheme=_nope(), remap=NO_REMAP, householder=(w, beta), **kw)
+  run = compiled(kernel)
+  return run(q, k, v, pos, seg, scheme=_nope(), remap=NO_REMAP, householder=(w, beta), **kw)
 
 
 def _softmax_reference(q, k, v, w, beta, seg):
