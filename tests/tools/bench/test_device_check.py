@@ -92,10 +92,13 @@ def test_no_point_starts_after_the_deadline(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_device_check_runs_end_to_end_on_cpu(tmp_path):
-  """`--device_check` on CPU: the tiny plan, one process per point, JSON and table written."""
+def test_device_check_runs_every_point_of_the_tiny_plan_on_cpu(tmp_path, monkeypatch):
+  """`run` on CPU: the tiny plan, JSON and table written. Here each point runs in this process
+  (`run_point`); the command-line test below runs one through a process of its own."""
+  monkeypatch.setattr(kernels.flash, "TRITON", kernels.flash.TRITON)  # a tune point sets it
+  monkeypatch.setattr(device_check, "_in_process", lambda point, _: device_check.run_point(point))
   out = tmp_path / "device_check.json"
-  run_lcx(["--device_check", f"--out={out}"], module="lcx.tools.bench", timeout=900)
+  device_check.run(str(out))
   rows = json.loads(out.read_text())["rows"]
   assert [r["what"] for r in rows] == (
     ["peak", "train", "train", "eval", "scheme", "scheme", "peer", "eval", "correct", "correct"]
@@ -130,6 +133,21 @@ def test_device_check_runs_end_to_end_on_cpu(tmp_path):
   )  # the tune point: the kernel at another block and Triton settings
   table = out.with_suffix(".md").read_text().strip().splitlines()
   assert len(table) == 2 + len(rows) and all("cpu" in line for line in table[2:])
+
+
+def test_the_command_line_runs_a_point_in_its_own_process_and_stops_at_the_deadline(tmp_path):
+  """`--device_check --deadline_s=0.5`: the first point (the peak) starts at once in a process
+  of its own (`--device_point`), which outlasts the deadline, so every later point is a row
+  saying so; the JSON and the printed table hold them all."""
+  out = tmp_path / "device_check.json"
+  flags = ["--device_check", f"--out={out}", "--deadline_s=0.5"]
+  proc = run_lcx(flags, module="lcx.tools.bench", timeout=300)
+  peak, *late = json.loads(out.read_text())["rows"]
+  assert peak["what"] == "peak" and "error" not in peak, peak
+  assert peak["backend"] == "cpu" and peak["bfloat16_flops"] > 0 and peak["peak_gb"] > 0
+  assert late and all(r["error"] == "not run: past the check's deadline (0 s)" for r in late)
+  assert len(late) + 1 == len(device_check.plan_points(device_check.PLANS["tiny"]))
+  assert device_check.table(json.loads(out.read_text())) in proc.stdout
 
 
 COMMITTED = sorted(
