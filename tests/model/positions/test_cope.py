@@ -13,7 +13,7 @@ from flax import nnx
 from lcx.model import attention, patterns, positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import cope, remaps
-from tests.helpers import tiny_config
+from tests.helpers import compiled, tiny_config
 
 DIMS = positions.Dims(d_model=32, num_heads=4, head_dim=8, max_len=16)
 NO_REMAP = remaps.build(remaps.default_config("none"), DIMS)
@@ -204,7 +204,7 @@ def test_chunked_equals_dense(case):
   chunked = jax.jit(lambda *a: attention.chunked(*a, chunk_size=c["chunk"], **kw))(*args)
   np.testing.assert_allclose(chunked, dense, atol=3e-5, rtol=3e-5)
   # The embeddings matter: CoPE with them is not NoPE.
-  nope = attention.dense(q, k, v, pos, seg, **{**kw, "scheme": positions.Scheme()})
+  nope = compiled(attention.dense)(q, k, v, pos, seg, **{**kw, "scheme": positions.Scheme()})
   assert np.abs(np.asarray(dense) - np.asarray(nope)).max() > 1e-2
 
 
@@ -247,8 +247,10 @@ def test_a_packed_document_counts_as_if_alone():
   seg = jnp.asarray([[1] * 5 + [2] * 16])
   pos = attention.document_index(seg)
   scheme = _scheme()
-  packed = attention.chunked(q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, chunk_size=8)
-  alone = attention.dense(
+  packed = compiled(attention.chunked)(
+    q, k, v, pos, seg, scheme=scheme, remap=NO_REMAP, chunk_size=8
+  )
+  alone = compiled(attention.dense)(
     q[:, 5:], k[:, 5:], v[:, 5:], pos[:, 5:], seg[:, 5:], scheme=scheme, remap=NO_REMAP
   )
   np.testing.assert_allclose(packed[:, 5:], alone, atol=1e-5, rtol=1e-5)

@@ -9,6 +9,7 @@ from flax import nnx
 
 from lcx.model import attention, positions
 from lcx.model.positions import remaps
+from tests.helpers import compiled
 
 DIMS = positions.Dims(d_model=32, num_heads=2, head_dim=8, max_len=16)
 T = 24
@@ -27,6 +28,10 @@ def scheme(name):
 
 def merged_logits(sch, rmp, q, k, pos_BxT):
   """The attention kernel's merge: the last branch, overridden where earlier ones `use`."""
+  return compiled(_merged_logits)(q, k, pos_BxT, sch=sch, rmp=rmp)
+
+
+def _merged_logits(q, k, pos_BxT, *, sch, rmp):
   out = None
   for branch in reversed(rmp.branches(pos_BxT, pos_BxT)):
     qs = q if branch.q_scale is None else q * branch.q_scale[:, :, None, None]
@@ -108,8 +113,8 @@ def test_attention_kernels_apply_rerope_log_n(kernel):
   seg = jnp.ones((1, T), jnp.int32)
   rmp = remap("rerope", window=5)
   run = {
-    "dense": attention.dense,
-    "chunked": lambda *a, **kw: attention.chunked(*a, **kw, chunk_size=8),
+    "dense": compiled(attention.dense),
+    "chunked": lambda *a, **kw: compiled(attention.chunked)(*a, **kw, chunk_size=8),
   }[kernel]
   got = np.asarray(run(q, k, v, pos, seg, scheme=sch, remap=rmp))
   logits = reference_logits(sch, q, k, distances(lambda i, j: min(i - j, 5)), LOG_N_T)[0]

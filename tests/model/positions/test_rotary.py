@@ -9,6 +9,7 @@ from flax import nnx
 
 from lcx.model import attention, positions
 from lcx.model.positions import rotary, scaling
+from tests.helpers import compiled
 
 DIMS = positions.Dims(d_model=64, num_heads=2, head_dim=16, max_len=32)
 
@@ -31,6 +32,10 @@ def qk(length=12, head_dim=16, seed=0):
 
 def logits(scheme, q, k, q_pos, k_pos):
   """BxHxQxK dot products of the rotated q and k (GQA: one key head)."""
+  return compiled(_logits)(q, k, q_pos, k_pos, scheme=scheme)
+
+
+def _logits(q, k, q_pos, k_pos, *, scheme):
   q, k = scheme.rotate(q, k, q_pos, k_pos)
   return jnp.einsum("bqhd,bkd->bhqk", q, k[:, :, 0])
 
