@@ -8,8 +8,9 @@ way: many tests and CLI subprocesses compile the same tiny model's steps, and ea
 one program per op (a small dense attention call: 57 of them, 2.7 s); a warm cache loads them
 instead (tests/model/test_attention.py: 77 s cold, 30 s warm). Tests that compare kernels call them
 through `tests.helpers.compiled`: one program a call, lowered once, where eager ops lower one by
-one. Not JAX's size limit: with one, every write scans the whole directory (with 10k entries a test ran 4x slower, 77 s against 18 s);
-the session start trims the cache to CACHE_KEEP_BYTES instead, oldest first, once.
+one. Not JAX's size limit: with one, every write scans the whole directory (with 10k entries a
+test ran 4x slower, 77 s against 18 s); the session start trims the cache to CACHE_KEEP_BYTES
+instead, oldest first, once.
 
 Compiling, not running, is most of a test's time: tests compile at XLA's lowest backend (LLVM)
 optimization level (`jax_disable_most_optimizations`; the HLO passes, hence fusion, buffers
