@@ -12,7 +12,7 @@ from flax import nnx
 from lcx import config as lcx_config
 from lcx.model import gating, kernels
 from lcx.model.decoder import Decoder
-from tests.helpers import tiny_config
+from tests.helpers import compiled, tiny_config
 
 
 def _model(gate, pos="nope", **fields):
@@ -70,7 +70,10 @@ def test_values_and_gradients_equal_the_papers_gated_attention(gate, kernel):
   x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 21, 64)), jnp.float32)
   w = jnp.asarray(np.random.default_rng(1).normal(size=(2, 21, 64)), jnp.float32)
   np.testing.assert_allclose(
-    _lcx(model, p, x, kernel), _reference(p, x, gate), atol=2e-5, rtol=2e-5
+    jax.jit(lambda p, x: _lcx(model, p, x, kernel))(p, x),
+    _reference(p, x, gate),
+    atol=2e-5,
+    rtol=2e-5,
   )
   if kernel == "chunked":
     return
@@ -78,8 +81,8 @@ def test_values_and_gradients_equal_the_papers_gated_attention(gate, kernel):
   def loss(fn):
     return lambda p, x: jnp.sum(fn(p, x) * w)
 
-  got = jax.grad(loss(lambda p, x: _lcx(model, p, x, kernel)), argnums=(0, 1))(p, x)
-  want = jax.grad(loss(lambda p, x: _reference(p, x, gate)), argnums=(0, 1))(p, x)
+  got = jax.jit(jax.grad(loss(lambda p, x: _lcx(model, p, x, kernel)), argnums=(0, 1)))(p, x)
+  want = jax.jit(jax.grad(loss(lambda p, x: _reference(p, x, gate)), argnums=(0, 1)))(p, x)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4)
 
@@ -93,8 +96,10 @@ def test_gate_changes_the_model_and_a_closed_gate_silences_the_heads():
   np.testing.assert_allclose(out, 0.5)
   tokens = jnp.arange(20)[None] * 7 % 259, jnp.arange(20)[None], jnp.ones((1, 20), jnp.int32)
   plain = _model("none", "rope")
-  assert np.abs(np.asarray(model(*tokens)) - np.asarray(plain(*tokens))).max() > 1e-3
-  np.testing.assert_allclose(model(*tokens, kernel="chunked"), model(*tokens), atol=2e-4, rtol=2e-4)
+  dense = compiled(model)(*tokens)
+  assert np.abs(np.asarray(dense) - np.asarray(compiled(plain)(*tokens))).max() > 1e-3
+  chunked = compiled(model)(*tokens, kernel="chunked")
+  np.testing.assert_allclose(chunked, dense, atol=2e-4, rtol=2e-4)
 
 
 def test_bad_gate_names_the_field_and_the_choices():
