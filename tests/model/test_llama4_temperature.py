@@ -12,7 +12,7 @@ from flax import nnx
 from lcx import config as lcx_config
 from lcx.model import kernels, temperature
 from lcx.model.decoder import Decoder
-from tests.helpers import set_fields, tiny_config
+from tests.helpers import compiled, set_fields, tiny_config
 
 START = 8170  # windows that cross 8191, where the factor first leaves 1
 
@@ -47,10 +47,13 @@ def _args(t, start=START):
 def _block_out(model, layer, x_BxLxD, pos_BxL):
   kernel = kernels.get_kernel("dense", model.chunk_size)
   seg_BxL = jnp.ones(pos_BxL.shape, jnp.int32)
-  plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
-  return model.blocks[layer](
-    x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **model.layer_inputs(layer, plans)
-  )
+
+  def block(x_BxLxD, pos_BxL, seg_BxL):
+    plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
+    inputs = model.layer_inputs(layer, plans)
+    return model.blocks[layer](x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **inputs)
+
+  return compiled(block)(x_BxLxD, pos_BxL, seg_BxL)
 
 
 def test_only_the_nope_every_blocks_are_tempered_and_only_from_position_8191():
@@ -76,7 +79,7 @@ def test_every_block_of_the_nope_scheme_is_tempered():
   tempered = _model("nope", **{"model.attention.temperature": "llama4"})
   plain = _model("nope")
   for name, args in (("inside", _args(20, 0)), ("beyond", _args(40))):
-    a, b = np.asarray(tempered(*args)), np.asarray(plain(*args))
+    a, b = np.asarray(compiled(tempered)(*args)), np.asarray(compiled(plain)(*args))
     assert np.allclose(a, b, atol=1e-6) == (name == "inside")
 
 
