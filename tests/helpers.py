@@ -50,6 +50,26 @@ def compiled(fn):
   return call
 
 
+def block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL=None, kernel="dense"):
+  """Decoder block `layer`'s output for input x, with the scheme and plan the decoder gives it
+  (one document per row unless `seg_BxL` says otherwise), as one compiled program."""
+  import functools
+
+  import jax.numpy as jnp
+
+  from lcx.model import kernels
+
+  seg_BxL = jnp.ones(pos_BxL.shape, jnp.int32) if seg_BxL is None else seg_BxL
+  kern = kernels.get_kernel(kernel, model.chunk_size)
+
+  def block(x_BxLxD, pos_BxL, seg_BxL):
+    plans = model.plans(functools.partial(kern.prepare, pos_BxL, seg_BxL))
+    inputs = model.layer_inputs(layer, plans)
+    return model.blocks[layer](x_BxLxD, kernel=kern, q_pos_BxL=pos_BxL, **inputs)
+
+  return compiled(block)(x_BxLxD, pos_BxL, seg_BxL)
+
+
 def tiny_config(pos: str = "rope", **train):
   """2 layers, d=64, L=32, batch 8: compiles in seconds, trains at ~100 steps/s on CPU."""
   from configs import base

@@ -1,7 +1,6 @@
 """Llama 4's attention temperature, as shipped: NoPE blocks' queries times
 1 + 0.1 ln(floor((i + 1) / 8192) + 1)."""
 
-import functools
 import math
 
 import jax.numpy as jnp
@@ -10,9 +9,9 @@ import pytest
 from flax import nnx
 
 from lcx import config as lcx_config
-from lcx.model import kernels, temperature
+from lcx.model import temperature
 from lcx.model.decoder import Decoder
-from tests.helpers import compiled, set_fields, tiny_config
+from tests.helpers import block_out, compiled, set_fields, tiny_config
 
 START = 8170  # windows that cross 8191, where the factor first leaves 1
 
@@ -44,18 +43,6 @@ def _args(t, start=START):
   return jnp.arange(t)[None] * 7 % 259, start + jnp.arange(t)[None], jnp.ones((1, t), jnp.int32)
 
 
-def _block_out(model, layer, x_BxLxD, pos_BxL):
-  kernel = kernels.get_kernel("dense", model.chunk_size)
-  seg_BxL = jnp.ones(pos_BxL.shape, jnp.int32)
-
-  def block(x_BxLxD, pos_BxL, seg_BxL):
-    plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
-    inputs = model.layer_inputs(layer, plans)
-    return model.blocks[layer](x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **inputs)
-
-  return compiled(block)(x_BxLxD, pos_BxL, seg_BxL)
-
-
 def test_only_the_nope_every_blocks_are_tempered_and_only_from_position_8191():
   """nope_every=2 of 2 blocks: block 0 (RoPE) is the untempered model's, block 1 (NoPE) is not,
   from the query at 8191 on; and its output equals the plain NoPE block's with its query
@@ -64,14 +51,14 @@ def test_only_the_nope_every_blocks_are_tempered_and_only_from_position_8191():
   plain = _model(**{"model.nope_every": 2})
   x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 40, 64)), jnp.float32)
   pos = START + jnp.arange(40)[None]
-  np.testing.assert_allclose(_block_out(tempered, 0, x, pos), _block_out(plain, 0, x, pos))
-  a, b = np.asarray(_block_out(tempered, 1, x, pos)), np.asarray(_block_out(plain, 1, x, pos))
+  np.testing.assert_allclose(block_out(tempered, 0, x, pos), block_out(plain, 0, x, pos))
+  a, b = np.asarray(block_out(tempered, 1, x, pos)), np.asarray(block_out(plain, 1, x, pos))
   first = 8191 - START
   np.testing.assert_allclose(a[:, :first], b[:, :first], atol=1e-6)
   assert np.abs(a[:, first:] - b[:, first:]).max() > 1e-4
   wq = plain.blocks[1].attn.wq
   wq[...] = wq[...] * _reference(8191)
-  scaled = np.asarray(_block_out(plain, 1, x, pos))
+  scaled = np.asarray(block_out(plain, 1, x, pos))
   np.testing.assert_allclose(a[:, first:], scaled[:, first:], atol=1e-5)
 
 

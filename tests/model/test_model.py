@@ -1,17 +1,15 @@
 """The decoder: packed documents are independent, options build, params carry logical axes."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from lcx.model import kernels, positions
+from lcx.model import positions
 from lcx.model.decoder import Decoder, gelu, rms_norm
 from lcx.model.positions import remaps
-from tests.helpers import compiled, schemes_with, tiny_config
+from tests.helpers import block_out, compiled, schemes_with, tiny_config
 
 
 def _model(pos="rope", **model):
@@ -124,18 +122,6 @@ def test_rms_norm_and_its_gradients_equal_autodiff_of_the_formula(shape):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _block_out(model, layer, x_BxLxD, pos_BxL, seg_BxL, kernel="dense"):
-  """Block `layer`'s output for input x, with the scheme and plan the decoder gives it."""
-  kernel = kernels.get_kernel(kernel, model.chunk_size)
-
-  def block(x_BxLxD, pos_BxL, seg_BxL):
-    plans = model.plans(functools.partial(kernel.prepare, pos_BxL, seg_BxL))
-    inputs = model.layer_inputs(layer, plans)
-    return model.blocks[layer](x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **inputs)
-
-  return compiled(block)(x_BxLxD, pos_BxL, seg_BxL)
-
-
 def _x(t=12, seed=0):
   return jax.random.normal(jax.random.key(seed), (1, t, 64))
 
@@ -150,7 +136,7 @@ def test_nope_every_layer_ignores_positions_and_the_other_does_not(pos, move):
   x, seg = _x(), jnp.ones((1, 12), jnp.int32)
   p = jnp.arange(12)[None]
   for layer, invariant in ((0, False), (1, True)):
-    a, b = _block_out(model, layer, x, p, seg), _block_out(model, layer, x, move(p), seg)
+    a, b = block_out(model, layer, x, p, seg), block_out(model, layer, x, move(p), seg)
     if invariant:
       np.testing.assert_allclose(a, b, atol=1e-5)
     else:
@@ -163,13 +149,13 @@ def test_position_window_masks_far_keys_in_positioned_layers_only():
   model = _model("rope", nope_every=2, position_window=4)
   x, seg, p = _x(), jnp.ones((1, 12), jnp.int32), jnp.arange(12)[None]
   x2 = x.at[:, :7].add(1.0)
-  a0, b0 = _block_out(model, 0, x, p, seg), _block_out(model, 0, x2, p, seg)
+  a0, b0 = block_out(model, 0, x, p, seg), block_out(model, 0, x2, p, seg)
   np.testing.assert_allclose(a0[:, 10:], b0[:, 10:], atol=1e-6)
   assert np.abs(a0[:, 9] - b0[:, 9]).max() > 1e-3  # query 9 sees key 6
-  a1, b1 = _block_out(model, 1, x, p, seg), _block_out(model, 1, x2, p, seg)
+  a1, b1 = block_out(model, 1, x, p, seg), block_out(model, 1, x2, p, seg)
   assert np.abs(a1[:, 10:] - b1[:, 10:]).max() > 1e-3
   windowless = _model("rope", nope_every=2)  # the same weights without the window
-  c0 = _block_out(windowless, 0, x, p, seg)
+  c0 = block_out(windowless, 0, x, p, seg)
   np.testing.assert_allclose(a0[:, :4], c0[:, :4], atol=1e-6)  # within 4 keys: unchanged
   assert np.abs(a0[:, 4:] - c0[:, 4:]).max() > 1e-3
 
