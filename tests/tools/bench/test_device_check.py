@@ -142,12 +142,13 @@ def test_the_command_line_runs_a_point_in_its_own_process_and_stops_at_the_deadl
   out = tmp_path / "device_check.json"
   flags = ["--device_check", f"--out={out}", "--deadline_s=0.5"]
   proc = run_lcx(flags, module="lcx.tools.bench", timeout=300)
-  peak, *late = json.loads(out.read_text())["rows"]
+  results = json.loads(out.read_text())
+  peak, *late = results["rows"]
   assert peak["what"] == "peak" and "error" not in peak, peak
   assert peak["backend"] == "cpu" and peak["bfloat16_flops"] > 0 and peak["peak_gb"] > 0
   assert late and all(r["error"] == "not run: past the check's deadline (0 s)" for r in late)
   assert len(late) + 1 == len(device_check.plan_points(device_check.PLANS["tiny"]))
-  assert device_check.table(json.loads(out.read_text())) in proc.stdout
+  assert device_check.table(results) in proc.stdout
 
 
 COMMITTED = sorted(
