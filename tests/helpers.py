@@ -7,9 +7,11 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = str(ROOT / ".lcx_data")
+BASE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}  # every command line a test runs
 sys.path.insert(0, str(ROOT))  # `configs` is imported as a package by the tests
 
 
@@ -169,18 +171,47 @@ TINY_FLAGS = [
 ]
 
 
+_SERVER: list = []  # this test process's fork server, started on first use
+
+
+def _forkserver(env: dict[str, str]):
+  """This process's `tests.forkserver.Server` when a run in `env` can be forked from it (see
+  its docstring), else None: `LCX_TEST_FORK=0` turns it off."""
+  if os.environ.get("LCX_TEST_FORK", "1") == "0":
+    return None
+  from tests import forkserver
+
+  if not _SERVER or _SERVER[0].proc.poll() is not None:
+    _SERVER[:] = [forkserver.Server(str(ROOT), dict(os.environ, **BASE_ENV))]
+  return _SERVER[0] if _SERVER[0].accepts(env) else None
+
+
 def run_lcx(args, *, env=None, check=True, timeout=300, module="lcx.main", cwd=ROOT):
-  """Runs `python -m lcx.main ARGS` from `cwd` (the repo root), with this checkout's lcx;
-  returns the CompletedProcess."""
-  full_env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **(env or {}))
-  proc = subprocess.run(
-    [sys.executable, "-m", module, *args],
-    cwd=cwd,
-    env=full_env,
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-  )
+  """Runs `python -m MODULE ARGS` from `cwd` (the repo root), with this checkout's lcx;
+  returns the CompletedProcess. Forked from `tests.forkserver` where that is the same run."""
+  full_env = dict(os.environ, **BASE_ENV, **(env or {}))
+  server = _forkserver(full_env)
+  if server is None:
+    proc = subprocess.run(
+      [sys.executable, "-m", module, *args],
+      cwd=cwd,
+      env=full_env,
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+    )
+  else:
+    with tempfile.TemporaryDirectory() as tmp:
+      out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+      code = server.run(
+        module, args, env=full_env, cwd=cwd, stdout=out, stderr=err, timeout=timeout
+      )
+      proc = subprocess.CompletedProcess(
+        [sys.executable, "-m", module, *args],
+        code,
+        pathlib.Path(out).read_text(),
+        pathlib.Path(err).read_text(errors="backslashreplace"),
+      )
   if check and proc.returncode != 0:
     raise AssertionError(
       f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-5000:]}"

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from lcx.tools import sweep
-from tests.helpers import ROOT, TINY_FLAGS
+from tests.helpers import ROOT, TINY_FLAGS, run_lcx
 
 # TINY_FLAGS as Run overrides ({"data.seq_len": "32", ...}); the config spec comes from Run.
 TINY = {
@@ -55,19 +55,18 @@ def _two_runs(tmp_path, steps_b=10):
 
 
 def _sweep(*args, popen=False):
-  command = [sys.executable, "-m", "lcx.tools.sweep", *map(str, args)]
-  env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
+  args = [str(a) for a in args]
   if popen:  # its own process group, so a test can kill the sweep and its run together
     return subprocess.Popen(
-      command,
+      [sys.executable, "-m", "lcx.tools.sweep", *args],
       cwd=ROOT,
-      env=env,
+      env=dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu"),
       stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT,
       text=True,
       start_new_session=True,
     )
-  return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  return run_lcx(args, module="lcx.tools.sweep", env={"JAX_PLATFORMS": "cpu"}, check=False)
 
 
 def test_dry_run_prints_commands_in_dependency_order_and_writes_nothing(tmp_path):

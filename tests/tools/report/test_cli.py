@@ -7,18 +7,12 @@ import sys
 import pytest
 
 from lcx.tools import report
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_lcx
 from tests.tools.report.results import lengths_result, save, tasks_result, with_documents
 
 
 def _cli(*args):
-  return subprocess.run(
-    [sys.executable, "-m", "lcx.tools.report", *map(str, args)],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    timeout=120,
-  )
+  return run_lcx([str(a) for a in args], module="lcx.tools.report", check=False, timeout=120)
 
 
 def test_cli_prints_tables_and_never_imports_jax(tmp_path):
