@@ -133,7 +133,12 @@ case "$cmd" in
   data) exec "$PY" -m lcx.run.data.stats "$@" ;;
   config) exec "$PY" -m lcx.fields "$@" ;;
   export) exec "$PY" -m lcx.tools.export "$@" ;;
-  test) cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
+  test)
+    # Bytecode caches (gitignored __pycache__/) even where PYTHONDONTWRITEBYTECODE is set: else
+    # each worker rewrites every test module's asserts (a worker's collection 12 s instead of 5)
+    # and every command line a test runs compiles lcx's sources again.
+    unset PYTHONDONTWRITEBYTECODE
+    cd "$ROOT" && exec "$PY" -m pytest -n "${LCX_TEST_WORKERS:-2}" "$@" ;;
   tensorboard) exec "$PY" -m tensorboard.main --logdir "$@" ;;
   notebook)
     # JupyterLab refuses root (the default user in GPU containers) without --allow-root.
