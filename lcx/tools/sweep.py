@@ -30,7 +30,6 @@ import dataclasses
 import datetime
 import glob
 import gzip
-import importlib.util
 import json
 import os
 import pathlib
@@ -43,6 +42,7 @@ import sys
 import tarfile
 import threading
 import time
+import types
 
 from lcx import cli, errors
 from lcx.run import progress
@@ -230,10 +230,10 @@ def load(target: str, runs_dir: str = "runs") -> Sweep:
   name = os.path.basename(os.path.abspath(directory))
   if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # a sweep.py may import configs
-  spec = importlib.util.spec_from_file_location(f"lcx_sweep_{name}", path)
-  module = importlib.util.module_from_spec(spec)
-  try:
-    spec.loader.exec_module(module)
+  module = types.ModuleType(f"lcx_sweep_{name}")
+  module.__file__ = path
+  try:  # compiled from the file as it is now: no .pyc, which an edit within a second can outlive
+    exec(compile(pathlib.Path(path).read_text(), path, "exec"), module.__dict__)
   except SyntaxError as error:  # the user's file: where, not a traceback through importlib
     raise ValueError(f"{path}:{error.lineno}: {error.msg}: {(error.text or '').strip()}") from None
   if not callable(getattr(module, "get_runs", None)):

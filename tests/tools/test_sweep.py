@@ -92,6 +92,20 @@ def test_dry_run_prints_commands_in_dependency_order_and_writes_nothing(tmp_path
   assert sorted(os.listdir(experiment)) == ["sweep.py"]
 
 
+def test_an_edited_sweep_file_is_read_as_it_is_now(tmp_path, monkeypatch):
+  """Not from a cached .pyc: one keyed by the file's mtime in seconds and its size outlives an
+  edit of the same length within the second (and litters experiments/NAME/)."""
+  monkeypatch.setattr(sys, "dont_write_bytecode", False)
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, {'train.steps': 11})}")
+  assert "--config.train.steps=11" in sweep.load(str(experiment)).command("a")
+  path = experiment / "sweep.py"
+  stat = path.stat()
+  path.write_text(path.read_text().replace("11", "22"))
+  os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same second, the same size
+  assert "--config.train.steps=22" in sweep.load(str(experiment)).command("a")
+  assert sorted(p.name for p in experiment.iterdir()) == ["sweep.py"]
+
+
 def test_full_argument_gets_its_own_runs_and_results(tmp_path):
   experiment = _experiment(
     tmp_path, "{'a': Run(CONFIG, {'train.steps': 1000 if arg == 'full' else 10})}"
