@@ -176,8 +176,8 @@ _SERVER: list = []  # this test process's fork server, started on first use
 
 def _forkserver(env: dict[str, str]):
   """This process's `tests.forkserver.Server` when a run in `env` can be forked from it (see
-  its docstring), else None: `LCX_TEST_FORK=0` turns it off, and it is Linux's (macOS forbids
-  forking a process whose system frameworks have started)."""
+  its docstring), else None: `LCX_TEST_FORK=0` turns it off, and it runs on Linux only (where
+  it was tested; macOS warns against forking a process with its frameworks loaded)."""
   if os.environ.get("LCX_TEST_FORK", "1") == "0" or sys.platform != "linux":
     return None
   from tests import forkserver
