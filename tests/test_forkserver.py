@@ -8,6 +8,8 @@ import pytest
 
 from tests import helpers
 
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the fork server is Linux's")
+
 PROBE = """
 import atexit, os, sys
 import jax
