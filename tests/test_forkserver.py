@@ -1,6 +1,7 @@
 """A forked run is the run `python -m` makes: same output, status, directory, arguments,
 environment, devices and exit, and timeouts that leave the server serving."""
 
+import os
 import subprocess
 import sys
 
@@ -39,13 +40,13 @@ def probe_dir(tmp_path):
 
 def _both(probe_dir, arg):
   env = dict(helpers.fake_devices(3), PROBE="seen")
-  server = helpers._forkserver(dict(helpers.os.environ, **helpers.BASE_ENV, **env))
+  server = helpers._forkserver(dict(os.environ, **helpers.BASE_ENV, **env))
   runs = server.runs
   forked = helpers.run_lcx([arg], module="probe", cwd=probe_dir, env=env, check=False)
   plain = subprocess.run(
     [sys.executable, "-m", "probe", arg],
     cwd=probe_dir,
-    env=dict(helpers.os.environ, **helpers.BASE_ENV, **env),
+    env=dict(os.environ, **helpers.BASE_ENV, **env),
     capture_output=True,
     text=True,
   )
@@ -90,7 +91,7 @@ def test_a_timeout_kills_the_run_and_the_server_serves_on(probe_dir):
 
 
 def test_what_imports_read_at_start_runs_a_real_process():
-  server = helpers._forkserver(dict(helpers.os.environ, **helpers.BASE_ENV))
+  server = helpers._forkserver(dict(os.environ, **helpers.BASE_ENV))
   base = dict(server.env)
   assert server.accepts(dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=2"))
   assert server.accepts(dict(base, JAX_PLATFORMS="cpu"))
