@@ -36,14 +36,22 @@ import pathlib
 import shutil
 import sys
 
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false"
+# XLA:CPU splits each program's LLVM module into pieces it compiles on threads of their own:
+# with two workers on two cores there is no core to spare, only the split to pay for.
+LLVM_IN_ONE_PIECE = ["--xla_cpu_parallel_codegen_split_count=1"]
+
+os.environ["XLA_FLAGS"] = " ".join(
+  [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_use_fusion_emitters=false", *LLVM_IN_ONE_PIECE]
+)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests import durations  # noqa: E402
-from tests.helpers import DATA_DIR  # noqa: E402
+from tests.helpers import DATA_DIR, collect_garbage_less  # noqa: E402
+
+collect_garbage_less()
 
 CACHE_DIR = os.path.join(DATA_DIR, "jax_cache")
 CACHE_KEEP_BYTES = 1024**3
