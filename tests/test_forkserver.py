@@ -97,3 +97,15 @@ def test_what_imports_read_at_start_runs_a_real_process():
   assert server.accepts(dict(base, JAX_PLATFORMS="cpu"))
   for changed in ("JAX_ENABLE_X64", "PYTHONPROFILEIMPORTTIME", "PYTHONPATH", "GLIBC_TUNABLES"):
     assert not server.accepts(dict(base, **{changed: "other"})), changed
+
+
+def test_a_forked_run_collects_garbage_as_the_test_process_does(tmp_path):
+  """The server applies the tests' collector settings before it forks (`collect_garbage_less`)."""
+  import gc
+
+  (tmp_path / "gc_probe.py").write_text(
+    "import gc\nprint(*gc.get_threshold(), gc.get_freeze_count() > 0)\n"
+  )
+  forked = helpers.run_lcx([], module="gc_probe", cwd=tmp_path)
+  assert forked.stdout.split() == [*map(str, gc.get_threshold()), "True"]
+  assert gc.get_threshold() != (700, 10, 10)  # not Python's defaults: conftest set them
