@@ -53,7 +53,8 @@ import pytest  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests import durations  # noqa: E402
-from tests.helpers import DATA_DIR, collect_garbage_less  # noqa: E402
+from tests.forkserver import collect_garbage_less  # noqa: E402
+from tests.helpers import DATA_DIR  # noqa: E402
 
 collect_garbage_less()
 

@@ -18,18 +18,6 @@ sys.path.insert(0, str(ROOT))  # `configs` is imported as a package by the tests
 HOOKS = ("embed", "rotate", "bias", "contextual", "from_input")
 
 
-def collect_garbage_less() -> None:
-  """Python's cyclic garbage collector, told to skip what is already imported (`gc.freeze`)
-  and to run about a thirtieth as often: tracing and lowering make container objects by the
-  million, and at the default thresholds (700, 10, 10) every 70,000 of them set off a full
-  collection over every object jax, flax and lcx made at import (a tenth of a compile-heavy
-  test module's CPU time)."""
-  import gc
-
-  gc.freeze()
-  gc.set_threshold(20_000, 50, 100)
-
-
 def _overrides(scheme: str, hook: str) -> bool:
   from lcx.model import positions
 
