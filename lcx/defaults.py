@@ -96,8 +96,8 @@ def get_config(arg=None):
   # softmax | stick_breaking (lcx/model/stick_breaking.py: each query breaks a stick over its keys
   # from the nearest back, weights summing to <= 1; no sink).
   config.model.attention.kind = "softmax"
-  # auto | xla | pallas (lcx/model/kernels/impl.py): auto runs the Pallas flash kernel on GPU and
-  # TPU, the XLA kernels on CPU; block_size: the Pallas kernel's query and key block (a power of
+  # auto | xla | pallas (lcx/model/kernels/impl.py): auto runs the Pallas flash kernel on GPU, the
+  # XLA kernels on CPU and TPU; block_size: the Pallas kernel's query and key block (a power of
   # two).
   config.model.attention.impl = "auto"
   config.model.attention.block_size = 128

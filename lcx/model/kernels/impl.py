@@ -1,11 +1,13 @@
 """`model.attention.impl`: which attention implementation a model runs.
 
-auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.model.attention) on CPU; a model
+auto    the Pallas kernel on GPU, the XLA kernels (lcx.model.attention) on CPU and TPU; a model
         the kernel cannot run (CoPE's contextual hook, FoX's input hook, PaTH's Householders,
         stick-breaking attention) falls back to XLA
 xla     lcx.model.attention's dense and chunked kernels, everywhere
 pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
-        slow, for tests); generation's cached steps stay on the XLA path
+        slow, for tests); generation's cached steps stay on the XLA path. Refused on a TPU:
+        the kernel's blocks cut one head out of a token-major array, which Mosaic (the TPU
+        lowering) refuses for every model (`PLATFORM_BLOCKERS`)
 
 The XLA kernels of each `model.attention.kind` (`get_kernel`): softmax (lcx.model.attention) and
 stick-breaking (lcx.model.stick_breaking, built on lcx.model.attention's logits), which share the
@@ -26,7 +28,12 @@ from lcx.model.positions import base as positions_base
 
 FIELD = "model.attention.impl"
 GPUS = flash.GPUS  # backends where the kernel lowers through Triton
-ACCELERATORS = GPUS + ("tpu",)  # jax.default_backend() names where auto picks the kernel
+ACCELERATORS = GPUS + ("tpu",)  # jax.default_backend() names where auto may pick a kernel
+# Backends where no model lowers through the kernel, and why (tests/model/kernels/
+# test_platform_lowering.py lowers a whole model for each platform on CPU).
+PLATFORM_BLOCKERS = {
+  "tpu": "on a TPU (its block shapes, one head of a token-major array, do not lower through Mosaic)"
+}
 
 
 class Attends(NamedTuple):
@@ -78,6 +85,8 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
   backend = jax.default_backend() if backend is None else backend
+  if backend in PLATFORM_BLOCKERS:
+    return PLATFORM_BLOCKERS[backend]
   if blocker and backend in GPUS:
     return f"model.position.name={model_cfg.position.name!r} on a GPU ({blocker})"
   return None
