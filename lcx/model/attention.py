@@ -324,17 +324,17 @@ def _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme) -> dict[st
 
 
 def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
-  branches, doc_BxT = remap.branches(pos_BxT, pos_BxT), document_index(seg_BxT)
-  idx = jnp.arange(pos_BxT.shape[1])
-  mask_BxTxT = visible(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, pattern)
-  return Plan(
-    branches,
-    pos_BxT,
-    seg_BxT,
-    doc_BxT,
-    document_length(pos_BxT, seg_BxT),
-    _dense_extras(branches, pos_BxT, pos_BxT, mask_BxTxT, scheme),
-  )
+  return densify(prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern), scheme)
+
+
+def densify(plan: Plan, scheme) -> Plan:
+  """A chunked plan (positions only) as the dense plan of the same positions: the Pallas
+  kernel's caller runs `attend_dense` on it where the kernel cannot go (forward mode)."""
+  idx = jnp.arange(plan.pos_BxT.shape[1])
+  doc_BxT, seg_BxT = plan.doc_BxT, plan.seg_BxT
+  mask_BxTxT = visible(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, plan.extras["pattern"])
+  extras = _dense_extras(plan.branches, plan.pos_BxT, plan.pos_BxT, mask_BxTxT, scheme)
+  return dataclasses.replace(plan, extras=extras)
 
 
 def prepare_step(

@@ -20,9 +20,10 @@ import functools
 from typing import Callable, NamedTuple
 
 import jax
+from flax import nnx
 
 from lcx import errors, options
-from lcx.model import attention, stick_breaking
+from lcx.model import attention, cpu_tuned, stick_breaking
 from lcx.model.kernels import flash
 from lcx.model.positions import base as positions_base
 
@@ -113,9 +114,16 @@ def resolve_impl(model_cfg, backend: str | None = None) -> str:
 
 
 def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, block=flash.BLOCK):
-  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel."""
+  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel;
+  under forward mode (jax.jvp), which the kernel's custom_vjp has no rule for, the XLA dense
+  kernel on the same positions (the chunked one's loop bounds are traced: no reverse mode, which
+  a Hessian's inner gradient needs)."""
   if scheme.contextual is not None:
     raise ValueError(f"{FIELD}='pallas' cannot run a scheme with a contextual hook (CoPE)")
+  params = nnx.state(positions_base.unwrapped(scheme)[0])  # a bias's, the kernel's inputs too
+  if cpu_tuned.forward_mode(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, sink_H, params):
+    dense = attention.densify(plan, scheme)
+    return attention.attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, dense, scheme=scheme, sink_H=sink_H)
   return flash.flash_attention(
     attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme),
     v_BxGxTxE,

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lcx.model import cpu_tuned
 from lcx.model.positions.base import Scheme, register
 
 BLOCK = 64  # the dense kernel's block (the reference kernels' chunk)
@@ -90,7 +91,7 @@ def _substitute(n_CxC, rhs_CxK):
 
 
 @jax.custom_vjp
-def unit_lower_solve(n_CxC, rhs_CxK):
+def _unit_lower_solve(n_CxC, rhs_CxK):
   """(I + N)^-1 rhs for a strictly lower N. Not lax.linalg.triangular_solve: XLA:CPU's solver
   call made layout assignment give the elementwise fusion building its matrix a transposed
   layout, which the train step's YNNPACK fusions refuse at run time (lcx/run/train.py)."""
@@ -114,7 +115,9 @@ def _solve_bwd(res, g_CxK):
   return jnp.where(lower, d_n, 0.0), d_rhs
 
 
-unit_lower_solve.defvjp(_solve_fwd, _solve_bwd)
+_unit_lower_solve.defvjp(_solve_fwd, _solve_bwd)
+# forward mode (jax.jvp) runs the substitution itself: a custom_vjp has no forward rule
+unit_lower_solve = cpu_tuned.forward_safe(_unit_lower_solve, _substitute)
 
 
 def block_terms(q_BxGxPxNxCxE, k_BxGxNxCxE, w_BxGxNxCxE, beta_BxGxNxC):
