@@ -86,6 +86,8 @@ def _holds_others(run: str, target: str) -> str | None:
   if not names:
     return None
   source = _source(target)
+  if source is None and set(names) <= {WEIGHTS, CONFIG}:
+    return f"holds an export without {SOURCE} (an older lcx's): remove it or pick another --out"
   if source is None:
     return f"holds files export did not write ({_listed(names)})"
   if source.get("workdir") != run:
@@ -216,7 +218,12 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "A trained run's directory.")
-  flags.DEFINE_string("out", None, "Where the export goes (default WORKDIR/export).")
+  flags.DEFINE_string(
+    "out",
+    None,
+    "Where the export goes (default WORKDIR/export): a new or empty directory, or an earlier "
+    "export of the same run, which it replaces.",
+  )
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.mark_flags_as_required(["workdir"])
   app.run(main, flags_parser=cli.parse_flags)

@@ -7,6 +7,8 @@ import json
 import logging
 import os
 import shutil
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -106,6 +108,12 @@ def _another_runs_export(where):
   (where / "lcx_export.json").write_text(json.dumps({"workdir": "/elsewhere/run", "step": 7}))
 
 
+def _unmarked_export(where):  # as lcx wrote one before it recorded the run
+  where.mkdir()
+  (where / "model.safetensors").write_bytes(b"weights")
+  (where / "config.json").write_text("{}")
+
+
 ALLOWED = "allowed: a new or empty directory, or an earlier export of the same run"
 
 
@@ -120,6 +128,11 @@ ALLOWED = "allowed: a new or empty directory, or an earlier export of the same r
     ("run/config.json", None, "is a file, not a directory"),
     ("run/config.json/x", None, "is inside {tmp}/run/config.json, a file"),
     ("theirs", _another_runs_export, "is an export of another run (/elsewhere/run, step 7)"),
+    (
+      "older",
+      _unmarked_export,
+      "holds an export without lcx_export.json (an older lcx's): remove it or pick another --out",
+    ),
   ],
 )
 def test_an_out_holding_what_export_did_not_write_is_refused(run, tmp_path, out, make, reason):
@@ -205,3 +218,17 @@ def test_a_full_disk_keeps_the_earlier_export_and_leaves_no_partial_one(run, tmp
     f"export, {out} is as it was. Free space, then run the same command"
   )
   assert _files(out) == before and os.listdir(tmp_path) == ["x"]
+
+
+def test_only_a_closed_event_loops_echo_of_a_failed_read_is_dropped(monkeypatch):
+  """TensorStore completes a failed read's futures after Orbax closed its event loop: Python
+  would print each RuntimeError as a traceback beside the one error line."""
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
+  checkpoint._drop_closed_loop_callbacks()
+  hook = sys.unraisablehook
+  checkpoint._drop_closed_loop_callbacks()  # every read calls it: installed once
+  assert sys.unraisablehook is hook
+  for message in ("Event loop is closed", "something else"):
+    sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError(message)))
+  assert seen == ["something else"]
