@@ -42,6 +42,11 @@ class _IteratorSnapshot:
 class Checkpointer:
   """Keep-N interval checkpoints in `workdir/checkpoints`, plus forced saves (end, SIGTERM)."""
 
+  # What an unreadable step's error offers to do with the readable one before it ({step}).
+  retry = (
+    "train from it with --config.train.resume_step={step}, or evaluate it with --eval_step={step}"
+  )
+
   def __init__(
     self,
     workdir: str,
@@ -85,11 +90,6 @@ class Checkpointer:
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
-
-  # What the user can do with the readable step before a damaged one ({step}: that step).
-  retry = (
-    "train from it with --config.train.resume_step={step}, or evaluate it with --eval_step={step}"
-  )
 
   @contextlib.contextmanager
   def _reading(self, step: int):
@@ -218,7 +218,8 @@ def _drop_closed_loop_callbacks() -> None:
   """Silences the one harmless echo of a failed read, for the rest of the process: TensorStore
   completes the read's abandoned futures later, from its own threads, and each completion calls
   into Orbax's event loop, closed by then; Python prints every such RuntimeError as a traceback
-  ("Exception ignored ... Event loop is closed"), around the one error line. Others print."""
+  ("Exception ignored ... Event loop is closed"), around the one error line. Any other
+  unraisable exception still prints."""
   previous = sys.unraisablehook
   if getattr(previous, "drops_closed_loop", False):
     return
