@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import uuid
 
 import jax
@@ -40,6 +41,11 @@ class _IteratorSnapshot:
 
 class Checkpointer:
   """Keep-N interval checkpoints in `workdir/checkpoints`, plus forced saves (end, SIGTERM)."""
+
+  # What an unreadable step's error offers to do with the readable one before it ({step}).
+  retry = (
+    "train from it with --config.train.resume_step={step}, or evaluate it with --eval_step={step}"
+  )
 
   def __init__(
     self,
@@ -90,14 +96,14 @@ class Checkpointer:
     """Any failure to read checkpoint `step` (a truncated array file is a bare Exception from
     TensorStore, its message a multi-KB spec) becomes a RunFault naming the step and offering
     the one before it: never a silent fall back to another step."""
+    _drop_closed_loop_callbacks()
     try:
       yield
     except Exception as error:
       steps = sorted(s for s in self.manager.all_steps() if s < step)
       reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
       offer = (
-        f"the previous checkpoint is step {steps[-1]}: train from it with "
-        f"--config.train.resume_step={steps[-1]}, or evaluate it with --eval_step={steps[-1]}"
+        f"the previous checkpoint is step {steps[-1]}: {self.retry.format(step=steps[-1])}"
         if steps
         else f"there is no earlier checkpoint; remove {self.directory} to train from scratch"
       )
@@ -208,6 +214,25 @@ class Checkpointer:
     self.manager.close()
 
 
+def _drop_closed_loop_callbacks() -> None:
+  """Silences the one harmless echo of a failed read, for the rest of the process: TensorStore
+  completes the read's abandoned futures later, from its own threads, and each completion calls
+  into Orbax's event loop, closed by then; Python prints every such RuntimeError as a traceback
+  ("Exception ignored ... Event loop is closed"), around the one error line. Any other
+  unraisable exception still prints."""
+  previous = sys.unraisablehook
+  if getattr(previous, "drops_closed_loop", False):
+    return
+
+  def hook(unraisable) -> None:
+    error = unraisable.exc_value
+    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+      previous(unraisable)
+
+  hook.drops_closed_loop = True
+  sys.unraisablehook = hook
+
+
 def _no_space(error: BaseException) -> bool:
   """ENOSPC as an OSError, or as TensorStore words it inside Orbax's ValueError."""
   return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
@@ -253,10 +278,13 @@ class Reader:
   the one place a wanted step (None: the latest) is resolved. Creates nothing: a workdir without
   checkpoints/ reads as no steps. Use as a context manager (`with Reader(workdir) as r`)."""
 
-  def __init__(self, workdir: str):
+  def __init__(self, workdir: str, retry: str | None = None):
+    """`retry`: what an unreadable step's error offers to do with the one before it."""
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     exists = os.path.isdir(self.directory)
     self._ckpt = Checkpointer(workdir, read_only=True) if exists else None
+    if exists and retry:
+      self._ckpt.retry = retry
     self.steps = sorted(self._ckpt.manager.all_steps()) if exists else []
 
   @property
@@ -302,21 +330,31 @@ def latest_step(workdir: str) -> int | None:
     return reader.latest
 
 
-def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
+def restore_params(
+  workdir: str, step: int | None = None, retry: str = "restore it with step={step}"
+) -> tuple[dict, dict]:
   """For notebooks and `lcx.tools.export`: (params as nested dicts of numpy arrays, checkpoint
-  metadata + step).
+  metadata + step). An unreadable step is a RunFault offering the one before it (`retry`).
 
   Works on any device layout (one CPU, another mesh size) because it restores to host numpy.
   """
-  with Reader(workdir) as ckpt:
+  with Reader(workdir, retry) as ckpt:
     if not ckpt.steps:
       raise FileNotFoundError(f"no complete checkpoint in {ckpt.directory}")
     step = ckpt.step(step, "step")
     meta = dict(ckpt.meta(step), step=step)
-  path = os.path.join(ckpt.directory, str(step), "state")
+    with ckpt._ckpt._reading(step):
+      params = _numpy_params(os.path.join(ckpt.directory, str(step), "state"))
+  return params, meta
+
+
+def _numpy_params(path: str) -> dict:
+  """The `params` of the state item at `path` as host numpy arrays. Its tree is read by the
+  handler itself: the checkpointer's `metadata` logs a damaged item's error as a warning and
+  returns None in its place."""
+  tree = ocp.PyTreeCheckpointHandler().metadata(epath.Path(path)).tree["params"]
   reader = ocp.PyTreeCheckpointer()
   with _no_item_metadata_warning():
-    tree = reader.metadata(path).item_metadata.tree["params"]
     as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     restored = reader.restore(
       path,
@@ -324,7 +362,7 @@ def restore_params(workdir: str, step: int | None = None) -> tuple[dict, dict]:
         item={"params": tree}, restore_args={"params": as_numpy}, partial_restore=True
       ),
     )
-  return _unwrap_variables(restored["params"]), meta
+  return _unwrap_variables(restored["params"])
 
 
 @contextlib.contextmanager
