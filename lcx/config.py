@@ -57,7 +57,8 @@ RANGES = [
   ("model.remat", lambda v: v in REMATS, tuple(REMATS)),
   ("model.norm_eps", lambda v: v > 0, "> 0"),
   ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
-  ("train.steps", lambda v: v >= 0, ">= 0"),
+  # One range for every mode: a run trains at least one step (--mode=eval trains none).
+  ("train.steps", lambda v: v >= 1, ">= 1 to train (--mode=eval evaluates alone)"),
   ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
   ("train.resume_step", lambda v: v >= 0, ">= 0 (0: the latest checkpoint)"),
   ("train.lr", lambda v: v > 0, "> 0"),

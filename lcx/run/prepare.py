@@ -83,8 +83,6 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   `workdir`: the run to train; with it a `train.init_from` is resolved (`_init_from`) and
   checked against its source, and `init_from` of the result says where parameters come from.
   """
-  if workdir is not None and config.train.steps == 0:  # nothing to train: write no run dir
-    raise errors.not_allowed("train.steps", 0, ">= 1 to train (--mode=eval evaluates alone)")
   config = with_scaling_file(config)
   # config_lib.validate's checks, before any data is read, sharing the one model trace
   config_lib.check_fields(config)
