@@ -385,7 +385,8 @@ def _resume_step(ckpt, config, workdir: str):
   moved = ckpt.set_aside_after(step)
   ckpt.close()
   aside = os.path.join(workdir, checkpoint.SET_ASIDE)
-  say(f"train.resume_step={step}: steps {moved} moved to {aside}")
+  names = ", ".join(moved.values())
+  say(f"train.resume_step={step}: steps {list(moved)} moved to {aside} as {names}")
   return checkpoint.Checkpointer(
     workdir, every=config.train.checkpoint_every, keep=config.train.keep_checkpoints
   )
