@@ -36,7 +36,7 @@ from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   TEMPERATURES,
   is_block_size,
 )
-from lcx.run import data, metrics
+from lcx.run import data, metrics, resume
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
@@ -152,6 +152,11 @@ OPTIONS = [
   ("model.attention.impl", lambda v: v in IMPLS, IMPLS),
   ("model.attention.block_size", is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
+  (
+    "train.allow_changes",
+    lambda v: set(items(v)) <= set(resume.SCHEDULE_FIELDS),
+    f"comma-separated names from {', '.join(resume.SCHEDULE_FIELDS)}, or '' (none)",
+  ),
   (
     "train.trackers",
     lambda v: set(metrics.tracker_names(v)) <= set(metrics.TRACKERS),

@@ -136,6 +136,11 @@ def get_config(arg=None):
   # checkpoint); the later steps are moved to WORKDIR/checkpoints_set_aside/, not deleted (a
   # step number set aside again is kept beside the earlier one, as STEP.1, STEP.2, ...).
   config.train.resume_step = 0
+  # Comma list of schedule fields a resume may change (train.steps, lr, min_lr, warmup_steps,
+  # decay), from the resumed step on; each change is recorded in WORKDIR/config_history.jsonl.
+  # Any other trained field (seed, data.*, model.*, ...) never changes on resume
+  # (lcx/run/resume.py); eval, logging and checkpoint settings change freely.
+  config.train.allow_changes = ""
 
   # DIR[@STEP]: a fresh run starts from another run's parameters (latest step, or STEP) with a
   # fresh optimizer and schedule: fine-tuning at a new data.seq_len / position scaling.

@@ -131,9 +131,11 @@ def test_a_resume_with_another_model_shape_writes_nothing(tmp_path, capsys):
     main.run(wider, workdir, "train")
   assert exit_.value.code == 2
   assert _error_line(capsys) == (
-    f"error: model.d_model=128 differs from the checkpoint's 64: --workdir={workdir} holds a "
-    "checkpoint (step 2) trained with model.d_model=64; resume with the run's own settings, "
-    "or train in another --workdir"
+    f"error: --workdir={workdir} holds a checkpoint (step 2) trained with other settings: "
+    "model.d_model: 64 -> 128 cannot change (they set what the weights and the data mean): "
+    "resume with the run's own values, or train in another --workdir; train.steps: 2 -> 4 "
+    "change the schedule: to apply them from step 2, resume with "
+    "--config.train.allow_changes=train.steps"
   )
   assert _files(workdir) == before
 
@@ -349,15 +351,16 @@ def test_an_unreadable_checkpoint_is_named_and_the_previous_one_offered(tmp_path
     "the previous checkpoint is step 1: train from it with --config.train.resume_step=1, "
     "or evaluate it with --eval_step=1"
   )
+  longer = {"allow_changes": "train.steps"}  # trains past the run's train.steps=2
   for mode in ("train", "eval"):
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
-      main.run(tiny_config("rope", steps=4, checkpoint_every=1), str(workdir), mode)
+      main.run(tiny_config("rope", steps=4, checkpoint_every=1, **longer), str(workdir), mode)
     assert exit_.value.code == 2
     line = _error_line(capsys)
     assert line.startswith(f"error: checkpoint step 2 in {workdir}/checkpoints is unreadable (")
     assert line.endswith(offer) and len(line) < 500, line
-  config = tiny_config("rope", steps=4, checkpoint_every=1, resume_step=1)
+  config = tiny_config("rope", steps=4, checkpoint_every=1, resume_step=1, **longer)
   main.run(config, str(workdir), "train")
   assert "resume_step=1: steps [2] moved to" in capsys.readouterr().err
   assert sorted(os.listdir(workdir / "checkpoints_set_aside")) == ["2"]
