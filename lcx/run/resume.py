@@ -105,7 +105,7 @@ def check(differences, allow: str, where: str, step: int) -> dict | None:
     raise errors.not_allowed(
       "train.steps",
       steps[0],
-      f">= {step}: {where} (train.resume_step=N resumes from an earlier one)",
+      f">= {step}, as {where}; train.resume_step=N resumes from an earlier one",
     )
   allowed = [name.strip() for name in allow.split(",") if name.strip()]
   fixed = [d for d in differences if kind(d[0]) == FIXED]
