@@ -35,6 +35,12 @@ from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config
     # one check, one range: a negative count and 0 are refused alike
     ("train.steps", -5, r"^train.steps=-5 is not allowed; allowed: >= 1 to train \(--mode=eval"),
     ("train.steps", 0, r"^train.steps=0 is not allowed; allowed: >= 1 to train \(--mode=eval"),
+    (
+      "train.allow_changes",
+      "train.lr,seed",
+      r"^train.allow_changes='train.lr,seed' is not allowed; allowed: comma-separated names from "
+      r"train.steps, train.lr, train.min_lr, train.warmup_steps, train.decay, or '' \(none\)$",
+    ),
   ],
 )
 def test_out_of_range_values(field, value, message):
