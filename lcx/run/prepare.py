@@ -107,8 +107,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   changed = None
   if resumed is not None:
     step, changed = resumed
-    where = f"--workdir={workdir} holds a checkpoint (step {step})"
-    _check_shapes(abstract_params, workdir, step, f"{where}: ", "the checkpoint")
+    _check_shapes(abstract_params, workdir, step, f"{_holds(workdir, step)}: ", "the checkpoint")
   return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source, changed)
 
 
@@ -355,11 +354,15 @@ def _resumed(config, workdir: str) -> tuple[int, dict | None] | None:
     _adopt_init_from(given, trained)
   entry = resume.check(
     variants.differences(given.to_dict(), trained),
-    config.train.allow_changes,
-    f"--workdir={workdir} holds a checkpoint (step {step})",
+    config_lib.items(config.train.allow_changes),
+    _holds(workdir, step),
     step,
   )
   return step, entry and {**entry, "before": trained}
+
+
+def _holds(workdir: str, step: int) -> str:
+  return f"--workdir={workdir} holds a checkpoint (step {step})"
 
 
 def restore(prepared, workdir: str, step: int | None = None, trained=None):

@@ -76,7 +76,7 @@ def kind(field: str) -> str:
   return FIXED
 
 
-def _named_first(differences: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
+def _by_section_name(differences: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
   """`differences` without the fields of a NAMED section whose name changed (the name says it)."""
   renamed = [s for s in NAMED if any(field == f"{s}.name" for field, _, _ in differences)]
   return [
@@ -90,16 +90,16 @@ def _listed(changes: list[tuple[str, Any, Any]]) -> str:
   return ", ".join(f"{field}: {old!r} -> {new!r}" for field, new, old in changes)
 
 
-def check(differences, allow: str, where: str, step: int) -> dict | None:
+def check(differences, allowed: list[str], where: str, step: int) -> dict | None:
   """The history entry of a resume from checkpoint `step` whose config differs from the one it
   was trained with by `differences` ((field, new value, trained value), as
   `lcx.variants.differences` gives them), or None when no SCHEDULE field changed.
 
   ValueError (one line; `where` says which checkpoint) naming every FIXED field changed and
-  every SCHEDULE field changed that `allow` (train.allow_changes) does not name; or naming
+  every SCHEDULE field changed that `allowed` (train.allow_changes' names) lacks; or naming
   train.steps when it falls below `step`, which is already trained.
   """
-  differences = _named_first(list(differences))
+  differences = _by_section_name(list(differences))
   steps = [new for field, new, _ in differences if field == "train.steps"]
   if steps and steps[0] < step:
     raise errors.not_allowed(
@@ -107,7 +107,6 @@ def check(differences, allow: str, where: str, step: int) -> dict | None:
       steps[0],
       f">= {step}, as {where}; train.resume_step=N resumes from an earlier one",
     )
-  allowed = [name.strip() for name in allow.split(",") if name.strip()]
   fixed = [d for d in differences if kind(d[0]) == FIXED]
   unasked = [d for d in differences if kind(d[0]) == SCHEDULE and d[0] not in allowed]
   problems = []
