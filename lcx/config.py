@@ -36,7 +36,7 @@ from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   TEMPERATURES,
   is_block_size,
 )
-from lcx.run import data, metrics
+from lcx.run import data, metrics, resume
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
@@ -57,7 +57,8 @@ RANGES = [
   ("model.remat", lambda v: v in REMATS, tuple(REMATS)),
   ("model.norm_eps", lambda v: v > 0, "> 0"),
   ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
-  ("train.steps", lambda v: v >= 0, ">= 0"),
+  # One range for every mode: a run trains at least one step (--mode=eval trains none).
+  ("train.steps", lambda v: v >= 1, ">= 1 to train (--mode=eval evaluates alone)"),
   ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
   ("train.resume_step", lambda v: v >= 0, ">= 0 (0: the latest checkpoint)"),
   ("train.lr", lambda v: v > 0, "> 0"),
@@ -151,6 +152,11 @@ OPTIONS = [
   ("model.attention.impl", lambda v: v in IMPLS, IMPLS),
   ("model.attention.block_size", is_block_size, "a power of two >= 1"),
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
+  (
+    "train.allow_changes",
+    lambda v: set(items(v)) <= set(resume.SCHEDULE_FIELDS),
+    f"comma-separated names from {', '.join(resume.SCHEDULE_FIELDS)}, or '' (none)",
+  ),
   (
     "train.trackers",
     lambda v: set(metrics.tracker_names(v)) <= set(metrics.TRACKERS),

@@ -133,8 +133,14 @@ def get_config(arg=None):
   config.train.checkpoint_every = 500  # steps between checkpoints
   config.train.keep_checkpoints = 3  # interval checkpoints kept
   # >0: resume from this checkpoint step, not the latest (e.g. the one before an unreadable
-  # checkpoint); the later steps are moved to WORKDIR/checkpoints_set_aside/, not deleted.
+  # checkpoint); the later steps are moved to WORKDIR/checkpoints_set_aside/, not deleted (a
+  # step number set aside again is kept beside the earlier one, as STEP.1, STEP.2, ...).
   config.train.resume_step = 0
+  # Comma list of schedule fields a resume may change (train.steps, lr, min_lr, warmup_steps,
+  # decay), from the resumed step on; each change is recorded in WORKDIR/config_history.jsonl.
+  # Any other trained field (seed, data.*, model.*, ...) never changes on resume
+  # (lcx/run/resume.py); eval, logging and checkpoint settings change freely.
+  config.train.allow_changes = ""
 
   # DIR[@STEP]: a fresh run starts from another run's parameters (latest step, or STEP) with a
   # fresh optimizer and schedule: fine-tuning at a new data.seq_len / position scaling.

@@ -66,23 +66,35 @@ def _is(field: str, prefixes) -> bool:
   return any(field == p or field.startswith(p + ".") for p in prefixes)
 
 
-def trained_difference(
-  config: dict, trained: dict, may_change: tuple[str, ...] = EVAL_TIME
-) -> tuple[str, Any, Any] | None:
-  """(field, value in `config`, value in `trained`) of the first trained field outside
-  `may_change` where the two resolved configs (as dicts) differ; None if none does.
+def differences(config: dict, trained: dict) -> list[tuple[str, Any, Any]]:
+  """(field, value in `config`, value in `trained`) of every field where the two resolved
+  configs (as dicts) differ, by dotted name, model.position.name first (a scheme switch explains
+  every other difference).
 
   A field `trained` lacks (a run saved before lcx had it) counts as its default: a new field's
-  default is the behaviour lcx had before it (model.nope_every=0, ...).
+  default is the behaviour lcx had before it (model.nope_every=0, ...); its value there is None.
   """
   given = flatten(json.loads(json.dumps(config, default=list)))
   saved = flatten(json.loads(json.dumps(trained, default=list)))
   default = flatten(json.loads(json.dumps(defaults.get_config().to_dict(), default=list)))
-  first = "model.position.name"  # a scheme switch explains every other difference
+  first = "model.position.name"
+  out = []
   for field in sorted(set(given) | set(saved), key=lambda f: (f != first, f)):
     value = saved[field] if field in saved else default.get(field)
-    if _is(field, TRAINED) and not _is(field, may_change) and given.get(field) != value:
-      return field, given.get(field), saved.get(field)
+    if given.get(field) != value:
+      out.append((field, given.get(field), saved.get(field)))
+  return out
+
+
+def trained_difference(
+  config: dict, trained: dict, may_change: tuple[str, ...] = EVAL_TIME
+) -> tuple[str, Any, Any] | None:
+  """(field, value in `config`, value in `trained`) of the first trained field outside
+  `may_change` where the two resolved configs (as dicts) differ (`differences`); None if none
+  does."""
+  for field, given, saved in differences(config, trained):
+    if _is(field, TRAINED) and not _is(field, may_change):
+      return field, given, saved
   return None
 
 

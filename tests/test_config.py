@@ -32,6 +32,15 @@ from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config
       r"^model.dtype='float16' is not allowed; allowed: float32, bfloat16",
     ),
     ("train.b2", 1.0, r"^train.b2=1.0 is not allowed; allowed: in \[0, 1\)$"),
+    # one check, one range: a negative count and 0 are refused alike
+    ("train.steps", -5, r"^train.steps=-5 is not allowed; allowed: >= 1 to train \(--mode=eval"),
+    ("train.steps", 0, r"^train.steps=0 is not allowed; allowed: >= 1 to train \(--mode=eval"),
+    (
+      "train.allow_changes",
+      "train.lr,seed",
+      r"^train.allow_changes='train.lr,seed' is not allowed; allowed: comma-separated names from "
+      r"train.steps, train.lr, train.min_lr, train.warmup_steps, train.decay, or '' \(none\)$",
+    ),
   ],
 )
 def test_out_of_range_values(field, value, message):

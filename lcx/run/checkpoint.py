@@ -11,6 +11,7 @@ import contextlib
 import errno
 import glob
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -111,19 +112,20 @@ class Checkpointer:
         f"checkpoint step {step} in {self.directory} is unreadable ({reason}); {offer}"
       ) from error
 
-  def set_aside_after(self, step: int) -> list[int]:
+  def set_aside_after(self, step: int) -> dict[int, str]:
     """Moves the steps after `step` to WORKDIR/checkpoints_set_aside/ (kept, never loaded),
-    so training resumes from `step` and saves its later steps anew; returns the moved steps.
-    The manager must be made again afterwards (it lists the steps once)."""
+    so training resumes from `step` and saves its later steps anew; returns {moved step: the
+    name it is kept under}. A step set aside before keeps its folder: a later one of the same
+    number is kept beside it (`_aside_name`), never over it. The manager must be made again
+    afterwards (it lists the steps once)."""
     later = sorted(s for s in self.manager.all_steps() if s > step)
     aside = os.path.join(os.path.dirname(self.directory), SET_ASIDE)
     os.makedirs(aside, exist_ok=True)
+    moved = {}
     for s in later:
-      target = os.path.join(aside, str(s))
-      if os.path.exists(target):
-        shutil.rmtree(target)
-      os.replace(os.path.join(self.directory, str(s)), target)
-    return later
+      moved[s] = _aside_name(aside, s)
+      os.rename(os.path.join(self.directory, str(s)), os.path.join(aside, moved[s]))
+    return moved
 
   def should_save(self, step: int) -> bool:
     return self.manager.should_save(step)
@@ -231,6 +233,13 @@ def _drop_closed_loop_callbacks() -> None:
 
   hook.drops_closed_loop = True
   sys.unraisablehook = hook
+
+
+def _aside_name(aside: str, step: int) -> str:
+  """The first free name for set-aside step `step`: `STEP`, else `STEP.1`, `STEP.2`, ... (one
+  per earlier set-aside of that step, oldest first), so no set-aside replaces another."""
+  names = (str(step) if n == 0 else f"{step}.{n}" for n in itertools.count())
+  return next(name for name in names if not os.path.lexists(os.path.join(aside, name)))
 
 
 def _no_space(error: BaseException) -> bool:

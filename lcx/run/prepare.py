@@ -26,7 +26,7 @@ from lcx import config as config_lib, errors, variants
 from lcx.model import decoder as model_lib
 from lcx.model.decoder import is_variable
 from lcx.model.positions import scaling as scaling_lib
-from lcx.run import checkpoint, data, sharding
+from lcx.run import checkpoint, data, resume, sharding
 from lcx.run.data import tokenizers
 from lcx.run.metrics import say
 from lcx.run.run_config import run_config as run_config  # was defined here: callers keep the name
@@ -56,6 +56,9 @@ class Prepared:
   graphdef: Any
   abstract_params: Any
   init_from: Source | None = None  # training starts from these parameters (a fresh run only)
+  # A resume's accepted schedule changes (train.allow_changes): the entry `train` adds to
+  # WORKDIR/config_history.jsonl (`lcx.run.resume.record`); None when nothing changed.
+  changed: dict | None = None
 
 
 def abstract_sharded(tree, mesh, rules):
@@ -83,12 +86,12 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   `workdir`: the run to train; with it a `train.init_from` is resolved (`_init_from`) and
   checked against its source, and `init_from` of the result says where parameters come from.
   """
-  if workdir is not None and config.train.steps == 0:  # nothing to train: write no run dir
-    raise errors.not_allowed("train.steps", 0, ">= 1 to train (--mode=eval evaluates alone)")
   config = with_scaling_file(config)
   # config_lib.validate's checks, before any data is read, sharing the one model trace
   config_lib.check_fields(config)
   config = config_lib.resolve(config, data.vocab_size(config.data))  # the tokenizer's, unloaded
+  # A resume's changed fields, refused before a corpus is built or a model traced.
+  resumed = _resumed(config, workdir) if workdir is not None else None
   graphdef, params = model_lib.abstract(config.model)
   sharding.check_mesh(config, jax.device_count(), params)
   data.open_source(config.data)  # a missing corpus fails here, before anything is written
@@ -101,9 +104,11 @@ def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Pr
   abstract_params = abstract_sharded(params, mesh, rules)
   if source is not None:
     _check_source(config, abstract_params, source, source_cfg)
-  if workdir is not None:
-    _check_resume(config, abstract_params, workdir)
-  return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source)
+  changed = None
+  if resumed is not None:
+    step, changed = resumed
+    _check_shapes(abstract_params, workdir, step, f"{_holds(workdir, step)}: ", "the checkpoint")
+  return Prepared(config, tokenizer, mesh, rules, graphdef, abstract_params, source, changed)
 
 
 def with_scaling_file(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -217,6 +222,13 @@ def _set_original_length(config, length: int | None) -> None:
     sc[scaling_lib.LENGTH] = int(length)
 
 
+def _adopt_init_from(config, recorded: dict) -> None:
+  """A resumed fine-tune's train.init_from and scaling length: the run's own (`recorded`)."""
+  config.train.init_from = recorded["train"].get("init_from", "")
+  scaling = recorded["model"]["position"].get("scaling") or {}
+  _set_original_length(config, scaling.get(scaling_lib.LENGTH))
+
+
 def _init_from(config, workdir: str, tokenizer) -> tuple[Source | None, dict | None]:
   """Resolves train.init_from in `config` (in place) for a run in `workdir`.
 
@@ -234,9 +246,7 @@ def _init_from(config, workdir: str, tokenizer) -> tuple[Source | None, dict | N
       f"train.init_from={config.train.init_from!r} not used: {workdir} holds its own "
       f"checkpoint (step {own}), training resumes from it"
     )
-    config.train.init_from = recorded["train"].get("init_from", "")
-    scaling = recorded["model"]["position"].get("scaling") or {}
-    _set_original_length(config, scaling.get(scaling_lib.LENGTH))
+    _adopt_init_from(config, recorded)
     return None, None
   source, meta = _source(config.train.init_from)
   check_tokenizer(meta, tokenizer, f"train.init_from={config.train.init_from!r}: the source")
@@ -323,28 +333,36 @@ def _check_shapes(
       )
 
 
-def _check_resume(config, abstract_params, workdir: str) -> None:
-  """A run resumes its own latest checkpoint with the trained fields and parameter shapes it
-  was saved with, checked before anything is written (a failed resume used to leave the new
-  config.json over the old weights); eval-time fields may change."""
+def _resumed(config, workdir: str) -> tuple[int, dict | None] | None:
+  """(the step a training in `workdir` resumes from, the history entry of its accepted changes
+  or None), or None for a fresh run: `config` is compared with the config that checkpoint was
+  saved with, field by field (`lcx.run.resume.check`, ValueError naming each refused change),
+  before anything is written (a failed resume used to leave the new config.json over the old
+  weights). A train.init_from given again is the one the run recorded (`_init_from`)."""
   step, wanted = checkpoint.latest_step(workdir), config.train.resume_step
   if step is None:
-    return
+    return None
   if wanted and not resumed_from(workdir, step, wanted):
     steps = checkpoint_steps(workdir)
     if wanted not in steps:
       raise errors.not_allowed("train.resume_step", wanted, [0, *steps])
     step = wanted
   _, meta = checkpoint_meta(workdir, step)
-  where = f"--workdir={workdir} holds a checkpoint (step {step})"
-  differs = variants.trained_difference(config.to_dict(), meta["config"])
-  if differs:
-    field, given, saved = differs
-    raise ValueError(
-      f"{field}={given!r} differs from the checkpoint's {saved!r}: {where} trained with "
-      f"{field}={saved!r}; resume with the run's own settings, or train in another --workdir"
-    )
-  _check_shapes(abstract_params, workdir, step, f"{where}: ", "the checkpoint")
+  trained = meta["config"]
+  given = ml_collections.ConfigDict(config.to_dict())
+  if given.train.init_from:
+    _adopt_init_from(given, trained)
+  entry = resume.check(
+    variants.differences(given.to_dict(), trained),
+    config_lib.items(config.train.allow_changes),
+    _holds(workdir, step),
+    step,
+  )
+  return step, entry and {**entry, "before": trained}
+
+
+def _holds(workdir: str, step: int) -> str:
+  return f"--workdir={workdir} holds a checkpoint (step {step})"
 
 
 def restore(prepared, workdir: str, step: int | None = None, trained=None):

@@ -24,7 +24,7 @@ from flax import nnx
 from lcx import config as config_lib, errors
 from lcx.model import positions
 from lcx.model.decoder import Decoder
-from lcx.run import checkpoint, data, prepare as prepare_lib, sharding
+from lcx.run import checkpoint, data, prepare as prepare_lib, resume, sharding
 from lcx.run.metrics import MetricWriter, say
 from lcx.run.prepare import abstract_sharded
 from lcx.tools.evaluate import during_train
@@ -292,6 +292,7 @@ def _train(prepared, workdir: str, stop: dict) -> Outcome:
   # The validation sample of evaluation during training, drawn before anything is written.
   evaluator = during_train.DuringTrain(prepared) if config.train.eval_every else None
   if jax.process_index() == 0:
+    _record_changes(prepared.changed, workdir)  # before config.json claims them
     config_lib.save(config, workdir)
   trainer = Trainer(prepared)
   iterator = data.make_train_iterator(
@@ -385,10 +386,21 @@ def _resume_step(ckpt, config, workdir: str):
   moved = ckpt.set_aside_after(step)
   ckpt.close()
   aside = os.path.join(workdir, checkpoint.SET_ASIDE)
-  say(f"train.resume_step={step}: steps {moved} moved to {aside}")
+  names = ", ".join(moved.values())
+  say(f"train.resume_step={step}: steps {list(moved)} moved to {aside} as {names}")
   return checkpoint.Checkpointer(
     workdir, every=config.train.checkpoint_every, keep=config.train.keep_checkpoints
   )
+
+
+def _record_changes(changed: dict | None, workdir: str) -> None:
+  """A resume's accepted schedule changes (train.allow_changes), said and recorded with the step
+  they apply from in WORKDIR/config_history.jsonl, which keeps the config they replaced."""
+  if changed is None:
+    return
+  path = os.path.join(workdir, resume.HISTORY)
+  said = "recorded in" if resume.record(workdir, changed) else "already recorded in"
+  say(f"train.allow_changes: {resume.describe(changed)} ({said} {path})")
 
 
 def _fetch(writer, step, metrics, log_now, evals):

@@ -15,11 +15,11 @@ import time
 import pytest
 
 from lcx import main
-from lcx.run import prepare, train
+from lcx.run import prepare, resume, train
 from lcx.run.data import corpus
 from lcx.tools import evaluate, report, sweep
 from lcx.tools.evaluate import memory
-from tests.helpers import ROOT, TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import ROOT, TINY_FLAGS, read_metrics, run_lcx, tiny_config
 from tests.tools.test_sweep import _experiment, _sweep
 
 
@@ -120,22 +120,74 @@ def _files(directory) -> dict[str, bytes]:
   }
 
 
-def test_a_resume_with_another_model_shape_writes_nothing(tmp_path, capsys):
+def test_a_resume_with_other_settings_names_each_change_and_writes_nothing(tmp_path, capsys):
   workdir = str(tmp_path / "run")
   train.train(tiny_config("rope", steps=2), workdir)
   before = _files(workdir)
-  wider = tiny_config("rope", steps=4)
-  wider.model.d_model = 128
+  other = tiny_config("rope", steps=4, lr=2e-3)
+  other.seed = 7
+  other.model.d_model = 128
+  other.data.batch_size = 16
+  other.data.validation_fraction = 0.1  # moves documents between the splits
   capsys.readouterr()
   with pytest.raises(SystemExit) as exit_:
-    main.run(wider, workdir, "train")
+    main.run(other, workdir, "train")
   assert exit_.value.code == 2
   assert _error_line(capsys) == (
-    f"error: model.d_model=128 differs from the checkpoint's 64: --workdir={workdir} holds a "
-    "checkpoint (step 2) trained with model.d_model=64; resume with the run's own settings, "
-    "or train in another --workdir"
+    f"error: --workdir={workdir} holds a checkpoint (step 2) trained with other settings: "
+    "data.batch_size: 8 -> 16, data.validation_fraction: 0.05 -> 0.1, model.d_model: 64 -> 128, "
+    "seed: 0 -> 7 cannot change (they set what the weights and the data mean): resume with the "
+    "run's own values, or train in another --workdir; train.lr: 0.001 -> 0.002, train.steps: "
+    "2 -> 4 change the schedule: to apply them from step 2, resume with "
+    "--config.train.allow_changes=train.lr,train.steps"
   )
   assert _files(workdir) == before
+
+
+def test_an_allowed_schedule_change_is_recorded_with_its_step(tmp_path, capsys):
+  """train.allow_changes applies a new schedule from the resumed step; config_history.jsonl
+  keeps the change, its step and the config it replaced; the same command again adds nothing,
+  and fewer steps than trained are refused."""
+  workdir = tmp_path / "run"
+  train.train(tiny_config("rope", steps=2, checkpoint_every=1), str(workdir))
+  original = json.loads((workdir / "config.json").read_text())
+  longer = tiny_config("rope", steps=4, checkpoint_every=1, lr=2e-3)
+  longer.train.allow_changes = "train.steps,train.lr"
+  capsys.readouterr()
+  main.run(longer, str(workdir), "train")
+  err = capsys.readouterr().err
+  history = workdir / resume.HISTORY
+  assert (
+    "train.allow_changes: from step 2: train.lr: 0.001 -> 0.002, train.steps: 2 -> 4 "
+    f"(recorded in {history})" in err
+  )
+  assert "resumed from step 2" in err
+  (entry,) = resume.history(str(workdir))
+  assert entry["step"] == 2
+  assert entry["changes"] == {
+    "train.lr": {"from": 0.001, "to": 0.002},
+    "train.steps": {"from": 2, "to": 4},
+  }
+  assert entry["before"] == original  # the original config is kept
+  now = json.loads((workdir / "config.json").read_text())
+  assert (now["train"]["lr"], now["train"]["steps"]) == (0.002, 4)
+  # step 3 (schedule index 2) ran on the new schedule: warmup 5 to lr 0.002
+  assert read_metrics(workdir)[3]["lr"] == pytest.approx(0.002 * 2 / 5)
+  lines = history.read_bytes()
+  main.run(longer, str(workdir), "train")  # the same command again: nothing changes
+  longer.train.allow_changes = ""  # nor with the flag dropped: the run's settings now
+  main.run(longer, str(workdir), "train")
+  assert history.read_bytes() == lines
+  assert "train.allow_changes:" not in capsys.readouterr().err
+  shorter = tiny_config("rope", steps=3, checkpoint_every=1, lr=2e-3, allow_changes="train.steps")
+  with pytest.raises(SystemExit) as exit_:
+    main.run(shorter, str(workdir), "train")
+  assert exit_.value.code == 2
+  assert _error_line(capsys) == (
+    f"error: train.steps=3 is not allowed; allowed: >= 4, as --workdir={workdir} holds a "
+    "checkpoint (step 4); train.resume_step=N resumes from an earlier one"
+  )
+  assert history.read_bytes() == lines
 
 
 def _alive(pid: int) -> bool:
@@ -349,15 +401,16 @@ def test_an_unreadable_checkpoint_is_named_and_the_previous_one_offered(tmp_path
     "the previous checkpoint is step 1: train from it with --config.train.resume_step=1, "
     "or evaluate it with --eval_step=1"
   )
+  longer = {"allow_changes": "train.steps"}  # trains past the run's train.steps=2
   for mode in ("train", "eval"):
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
-      main.run(tiny_config("rope", steps=4, checkpoint_every=1), str(workdir), mode)
+      main.run(tiny_config("rope", steps=4, checkpoint_every=1, **longer), str(workdir), mode)
     assert exit_.value.code == 2
     line = _error_line(capsys)
     assert line.startswith(f"error: checkpoint step 2 in {workdir}/checkpoints is unreadable (")
     assert line.endswith(offer) and len(line) < 500, line
-  config = tiny_config("rope", steps=4, checkpoint_every=1, resume_step=1)
+  config = tiny_config("rope", steps=4, checkpoint_every=1, resume_step=1, **longer)
   main.run(config, str(workdir), "train")
   assert "resume_step=1: steps [2] moved to" in capsys.readouterr().err
   assert sorted(os.listdir(workdir / "checkpoints_set_aside")) == ["2"]

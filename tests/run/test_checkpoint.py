@@ -157,3 +157,39 @@ def test_a_reader_waits_at_no_barrier_across_processes(tmp_path, monkeypatch, ca
     assert reader.param_shapes(1) == {"w": (3,)}
   assert barriers and all(processes == {jax.process_index()} for _, processes in barriers)
   assert "read only" not in caplog.text  # Orbax's warning on opening one, dropped
+
+
+def _tree(directory) -> dict[str, bytes]:
+  """Every file under `directory`, by relative path, with its bytes."""
+  return {
+    str(path.relative_to(directory)): path.read_bytes()
+    for path in sorted(directory.rglob("*"))
+    if path.is_file()
+  }
+
+
+def _save_steps(workdir, steps, note):
+  writer = checkpoint.Checkpointer(str(workdir), every=1, keep=10, async_save=False)
+  for step in steps:
+    state = {"params": {"w": np.full(3, step, np.float32)}}
+    writer.save(step, state, _Iterator(), {"note": note}, force=True)
+  return writer
+
+
+def test_a_second_set_aside_keeps_the_first_beside_it(tmp_path):
+  """train.resume_step twice over the same step number: the step set aside first keeps its
+  folder and files; the later one is kept beside it under the next free name."""
+  aside = tmp_path / checkpoint.SET_ASIDE
+  writer = _save_steps(tmp_path, [1, 2], "first")
+  moved = [writer.set_aside_after(1)]
+  writer.close()
+  first = _tree(aside / "2")
+  writer = _save_steps(tmp_path, [2, 3], "second")  # retrained from step 1
+  second = _tree(tmp_path / "checkpoints" / "2")
+  assert second != first
+  moved.append(writer.set_aside_after(1))
+  writer.close()
+  assert sorted(p.name for p in aside.iterdir()) == ["2", "2.1", "3"]
+  assert _tree(aside / "2") == first and _tree(aside / "2.1") == second
+  assert moved == [{2: "2"}, {2: "2.1", 3: "3"}]
+  assert checkpoint.latest_step(str(tmp_path)) == 1

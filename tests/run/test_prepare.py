@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from lcx import defaults, variants
-from lcx.run import prepare
-from tests.helpers import tiny_config
+from lcx.run import prepare, resume
+from tests.helpers import set_fields, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +122,87 @@ def test_a_runs_config_reads_back_over_todays_defaults(tiny_run, tmp_path):
 def test_a_directory_without_config_json_is_not_a_run(tmp_path):
   with pytest.raises(ValueError, match=r"^--workdir=.*: no config\.json there"):
     prepare.run_config(str(tmp_path))
+
+
+def _resumed(pos="rope", **fields):
+  """tiny_run's own config (`pos`: another scheme) with dotted `fields` changed."""
+  config = tiny_config(pos, steps=2, warmup_steps=1, checkpoint_every=2)
+  set_fields(config, fields)
+  return config
+
+
+@pytest.mark.parametrize(
+  "pos, fields, named",
+  [
+    ("rope", {"seed": 7}, "seed: 0 -> 7"),
+    ("rope", {"data.batch_size": 4}, "data.batch_size: 8 -> 4"),
+    ("rope", {"data.validation_fraction": 0.1}, "data.validation_fraction: 0.05 -> 0.1"),
+    ("rope", {"data.seed": 1}, "data.seed: 0 -> 1"),
+    ("rope", {"data.seq_len": 64}, "data.seq_len: 32 -> 64, model.max_len: 32 -> 64"),
+    ("rope", {"model.num_layers": 3}, "model.num_layers: 2 -> 3"),
+    ("rope", {"model.position.base": 500000.0}, "model.position.base: 10000.0 -> 500000.0"),
+    ("alibi", {}, "model.position.name: 'rope' -> 'alibi'"),  # not each of its fields
+    ("rope", {"model.dtype": "bfloat16"}, "model.dtype: 'float32' -> 'bfloat16'"),
+    ("rope", {"train.weight_decay": 0.0}, "train.weight_decay: 0.1 -> 0.0"),
+    ("rope", {"train.random_positions": 64}, "train.random_positions: 0 -> 64"),
+    ("rope", {"train.init_from_any_scheme": True}, "train.init_from_any_scheme: False -> True"),
+  ],
+)
+def test_a_resume_refuses_a_change_to_what_the_weights_and_data_mean(tiny_run, pos, fields, named):
+  with pytest.raises(ValueError) as error:
+    prepare.prepare(_resumed(pos, **fields), tiny_run)
+  assert str(error.value) == (
+    f"--workdir={tiny_run} holds a checkpoint (step 2) trained with other settings: {named} "
+    "cannot change (they set what the weights and the data mean): resume with the run's own "
+    "values, or train in another --workdir"
+  )
+
+
+def test_a_resume_changes_the_schedule_only_when_asked_and_the_rest_silently(tiny_run):
+  before = sorted(os.listdir(tiny_run))
+  free = {
+    "train.log_every": 7,
+    "train.checkpoint_every": 3,
+    "train.keep_checkpoints": 1,
+    "train.trackers": "",
+    "train.eval_every": 2,
+    "eval.num_tokens": 256,
+    "model.attention.impl": "xla",
+    "model.attention.chunk_size": 64,
+    "model.remat": "block",
+    "mesh.data": 1,
+  }
+  assert prepare.prepare(_resumed(**free), tiny_run).changed is None
+  schedule = {"train.steps": 6, "train.lr": 3e-3, "train.warmup_steps": 2, "train.decay": "linear"}
+  with pytest.raises(ValueError) as error:
+    prepare.prepare(_resumed(**schedule, **{"train.allow_changes": "train.lr"}), tiny_run)
+  assert str(error.value).endswith(
+    "trained with other settings: train.decay: 'cosine' -> 'linear', train.steps: 2 -> 6, "
+    "train.warmup_steps: 1 -> 2 change the schedule: to apply them from step 2, resume with "
+    "--config.train.allow_changes=train.lr,train.decay,train.steps,train.warmup_steps"
+  )
+  allowed = "train.lr,train.decay,train.steps,train.warmup_steps"
+  prepared = prepare.prepare(_resumed(**schedule, **{"train.allow_changes": allowed}), tiny_run)
+  _, meta = prepare.checkpoint_meta(tiny_run, 2)
+  assert prepared.changed == {
+    "step": 2,
+    "changes": {
+      "train.decay": {"from": "cosine", "to": "linear"},
+      "train.lr": {"from": 0.001, "to": 0.003},
+      "train.steps": {"from": 2, "to": 6},
+      "train.warmup_steps": {"from": 1, "to": 2},
+    },
+    "before": meta["config"],
+  }
+  assert sorted(os.listdir(tiny_run)) == before  # prepare writes nothing
+
+
+def test_every_config_section_has_a_resume_kind():
+  """A section added to the config is classified in lcx.run.resume.KINDS (else it counts as
+  fixed): a resume then knows whether it may change."""
+  sections = {field.split(".")[0] for field in variants.flatten(defaults.get_config().to_dict())}
+  assert sections <= set(resume.KINDS)
+  assert resume.kind("model.position.scaling.factor") == resume.FIXED
+  assert resume.kind("model.attention.impl") == resume.FREE
+  assert resume.kind("train.lr") == resume.SCHEDULE
+  assert resume.kind("eval.passkey.seed") == resume.FREE
