@@ -12,8 +12,8 @@ and, for a run `on` another, the fingerprint of the checkpoint it read; later in
 it while all three are unchanged, run it again saying what changed otherwise, and re-run an
 interrupted one (lcx.main resumes from its checkpoint). A training run whose command or
 resolved config changed while its workdir holds checkpoints is refused, naming the difference
-(RUN/sweep_started.json records each launch): those weights belong to the old settings. Afterwards every
-RUNS_DIR/.../RUN/eval/*.json is copied to experiments/NAME/results/RUN/
+(RUN/sweep_started.json records each launch): those weights belong to the old settings.
+Afterwards every RUNS_DIR/.../RUN/eval/*.json is copied to experiments/NAME/results/RUN/
 (experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints) and lcx.tools.report writes
 report.md, results.csv and the plots next to results/. A shard of n > 1 (`--shard=i/n`, e.g.
 one lent GPU's share) instead packs its runs' results into one archive,
@@ -276,13 +276,12 @@ def _read_record(path: str) -> dict | None:
   return recorded if "command" in recorded else None
 
 
-def _recorded(sweep: Sweep, run: str) -> tuple[dict, float] | None:
-  """What last ran `run` (its marker, else the record of its launch) and when it was written."""
+def _recorded(sweep: Sweep, run: str) -> dict | None:
+  """What last ran `run`: its marker, else the record of its launch, if any."""
   for name in (MARKER, STARTED):
-    path = os.path.join(sweep.workdir(run), name)
-    recorded = _read_record(path)
+    recorded = _read_record(os.path.join(sweep.workdir(run), name))
     if recorded is not None:
-      return recorded, os.path.getmtime(path)
+      return recorded
   return None
 
 
@@ -332,6 +331,18 @@ def config_difference(old: dict, new: dict, most: int = 6) -> str:
   ]
   more = f" and {len(differ) - most} more" if len(differ) > most else ""
   return ", ".join(differ[:most]) + more
+
+
+def config_change(sweep: Sweep, run: str, recorded: dict) -> str | None:
+  """How the run's resolved config differs from the one `recorded` (`config_difference`); ""
+  when it no longer loads; None when it is the same, or `recorded` predates config records."""
+  old = recorded.get("config")
+  if not isinstance(old, dict) or "digest" not in old:
+    return None
+  new = resolved_config(sweep, run)
+  if new is None:
+    return ""
+  return None if _digest(new) == old["digest"] else config_difference(old.get("fields") or {}, new)
 
 
 def _steps(workdir: str) -> list[int]:
@@ -389,13 +400,9 @@ def changes(sweep: Sweep, run: str, recorded: dict, written: float) -> list[str]
   out = []
   if recorded.get("command") != sweep.command(run):
     out.append("its command changed")
-  old = recorded.get("config")
-  if isinstance(old, dict) and "digest" in old:
-    new = resolved_config(sweep, run)
-    if new is None:
-      out.append("its config no longer loads")
-    elif _digest(new) != old["digest"]:
-      out.append(f"its config changed: {config_difference(old.get('fields') or {}, new)}")
+  config = config_change(sweep, run, recorded)
+  if config is not None:
+    out.append(f"its config changed: {config}" if config else "its config no longer loads")
   on = sweep.runs[run].on
   if on:
     now = checkpoint_id(sweep.target(run))
@@ -421,21 +428,19 @@ def check_unchanged(sweep: Sweep, chosen: list[str]) -> None:
   for run in chosen:
     if sweep.runs[run].mode not in TRAINS or sweep.runs[run].on:
       continue
-    found = _recorded(sweep, run)
-    if found is None or not _has_checkpoint(sweep.workdir(run)):
+    recorded = _recorded(sweep, run)
+    if recorded is None or not _has_checkpoint(sweep.workdir(run)):
       continue
-    old, new = found[0]["command"], sweep.command(run)
+    old, new = recorded["command"], sweep.command(run)
     if old != new:
       removed = [a for a in old if a not in new] or ["(nothing)"]
       added = [a for a in new if a not in old] or ["(nothing)"]
       what = f"{' '.join(removed)} became {' '.join(added)}"
     else:
-      recorded, fields = found[0].get("config"), resolved_config(sweep, run)
-      if not isinstance(recorded, dict) or fields is None or _digest(fields) == recorded.get(
-        "digest"
-      ):
+      what = config_change(sweep, run, recorded)
+      if not what:  # unchanged, or it no longer loads: the run's own error says why
         continue
-      what = f"its config's {config_difference(recorded.get('fields') or {}, fields)}"
+      what = f"its config's {what}"
     raise ValueError(
       f"run {sweep.name}/{run} changed since it trained: {what}, and "
       f"{_shown(sweep.workdir(run))} holds the old settings' checkpoints; remove that directory "
