@@ -834,6 +834,8 @@ def write_report(sweep: Sweep) -> dict[str, str]:
     )
   else:
     print(report.format_tables(results), flush=True)
+  for warning in filter(None, (report.corpus_warning(results), report.checkpoint_warning(results))):
+    print(f"[sweep] {warning}", file=sys.stderr, flush=True)
   title = f"{sweep.name}{':' + sweep.arg if sweep.arg else ''}"
   return report.write(results, sweep.out_dir, title=title)
 
