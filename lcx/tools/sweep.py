@@ -417,6 +417,7 @@ def changes(sweep: Sweep, run: str, recorded: dict, written: float) -> list[str]
 
 
 def _saved_after(workdir: str, written: float) -> bool:
+  """Whether the latest checkpoint in `workdir` was saved after time `written`."""
   path = os.path.join(workdir, "checkpoints", str(_steps(workdir)[-1]))
   return os.path.getmtime(path) > written
 
@@ -562,9 +563,10 @@ def finish(sweep: Sweep, run: str, child, signals: _Signals) -> int:
   status = child.wait()
   signals.children.discard(child)
   if status == 0 and (signals.received != signal.SIGTERM or child in signals.ended_before):
+    # the launch's record says what ran (a config edited meanwhile did not); made now if lost
     launched = _read_record(os.path.join(sweep.workdir(run), STARTED))
     if launched is None or launched["command"] != sweep.command(run):
-      launched = record(sweep, run)  # what ran is what the launch recorded
+      launched = record(sweep, run)
     finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     _write_json(os.path.join(sweep.workdir(run), MARKER), {**launched, "finished": finished})
   return status

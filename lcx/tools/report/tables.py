@@ -171,7 +171,7 @@ def distinct_runs(results: Sequence[dict]) -> list[dict]:
     if len(found) < 2 or not paths:
       continue
     parts = [pathlib.PurePath(p).parts for p in paths]
-    for k in range(2, max(map(len, parts)) + 1):
+    for k in range(1, max(map(len, parts)) + 1):
       suffixes = [str(pathlib.PurePath(*part[-k:])) for part in parts]
       if len(set(suffixes)) == len(suffixes):
         break
