@@ -522,6 +522,11 @@ def skipped_line(sweep: Sweep, run: str) -> str:
   return f"done earlier ({os.path.join(_shown(sweep.workdir(run)), MARKER)}): skipped"
 
 
+def again_line(sweep: Sweep, run: str, why: list[str], doing: str) -> str:
+  """What the sweep says of a run it marked done that runs again: what changed since."""
+  return f"[sweep] {sweep.name}/{run}: {'; '.join(why)} since it finished: {doing} again"
+
+
 def start_line(head: str, done: int, total: int, durations: list[float]) -> str:
   """A run's first line; once a run has finished in this call, with the runs done/total and an
   ETA from the finished runs' mean duration (runs skipped as done earlier cost nothing)."""
@@ -537,10 +542,7 @@ def launch(
   `env`: defaults for variables the environment does not set."""
   why = changed_since_done(sweep, run)
   if why:
-    print(
-      f"[sweep] {sweep.name}/{run}: {'; '.join(why)} since it finished: running again",
-      flush=True,
-    )
+    print(again_line(sweep, run, why, "running"), flush=True)
     os.remove(os.path.join(sweep.workdir(run), MARKER))
   _write_json(os.path.join(sweep.workdir(run), STARTED), record(sweep, run))
   print("$ python " + shlex.join(command), flush=True)
@@ -918,7 +920,9 @@ def main(argv):
           print(f"{head} {skipped_line(sweep, run)}", flush=True)
           continue
         if FLAGS.dry_run:
-          print(f"{head}\n$ python {shlex.join(command)}", flush=True)
+          why = changed_since_done(sweep, run)
+          print(head + (f"\n{again_line(sweep, run, why, 'would run')}" if why else ""))
+          print(f"$ python {shlex.join(command)}", flush=True)
           continue
         print(start_line(head, i - 1, total, durations), flush=True)
         started = time.perf_counter()

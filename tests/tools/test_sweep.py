@@ -695,15 +695,16 @@ def test_a_run_on_a_retrained_checkpoint_is_done_again_saying_why(tmp_path, caps
   shutil.rmtree(workdir / "checkpoints")  # retrained to the same step: a new fingerprint
   _checkpoint(workdir, 10, "new1111111111111")
   assert sweep.done(loaded, "a") and not sweep.done(loaded, "b")
+  why = (
+    "[sweep] toy/b: the checkpoint of toy/a it read changed (step 10 old0000000000000 -> step 10 "
+    "new1111111111111) since it finished:"
+  )
   proc = _sweep(experiment, "--dry_run", f"--runs_dir={tmp_path / 'runs'}")
-  assert proc.stdout.splitlines()[1] == "[sweep toy/b 2/2]", proc.stdout
+  assert proc.stdout.splitlines()[1:3] == ["[sweep toy/b 2/2]", f"{why} would run again"]
 
   child = sweep.launch(loaded, "b", ["-c", "pass"], sweep._Signals())
   assert child.wait(timeout=60) == 0
-  assert (
-    "[sweep] toy/b: the checkpoint of toy/a it read changed (step 10 old0000000000000 -> step 10 "
-    "new1111111111111) since it finished: running again"
-  ) in capsys.readouterr().out
+  assert f"{why} running again" in capsys.readouterr().out
   assert sweep.finish(loaded, "b", child, sweep._Signals()) == 0 and sweep.done(loaded, "b")
 
 
