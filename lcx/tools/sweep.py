@@ -358,18 +358,55 @@ def _has_checkpoint(workdir: str) -> bool:
   return bool(_steps(workdir))
 
 
-def checkpoint_id(workdir: str) -> str | None:
-  """`step STEP FINGERPRINT` of the latest checkpoint in `workdir` (the one a run `on` it reads),
-  None without one: the fingerprint its results record (`checkpoint.fingerprint`, a unique id
-  written at save time), so a retrained checkpoint is told from the one it replaced."""
+def checkpoint_id(workdir: str, step: int | None = None) -> str | None:
+  """`step STEP FINGERPRINT` of checkpoint `step` in `workdir` (None: the latest, the one a run
+  `on` it reads), None without it: the fingerprint its results record (`checkpoint.fingerprint`,
+  a unique id written at save time), so a retrained checkpoint is told from the one it replaced."""
   steps = _steps(workdir)
-  if not steps:
+  step = steps[-1] if steps and step is None else step
+  if step not in steps:
     return None
   from lcx.run import checkpoint  # jax is imported, never started: the runs hold the devices
 
-  meta_path = os.path.join(workdir, "checkpoints", str(steps[-1]), "meta", "metadata")
+  meta_path = os.path.join(workdir, "checkpoints", str(step), "meta", "metadata")
   meta = _read_json_dict(meta_path)  # Orbax's JSON item; unreadable: its files' digest
-  return f"step {steps[-1]} {checkpoint.fingerprint(workdir, steps[-1], meta)}"
+  return f"step {step} {checkpoint.fingerprint(workdir, step, meta)}"
+
+
+def source(sweep: Sweep, run: str) -> tuple[str, str, int | None] | None:
+  """The checkpoint `run` reads as (whose: a run of the sweep or a path, its workdir, its step,
+  None for the latest): that of the run it is `on`, or a training run's train.init_from (where
+  a fine-tune starts); None when it reads none."""
+  spec = sweep.runs[run]
+  if spec.on:
+    return f"{sweep.name}/{spec.on}", sweep.target(run), None
+  fields = resolved_config(sweep, run) if spec.mode in TRAINS else None
+  if not (fields or {}).get("train.init_from"):
+    return None
+  from lcx.run import prepare  # its DIR[@STEP]
+
+  try:
+    path, step = prepare.parse_init_from(fields["train.init_from"])
+  except ValueError:  # the run refuses it, naming the field
+    return None
+  workdir = os.path.abspath(os.path.join(ROOT, path))  # relative to the run's cwd
+  runs = [r for r in sweep.runs if os.path.abspath(sweep.workdir(r)) == workdir]
+  return (f"{sweep.name}/{runs[0]}" if runs else _shown(workdir)), workdir, step
+
+
+def source_change(sweep: Sweep, run: str, recorded: dict) -> str | None:
+  """`the checkpoint of toy/a it read changed (step 10 F1 -> step 10 F2)` when the checkpoint
+  `run` reads (`source`) is not the one `recorded`; None when it is, or nothing was recorded."""
+  read = source(sweep, run)
+  if read is None or "checkpoint" not in recorded:
+    return None
+  now = checkpoint_id(read[1], read[2])
+  if now == recorded["checkpoint"]:
+    return None
+  return (
+    f"the checkpoint of {read[0]} it read changed ({recorded['checkpoint'] or 'none'} -> "
+    f"{now or 'none'})"
+  )
 
 
 def _read_json_dict(path: str) -> dict:
@@ -388,30 +425,30 @@ def record(sweep: Sweep, run: str) -> dict:
   fields = resolved_config(sweep, run)
   if fields is not None:
     out["config"] = {"digest": _digest(fields), "fields": fields}
-  if sweep.runs[run].on:
-    out["checkpoint"] = checkpoint_id(sweep.target(run))
+  read = source(sweep, run)
+  if read is not None:
+    out["checkpoint"] = checkpoint_id(read[1], read[2])
   return out
 
 
 def changes(sweep: Sweep, run: str, recorded: dict, written: float) -> list[str]:
   """Why `recorded` (written at time `written`) no longer describes what `run` would do now,
   each reason a phrase; empty when it still does. A record from before lcx recorded the config
-  or the checkpoint is compared on what it holds (a checkpoint saved after it counts)."""
+  or the checkpoint is compared on what it holds (for a run `on` another, a checkpoint saved
+  after it counts)."""
   out = []
   if recorded.get("command") != sweep.command(run):
     out.append("its command changed")
   config = config_change(sweep, run, recorded)
   if config is not None:
     out.append(f"its config changed: {config}" if config else "its config no longer loads")
+  read = source_change(sweep, run, recorded)
+  if read:
+    out.append(read)
   on = sweep.runs[run].on
-  if on:
+  if on and "checkpoint" not in recorded:  # a marker from before the records
     now = checkpoint_id(sweep.target(run))
-    if "checkpoint" in recorded and recorded["checkpoint"] != now:
-      out.append(
-        f"the checkpoint of {sweep.name}/{on} it read changed "
-        f"({recorded['checkpoint'] or 'none'} -> {now or 'none'})"
-      )
-    elif "checkpoint" not in recorded and now and _saved_after(sweep.target(run), written):
+    if now and _saved_after(sweep.target(run), written):
       out.append(f"{sweep.name}/{on} saved its checkpoint ({now}) after it ran")
   return out
 
@@ -423,9 +460,9 @@ def _saved_after(workdir: str, written: float) -> bool:
 
 
 def check_unchanged(sweep: Sweep, chosen: list[str]) -> None:
-  """ValueError naming the difference for a training run whose command or resolved config
-  changed while its workdir holds checkpoints: resuming would train (or evaluate) old weights
-  under the new settings, and its config.json would claim them."""
+  """ValueError naming the difference for a training run whose command, resolved config or
+  train.init_from checkpoint changed while its workdir holds checkpoints: resuming would train
+  (or evaluate) old weights under the new settings, and its config.json would claim them."""
   for run in chosen:
     if sweep.runs[run].mode not in TRAINS or sweep.runs[run].on:
       continue
@@ -437,11 +474,12 @@ def check_unchanged(sweep: Sweep, chosen: list[str]) -> None:
       removed = [a for a in old if a not in new] or ["(nothing)"]
       added = [a for a in new if a not in old] or ["(nothing)"]
       what = f"{' '.join(removed)} became {' '.join(added)}"
+    elif config := config_change(sweep, run, recorded):  # "": no longer loads, the run says why
+      what = f"its config's {config}"
     else:
-      what = config_change(sweep, run, recorded)
-      if not what:  # unchanged, or it no longer loads: the run's own error says why
+      what = source_change(sweep, run, recorded)  # a fine-tune's start retrained
+      if not what:
         continue
-      what = f"its config's {what}"
     raise ValueError(
       f"run {sweep.name}/{run} changed since it trained: {what}, and "
       f"{_shown(sweep.workdir(run))} holds the old settings' checkpoints; remove that directory "

@@ -766,3 +766,42 @@ def test_an_edited_config_file_is_a_changed_run(tmp_path, monkeypatch):
     "-> 0.0025, and runs/toy/a holds the old settings' checkpoints; remove that directory to "
     "train it again, or restore the old settings"
   )
+
+
+def test_a_fine_tune_of_a_retrained_base_is_refused_while_it_holds_checkpoints(tmp_path):
+  """ft started from base's checkpoint (train.init_from): base retrained, ft's weights come
+  from the old one, so a trained ft is refused naming the checkpoint, and one without
+  checkpoints trains again."""
+  experiment = _experiment(
+    tmp_path,
+    "{'base': Run(CONFIG, TINY), "
+    "'ft': Run(CONFIG, dict(TINY, **{'train.init_from': '{runs}/base@10'}), "
+    "needs=('base',))}",
+  )
+  loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
+  base, ft = tmp_path / "runs" / "toy" / "base", tmp_path / "runs" / "toy" / "ft"
+  _checkpoint(base, 10, "old0000000000000")
+  _checkpoint(base, 20, "later00000000000")  # not the step ft starts from
+  ft.mkdir(parents=True)
+  (ft / sweep.MARKER).write_text(json.dumps(sweep.record(loaded, "ft")))
+  assert json.loads((ft / sweep.MARKER).read_text())["checkpoint"] == "step 10 old0000000000000"
+  _checkpoint(ft, 5, "ft00000000000000")
+  assert sweep.select(loaded, [], (0, 1)) == ["base", "ft"] and sweep.done(loaded, "ft")
+
+  import shutil
+
+  shutil.rmtree(base / "checkpoints" / "10")
+  _checkpoint(base, 10, "new1111111111111")
+  why = (
+    "the checkpoint of toy/base it read changed (step 10 old0000000000000 -> step 10 "
+    "new1111111111111)"
+  )
+  with pytest.raises(ValueError) as error:
+    sweep.select(loaded, [], (0, 1))
+  assert str(error.value) == (
+    f"run toy/ft changed since it trained: {why}, and {ft} holds the old settings' checkpoints; "
+    "remove that directory to train it again, or restore the old settings"
+  )
+  shutil.rmtree(ft / "checkpoints")
+  assert sweep.select(loaded, [], (0, 1)) == ["base", "ft"]
+  assert sweep.changed_since_done(loaded, "ft") == [why]
