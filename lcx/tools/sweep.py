@@ -8,11 +8,12 @@ sweep, e.g. "full" for the GPU-sized one). Each run is `python -m lcx.main` in a
 workdir RUNS_DIR/NAME/RUN (RUNS_DIR/NAME_ARG/RUN with an ARG, so the two sizes never share a
 checkpoint), in dependency order. A run that exits 0 gets RUN/sweep_done.json holding its
 command, a digest of its resolved config (the ConfigDict its command gives lcx, the fields too)
-and, for a run `on` another, the fingerprint of the checkpoint it read; later invocations skip
-it while all three are unchanged, run it again saying what changed otherwise, and re-run an
-interrupted one (lcx.main resumes from its checkpoint). A training run whose command or
-resolved config changed while its workdir holds checkpoints is refused, naming the difference
-(RUN/sweep_started.json records each launch): those weights belong to the old settings.
+and, for a run `on` another or a fine-tune (train.init_from), the step and fingerprint of the
+checkpoint it read; later invocations skip it while all three are unchanged, run it again
+saying what changed otherwise, and re-run an interrupted one (lcx.main resumes from its
+checkpoint). A training run whose command, resolved config or starting checkpoint changed
+while its workdir holds checkpoints is refused, naming the difference (RUN/sweep_started.json
+records each launch): those weights belong to the old settings.
 Afterwards every RUNS_DIR/.../RUN/eval/*.json is copied to experiments/NAME/results/RUN/
 (experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints) and lcx.tools.report writes
 report.md, results.csv and the plots next to results/. A shard of n > 1 (`--shard=i/n`, e.g.
