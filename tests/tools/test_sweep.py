@@ -3,6 +3,7 @@ reported. The end-to-end runs train two tiny models (TINY_FLAGS) for a few steps
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -690,8 +691,6 @@ def test_a_run_on_a_retrained_checkpoint_is_done_again_saying_why(tmp_path, caps
   assert json.loads((b / sweep.MARKER).read_text())["checkpoint"] == "step 10 old0000000000000"
   assert sweep.done(loaded, "b")
 
-  import shutil
-
   shutil.rmtree(workdir / "checkpoints")  # retrained to the same step: a new fingerprint
   _checkpoint(workdir, 10, "new1111111111111")
   assert sweep.done(loaded, "a") and not sweep.done(loaded, "b")
@@ -787,8 +786,6 @@ def test_a_fine_tune_of_a_retrained_base_is_refused_while_it_holds_checkpoints(t
   assert json.loads((ft / sweep.MARKER).read_text())["checkpoint"] == "step 10 old0000000000000"
   _checkpoint(ft, 5, "ft00000000000000")
   assert sweep.select(loaded, [], (0, 1)) == ["base", "ft"] and sweep.done(loaded, "ft")
-
-  import shutil
 
   shutil.rmtree(base / "checkpoints" / "10")
   _checkpoint(base, 10, "new1111111111111")
