@@ -47,6 +47,7 @@ VARIANT_FIELDS = EVAL_TIME + ("eval", "data.task")
 
 SCALING = "model.position.scaling"
 PATTERN = "model.attention.pattern"
+REMAP = "model.remap"
 # Sections a variant replaces whole: name -> the section's defaults, which the variant updates.
 SECTIONS = defaults.SECTIONS
 
@@ -168,12 +169,12 @@ def _ints(spec: str, arg: str, count: int) -> list[int]:
 
 def _self_extend(spec, arg):
   window, group = _ints(spec, arg, 2)
-  return {"model.remap": {"name": "self_extend", "window": window, "group": group}}
+  return {REMAP: {"name": "self_extend", "window": window, "group": group}}
 
 
 def _rerope(spec, arg):
   (window,) = _ints(spec, arg, 1)
-  return {"model.remap": {"name": "rerope", "window": window}}
+  return {REMAP: {"name": "rerope", "window": window}}
 
 
 def _streaming(spec, arg):
@@ -181,7 +182,7 @@ def _streaming(spec, arg):
   cache slots (the remap)."""
   sink, window = _ints(spec, arg, 2)
   fields = {"name": "streaming", "sink": sink, "window": window}
-  return {PATTERN: fields, "model.remap": dict(fields)}
+  return {PATTERN: fields, REMAP: dict(fields)}
 
 
 def _beta(spec, arg):
@@ -296,6 +297,20 @@ def apply(config: ml_collections.ConfigDict, changes: dict) -> ml_collections.Co
   return config
 
 
+def result_variant(spec: str, changes: dict, config: ml_collections.ConfigDict) -> str:
+  """The variant as its results name it: `spec`, plus `+REMAP` (`+rerope@window=64`: the remap's
+  fields off their defaults) when `config`, the one evaluated, holds a remap the variant does
+  not set (`--config.model.remap.name=rerope`): `none` is the run without one, and each remap
+  gets its own result file."""
+  remap = config.model.remap.to_dict()
+  if remap["name"] == "none" or any(_is(field, (REMAP,)) for field in changes):
+    return spec
+  default = SECTIONS[REMAP](remap["name"]).to_dict()
+  moved = [f"{k}={v}" for k, v in remap.items() if k != "name" and v != default.get(k)]
+  return f"{spec}+{remap['name']}" + (f"@{'/'.join(moved)}" if moved else "")
+
+
 def file_name(spec: str) -> str:
-  """The result file of a variant: `yarn@4.json`, `longrope@runs_x_factors.json.json`."""
-  return re.sub(r"[^A-Za-z0-9@._=-]", "_", spec) + ".json"
+  """The result file of a variant: `yarn@4.json`, `none+rerope.json`,
+  `longrope@runs_x_factors.json.json`."""
+  return re.sub(r"[^A-Za-z0-9@._=+-]", "_", spec) + ".json"

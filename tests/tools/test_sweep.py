@@ -3,6 +3,7 @@ reported. The end-to-end runs train two tiny models (TINY_FLAGS) for a few steps
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -640,3 +641,164 @@ def test_jobs_skip_a_run_done_earlier_and_start_what_needs_it(tmp_path, monkeypa
   log, (failed, _), _ = _side_by_side(tmp_path, monkeypatch, runs, jobs=2)
   assert failed == [] and [run for _, run, _ in log] == ["b"]
   assert "[sweep toy/a 1/2] done earlier (" in capsys.readouterr().out
+
+
+def _checkpoint(workdir, step: int, fingerprint: str) -> None:
+  """A checkpoint folder as Orbax leaves it, as far as the sweep reads one: the step's folder and
+  the metadata JSON with the fingerprint written at save time."""
+  meta = workdir / "checkpoints" / str(step) / "meta"
+  meta.mkdir(parents=True)
+  (meta / "metadata").write_text(json.dumps({"fingerprint": fingerprint}))
+
+
+ON_A = (
+  "{'a': Run(CONFIG, TINY), "
+  "'b': Run('', {'eval.variants': 'yarn@2'}, needs=('a',), mode='eval', on='a')}"
+)
+
+
+def _trained_a(tmp_path, fingerprint: str):
+  """The sweep ON_A with run a trained (config.json, a checkpoint) and marked done."""
+  experiment = _experiment(tmp_path, ON_A)
+  loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
+  workdir = tmp_path / "runs" / "toy" / "a"
+  workdir.mkdir(parents=True)
+  (workdir / "config.json").write_text(json.dumps(_saved_config(loaded, "a")))
+  _checkpoint(workdir, 10, fingerprint)
+  (workdir / sweep.MARKER).write_text(json.dumps(sweep.record(loaded, "a")))
+  return experiment, loaded, workdir
+
+
+def _saved_config(loaded, run) -> dict:
+  """The resolved config run `run`'s flags give lcx.main, nested as its config.json holds it."""
+  nested: dict = {}
+  for field, value in sweep.resolved_config(loaded, run).items():
+    *parents, leaf = field.split(".")
+    node = nested
+    for key in parents:
+      node = node.setdefault(key, {})
+    node[leaf] = value
+  return nested
+
+
+def test_a_run_on_a_retrained_checkpoint_is_done_again_saying_why(tmp_path, capsys):
+  """b evaluated a's checkpoint; a is removed and retrained (as the sweep advises for a changed
+  run): b's marker names the checkpoint it read, so b runs again, and says why."""
+  experiment, loaded, workdir = _trained_a(tmp_path, "old0000000000000")
+  b = tmp_path / "runs" / "toy" / "b"
+  b.mkdir(parents=True)
+  (b / sweep.MARKER).write_text(json.dumps(sweep.record(loaded, "b")))
+  assert json.loads((b / sweep.MARKER).read_text())["checkpoint"] == "step 10 old0000000000000"
+  assert sweep.done(loaded, "b")
+
+  shutil.rmtree(workdir / "checkpoints")  # retrained to the same step: a new fingerprint
+  _checkpoint(workdir, 10, "new1111111111111")
+  assert sweep.done(loaded, "a") and not sweep.done(loaded, "b")
+  why = (
+    "[sweep] toy/b: the checkpoint of toy/a it read changed (step 10 old0000000000000 -> step 10 "
+    "new1111111111111) since it finished:"
+  )
+  proc = _sweep(experiment, "--dry_run", f"--runs_dir={tmp_path / 'runs'}")
+  assert proc.stdout.splitlines()[1:3] == ["[sweep toy/b 2/2]", f"{why} would run again"]
+
+  child = sweep.launch(loaded, "b", ["-c", "pass"], sweep._Signals())
+  assert child.wait(timeout=60) == 0
+  assert f"{why} running again" in capsys.readouterr().out
+  assert sweep.finish(loaded, "b", child, sweep._Signals()) == 0 and sweep.done(loaded, "b")
+
+
+def test_a_marker_from_before_checkpoints_were_recorded_counts_a_later_checkpoint(tmp_path):
+  """A marker that holds only the command (written before the sweep recorded checkpoints): a
+  checkpoint saved after it is a retrained one."""
+  _, loaded, workdir = _trained_a(tmp_path, "old0000000000000")
+  marker = tmp_path / "runs" / "toy" / "b" / sweep.MARKER
+  marker.parent.mkdir(parents=True)
+  marker.write_text(json.dumps({"command": loaded.command("b")}))
+  checkpoint = workdir / "checkpoints" / "10"
+  os.utime(checkpoint, (time.time() - 60, time.time() - 60))
+  assert sweep.done(loaded, "b")
+  os.utime(checkpoint, (time.time() + 60, time.time() + 60))
+  assert sweep.changed_since_done(loaded, "b") == [
+    "toy/a saved its checkpoint (step 10 old0000000000000) after it ran"
+  ]
+
+
+def _config_file(path, lr: float, layers: int) -> None:
+  path.parent.mkdir(exist_ok=True)
+  path.write_text(
+    textwrap.dedent(f"""\
+      from lcx import defaults
+
+      def get_config(arg=None):
+        config = defaults.get_config(arg)
+        config.train.lr = {lr}
+        config.model.num_layers = {layers}
+        return config
+      """)
+  )
+
+
+def test_an_edited_config_file_is_a_changed_run(tmp_path, monkeypatch):
+  """The command names a config file, whose edits the command does not show: the marker holds
+  the resolved config's digest and fields, so an edit reruns a run without checkpoints, and
+  refuses a trained one, naming the fields, as a changed command does."""
+  monkeypatch.setattr(sweep, "ROOT", tmp_path)  # config paths are relative to it
+  config_file = tmp_path / "configs" / "mine.py"
+  _config_file(config_file, 0.001, 2)
+  experiment = _experiment(tmp_path, "{'a': Run('configs/mine.py:size=tiny', TINY)}")
+  loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
+  workdir = tmp_path / "runs" / "toy" / "a"
+  workdir.mkdir(parents=True)
+  (workdir / sweep.MARKER).write_text(json.dumps(sweep.record(loaded, "a")))
+  assert sweep.done(loaded, "a")
+
+  _config_file(config_file, 0.0025, 3)  # another size: no stale bytecode cache is read
+  assert sweep.changed_since_done(loaded, "a") == [
+    "its config changed: model.num_layers 2 -> 3, train.lr 0.001 -> 0.0025"
+  ]
+  assert sweep.select(loaded, [], (0, 1)) == ["a"]  # no checkpoint: it runs again
+  _checkpoint(workdir, 10, "f" * 16)
+  with pytest.raises(ValueError) as error:
+    sweep.select(loaded, [], (0, 1))
+  assert str(error.value) == (
+    "run toy/a changed since it trained: its config's model.num_layers 2 -> 3, train.lr 0.001 "
+    "-> 0.0025, and runs/toy/a holds the old settings' checkpoints; remove that directory to "
+    "train it again, or restore the old settings"
+  )
+
+
+def test_a_fine_tune_of_a_retrained_base_is_refused_while_it_holds_checkpoints(tmp_path):
+  """ft started from base's checkpoint (train.init_from): base retrained, ft's weights come
+  from the old one, so a trained ft is refused naming the checkpoint, and one without
+  checkpoints trains again."""
+  experiment = _experiment(
+    tmp_path,
+    "{'base': Run(CONFIG, TINY), "
+    "'ft': Run(CONFIG, dict(TINY, **{'train.init_from': '{runs}/base@10'}), "
+    "needs=('base',))}",
+  )
+  loaded = sweep.load(str(experiment), str(tmp_path / "runs"))
+  base, ft = tmp_path / "runs" / "toy" / "base", tmp_path / "runs" / "toy" / "ft"
+  _checkpoint(base, 10, "old0000000000000")
+  _checkpoint(base, 20, "later00000000000")  # not the step ft starts from
+  ft.mkdir(parents=True)
+  (ft / sweep.MARKER).write_text(json.dumps(sweep.record(loaded, "ft")))
+  assert json.loads((ft / sweep.MARKER).read_text())["checkpoint"] == "step 10 old0000000000000"
+  _checkpoint(ft, 5, "ft00000000000000")
+  assert sweep.select(loaded, [], (0, 1)) == ["base", "ft"] and sweep.done(loaded, "ft")
+
+  shutil.rmtree(base / "checkpoints" / "10")
+  _checkpoint(base, 10, "new1111111111111")
+  why = (
+    "the checkpoint of toy/base it read changed (step 10 old0000000000000 -> step 10 "
+    "new1111111111111)"
+  )
+  with pytest.raises(ValueError) as error:
+    sweep.select(loaded, [], (0, 1))
+  assert str(error.value) == (
+    f"run toy/ft changed since it trained: {why}, and {ft} holds the old settings' checkpoints; "
+    "remove that directory to train it again, or restore the old settings"
+  )
+  shutil.rmtree(ft / "checkpoints")
+  assert sweep.select(loaded, [], (0, 1)) == ["base", "ft"]
+  assert sweep.changed_since_done(loaded, "ft") == [why]

@@ -106,7 +106,8 @@ def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> s
 def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   """(result name, variant, overrides, config) for each of eval.variants x (for text runs)
   eval.protocol x eval.documents, all checked before any runs (memory too: `memory.check`).
-  The result name is the variant's file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless
+  The variant is as `variants.result_variant` names it (`none+rerope` with a remap the config
+  sets), the result name its file name (`yarn@4`), with `.PROTOCOL-DOCUMENTS` unless
   that is windows over the stream, and `.randomM` (M recorded in the overrides too) with
   eval.random_positions=M.
   `prepare` checked the run's own fields; a variant's changed ones are checked here."""
@@ -114,11 +115,12 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
   combos = [("windows", "stream")] if cfg.data.name == "task" else config_lib.eval_combos(cfg.eval)
   if cfg.data.name != "task":  # the combinations as asked: one eval_combos drops is named here
     checks.check(cfg)
-  for spec in variants.names(cfg.eval.variants):
-    changes = variants.overrides(spec, cfg.eval.named_variants)
+  for asked in variants.names(cfg.eval.variants):
+    changes = variants.overrides(asked, cfg.eval.named_variants)
     variant_cfg = variants.apply(cfg, changes)
     if changes:
       config_lib.check_fields(variant_cfg)
+    spec = variants.result_variant(asked, changes, variant_cfg)  # `none+rerope`: a remap given
     for protocol, documents in combos:
       combo_cfg = ml_collections.ConfigDict(variant_cfg.to_dict())
       combo_cfg.eval.update(protocol=protocol, documents=documents)

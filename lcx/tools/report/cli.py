@@ -8,7 +8,7 @@ from absl import flags
 
 from lcx import cli, errors
 from lcx.tools.report.kinds import baselines
-from lcx.tools.report.load import HISTORY, corpus_warning, load, superseded
+from lcx.tools.report.load import HISTORY, checkpoint_warning, corpus_warning, load, superseded
 from lcx.tools.report.tables import as_seeds
 from lcx.tools.report.write import format_tables, write
 
@@ -58,8 +58,7 @@ def main(argv):
       file=sys.stderr,
       flush=True,
     )
-  warning = corpus_warning(results)
-  if warning:
+  for warning in filter(None, (corpus_warning(results), checkpoint_warning(results))):
     print(warning, file=sys.stderr, flush=True)
   print(format_tables(results, baseline, tolerance), flush=True)
   written = write(results, out, flags.FLAGS.title, baseline, tolerance)

@@ -89,6 +89,31 @@ def corpus_warning(results: Sequence[dict]) -> str | None:
   )
 
 
+def checkpoint_warning(results: Sequence[dict]) -> str | None:
+  """A warning when one run's results come from different checkpoints (another step, or a
+  retrained one: its `checkpoint` fingerprint), e.g. a run retrained while the results of an
+  evaluation `on` it were kept: its rows would compare old weights with new. Results written
+  before lcx recorded the checkpoint are left out."""
+  mixed = []
+  for run in tables.groups([r for r in results if r.get("checkpoint")], _run_key):
+    read = {}
+    for r in run:
+      read.setdefault(f"step {r['step']} {r['checkpoint']}", []).append(str(r["variant"]))
+    if len(read) > 1:
+      listed = "; ".join(f"{', '.join(v)} ({c})" for c, v in sorted(read.items()))
+      mixed.append(f"{run[0]['run']}: {listed}")
+  if not mixed:
+    return None
+  return (
+    "warning: a run's results come from different checkpoints, so its rows do not compare "
+    "(evaluate it again: lcx.main --mode=eval): " + " | ".join(mixed)
+  )
+
+
+def _run_key(r: dict) -> tuple:
+  return str(r["run"]), r.get("workdir")
+
+
 def _read_json(path: str):
   try:
     with open(path) as f:

@@ -4,6 +4,8 @@ tables share, and the tables built from such rows: pivots, means across seeds, r
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 import re
 from collections.abc import Iterable, Sequence
 
@@ -155,12 +157,43 @@ def pivot_cells(
 SEEDED_RUN = re.compile(r"^(?P<stem>.+)-s(?P<seed>[0-9]+)$")
 
 
+def distinct_runs(results: Sequence[dict]) -> list[dict]:
+  """The results with runs of one name but different workdirs (runs/toy/a, runs/other/a) named
+  by the shortest suffix of their workdirs that tells them apart (toy/a, other/a), so that two
+  runs never share a label (nor is one paired against the other as its baseline); copies where
+  a name changes."""
+  workdirs: dict[str, set] = {}
+  for r in results:
+    workdirs.setdefault(str(r["run"]), set()).add(_workdir(r))
+  names = {}
+  for run, found in workdirs.items():
+    paths = sorted(w for w in found if w)
+    if len(found) < 2 or not paths:
+      continue
+    parts = [pathlib.PurePath(p).parts for p in paths]
+    for k in range(1, max(map(len, parts)) + 1):
+      suffixes = [str(pathlib.PurePath(*part[-k:])) for part in parts]
+      if len(set(suffixes)) == len(suffixes):
+        break
+    names.update({(run, path): suffix for path, suffix in zip(paths, suffixes)})
+  return [
+    {**r, "run": names[key]} if (key := (str(r["run"]), _workdir(r))) in names else r
+    for r in results
+  ]
+
+
+def _workdir(r: dict) -> str | None:
+  return os.path.normpath(r["workdir"]) if r.get("workdir") else None
+
+
 def as_seeds(results: Sequence[dict]) -> list[dict]:
-  """The results as the seed tables read them, copies where a name changes: a run named STEM
+  """The results as the seed tables read them, copies where a name changes: runs that share a
+  name are told apart by their workdirs (`distinct_runs`); a run named STEM
   beside runs STEM-s<k> (a sweep whose seed 0 kept its first names, as rope_extension's) is
   STEM-s<seed>, the seed its config records; a variant naming a file in its run's own workdir
   (a LongRoPE factors file) names it `{workdir}/...`, so that each seed's variant is the same
   label and no machine path is printed. Results the tables already read are returned as they are."""
+  results = distinct_runs(results)
   stems = {m["stem"] for r in results if (m := SEEDED_RUN.match(str(r["run"])))}
   names = {str(r["run"]) for r in results}
   out = []

@@ -462,6 +462,36 @@ def test_eval_random_positions_name_the_results_and_enter_their_overrides():
   )
 
 
+def test_a_remap_the_config_sets_is_in_the_variant_and_its_file_name():
+  """`eval --config.model.remap.name=rerope`: the run evaluated with ReRoPE is not `none` (the
+  run as trained), nor yarn@4 with it plain yarn@4; a variant that sets its own remap keeps its
+  name."""
+  from lcx.model.positions import fields
+
+  config = tiny_config("rope")
+  config.model.remap = fields.remap_config("rerope")
+  config.eval.variants = "none,yarn@4,self_extend@16/2"
+  todo = evaluate.plan(prepare.prepare(config))
+  assert [(name, spec) for name, spec, *_ in todo] == [
+    ("none+rerope", "none+rerope"),
+    ("yarn@4+rerope", "yarn@4+rerope"),
+    ("self_extend@16_2", "self_extend@16/2"),
+  ]
+  assert [variant_cfg.model.remap.name for *_, variant_cfg in todo] == [
+    "rerope",
+    "rerope",
+    "self_extend",
+  ]
+  config.model.remap.window = 16
+  config.model.remap.log_n_scaling = False
+  config.eval.variants = "none"
+  (todo,) = evaluate.plan(prepare.prepare(config))
+  assert todo[:2] == (
+    "none+rerope@log_n_scaling=False_window=16",
+    "none+rerope@log_n_scaling=False/window=16",
+  )
+
+
 def test_a_randomized_run_is_scored_at_randomized_positions_unless_told_otherwise():
   """Ruoss et al. score randomized-position models at sampled positions: the default
   eval.random_positions=-1 takes train.random_positions; 0 scores at plain positions."""

@@ -104,3 +104,22 @@ def test_cli_warns_when_the_results_come_from_different_corpora(tmp_path):
   )
   b["corpus"] = a["corpus"]
   assert report.corpus_warning([a, b, old]) is None
+
+
+def test_cli_warns_when_a_runs_results_come_from_different_checkpoints(tmp_path):
+  """a retrained while its yarn@2 result (an evaluation `on` it) was kept: a/none from the new
+  weights beside a/yarn@2 from the old ones."""
+  new, old = lengths_result("a"), lengths_result("a", "yarn@2")
+  new["checkpoint"], old["checkpoint"] = "f" * 32, "0" * 32
+  unrecorded = lengths_result("a", "ntk@2")  # written before `checkpoint`
+  for result in (new, old, unrecorded, {**lengths_result("b"), "checkpoint": "1" * 32}):
+    save(tmp_path / "in" / f"{result['run']}-{result['variant']}.json", result)
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stderr == (
+    "warning: a run's results come from different checkpoints, so its rows do not compare "
+    f"(evaluate it again: lcx.main --mode=eval): a: yarn@2 (step 600 {'0' * 32}); none (step "
+    f"600 {'f' * 32})\n"
+  )
+  old["checkpoint"] = new["checkpoint"]
+  assert report.checkpoint_warning([new, old, unrecorded]) is None

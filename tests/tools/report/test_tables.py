@@ -6,7 +6,7 @@ import pytest
 
 from lcx.tools import report
 from lcx.tools.report import tables
-from tests.tools.report.results import lengths_result, row_cells, tasks_result
+from tests.tools.report.results import lengths_result, row_cells, tasks_result, with_documents
 
 
 def test_markdown_table_pads_and_aligns():
@@ -255,3 +255,27 @@ def test_pivot_cells_read_one_results_long_form_rows():
   ]
   cells = tables.pivot_cells(rows, "length", columns, "loss", tables.f3, tables.f2, skipped=False)
   assert cells == ["2.000 [1.90, 2.10]", "2.500", "-", "-", "-"]
+
+
+def test_runs_that_share_a_name_are_labelled_by_their_workdirs():
+  """runs/toy/a and runs/other/a: two `a/none` rows with different numbers, and the baseline
+  table subtracting one from the other, read as one run; they are toy/a and other/a."""
+  toy = {**with_documents(lengths_result("a")), "workdir": "/x/runs/toy/a"}
+  other = {**with_documents(lengths_result("a"), shift=1.0), "workdir": "/x/runs/other/a/"}
+  alone = lengths_result("b")
+  named = report.as_seeds([toy, other, alone])
+  assert [r["run"] for r in named] == ["toy/a", "other/a", "b"]
+  assert named[2] is alone and toy["run"] == "a"  # copies; a unique name stays
+  assert report.as_seeds(named) == named
+  text = report.format_tables([toy, other])
+  table = text.split("## Perplexity by evaluation length")[1].split("\n## ")[0]
+  labels = [row_cells(line)[0] for line in table.splitlines() if line.startswith("| ")]
+  assert labels == ["run/variant", "toy/a/none", "other/a/none"]
+  paired = text.split("Each result minus toy/a/none")[1].split("\n## ")[0]
+  assert "| other/a/none " in paired and "| toy/a/none " not in paired
+  deeper = [{**toy, "workdir": "/m1/runs/toy/a"}, {**toy, "workdir": "/m2/runs/toy/a"}]
+  assert [r["run"] for r in report.as_seeds(deeper)] == ["m1/runs/toy/a", "m2/runs/toy/a"]
+  assert [r["run"] for r in report.as_seeds([toy, {**toy, "workdir": "/x/runs/toy/a/"}])] == [
+    "a",
+    "a",
+  ]  # one workdir, however written: one run
