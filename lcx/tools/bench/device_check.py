@@ -51,7 +51,6 @@ from lcx.tools.bench.workload import bench_config, lcx_program, synthetic_batch
 from lcx.tools.report import markdown_table
 
 TITLE = "Device check (issue 26): one fresh process per row"
-# Every registered scheme; its correctness cases below.
 PLANS = {
   # The default on an accelerator: the most wanted numbers, estimated (`estimate`) to fit 8 minutes
   # of a fresh lent machine; `--device_check --plan` prints the points and their estimates.
