@@ -2,8 +2,10 @@
 
 Sections (`--sections`, run in this order), one module each with `TITLE`, `run(opts, results)`
 and `table(result)`:
-  peak       (peak.py)        measured matmul throughput in float32 and bfloat16: the roofline
-  train      (throughput.py)  train-step tokens/s, MFU and compile time, default and large model
+  peak       (peak.py)        measured matmul throughput in float32 and bfloat16 (float32 only,
+                              at most 2048, on a CPU): the roofline
+  train      (throughput.py)  train-step tokens/s, MFU (mfu.py) and compile time, default and
+                              large model
   positions  (overhead.py)    train-step time of every registered scheme as a ratio to NoPE,
                               and of model options such as rope+qk_norm (--options)
   eval       (long_eval.py)   forward time and peak memory at long lengths, dense vs chunked

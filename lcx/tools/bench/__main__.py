@@ -23,8 +23,11 @@ def main(argv):
   if opts.device_point:
     print("DEVICE_POINT " + json.dumps(device_check.run_point(json.loads(opts.device_point))))
     return
+  if opts.device_check and opts.plan:
+    print(device_check.plan_text(device_check.plan_name(opts.quick, opts.device_plan)))
+    return
   if opts.device_check:
-    results = device_check.run(opts.out, opts.quick, opts.deadline_s)
+    results = device_check.run(opts.out, opts.quick, opts.deadline_s, opts.device_plan)
     print(device_check.table(results), flush=True)
     print(f"\nwrote {opts.out} and its .md", flush=True)
     return

@@ -1,27 +1,30 @@
-"""`./launch.sh bench --device_check [--out=DIR/device_check.json]`: issue 26's accelerator
-numbers in one command, for a lent GPU or TPU (experiments/bench/README.md says how).
+"""`./launch.sh bench --device_check [--device_plan=core|extra] [--plan] [--out=...]`: issue
+26's accelerator numbers, for a lent GPU or TPU (experiments/bench/README.md says how).
 
-Every point runs in a fresh process (`--device_point=JSON`), so its peak memory is its own
-and an out-of-memory point is a row with its error, not the end of the check. Points, in the
-order run (most wanted first: a lent machine's minutes are few, and `deadline_s` stops
-starting points, each then a row saying so):
-  peak     bf16 and f32 square matmul FLOP/s (the MFU denominator: bf16)
-  train    lcx's train step (large and default model, bf16), impl=pallas (and impl=xla in
-           the CPU plan): tokens/s, MFU, peak memory; then the large pallas step with lcx's
-           CPU-tuned backward passes (lcx/model/cpu_tuned.py), which off CPU are not the default,
-           and with model.remat=block (the large RoPE step; CoPE's default-model step)
-  eval     the long evaluation's forward (batch 1, RoPE): pallas at 64k, 256k and 1M (the
-           XLA chunked kernel at 64k and 256k come last)
-  schemes  every registered scheme's train step / NoPE's, impl=auto (the Pallas kernel where
-           it runs the scheme), one process, interleaved rounds (one row per scheme)
+Every point runs in a fresh process (`--device_point=JSON`, jax's persistent compilation cache
+shared), so its peak memory is its own and an out-of-memory point is a row with its error, not
+the end of the check. Two plans (PLANS): `core`, the default on an accelerator, estimated to fit
+8 minutes of a fresh lent machine (`--plan` prints each point's estimate, from the committed
+device checks' wall times, and the total, and runs nothing); `extra`, the rest, for a second call.
+Points, in the order run (most wanted first; `deadline_s` stops starting points, each then a row
+saying so):
+  peak     the looped probe (peak.xla_matmul: 16 chained 8192^3 matmuls per call, median of 10),
+           bf16 and f32, beside the device's datasheet bf16 peak (mfu.py)
+  train    lcx's train step (bf16): core, the large model with impl=pallas and impl=xla;
+           extra, the default model, the large pallas step with lcx's CPU-tuned backward passes
+           (lcx/model/cpu_tuned.py; not the default off CPU), and with model.remat=block (the
+           large RoPE step; CoPE's default-model step). Tokens/s, peak memory and MFU: PaLM and
+           causal counts over the datasheet peak and over the probe's bf16 (mfu.py)
+  eval     the long evaluation's forward (batch 1, RoPE): core, pallas at 256k and 1M; extra,
+           64k, then the XLA chunked kernel at 64k and 256k last
+  schemes  every registered scheme's train step / NoPE's (core; CoPE, out of memory without
+           remat, is the extra plan's remat row), impl=auto, one process, interleaved rounds
   peer     lcx vs x-transformers on the same GPU (flash SDPA where it takes the scheme), large
            model, interleaved (one row per scheme)
-  tune     the 256k forward at other kernel blocks and Triton warps/stages (flash.TRITON)
-  correct  the Pallas kernel against the dense XLA path on the device, float32: relative error
-           of the output and of every gradient, per case (on an H200 at b40769c: 3e-4 to 7e-4,
-           TF32 matmuls on both sides; the five cases then took 383 s, so it runs after the
-           speed points)
-then the rest of the eval points.
+  tune     (extra) the 256k forward at other kernel blocks and Triton warps/stages
+  correct  the Pallas kernel against the dense XLA path on the device, float32, at T=256: relative
+           error of the output and of every gradient, one point per case (on an H200 a case took
+           77-85 s at T=1024, compiling both kernels): one in the core plan, the rest in extra
 The JSON (--out) and a markdown table beside it (.md) give the device and versions on every
 row. On CPU (or with --quick) the plan is tiny, so the whole path runs end to end in a test.
 """
@@ -31,25 +34,59 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pathlib
 import platform
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax
 
 from lcx.model import cpu_tuned, kernels, positions
-from lcx.tools.bench import long_eval, peak, peers, throughput
+from lcx.tools.bench import long_eval, mfu, peak, peers
 from lcx.tools.bench.measure import interleaved, ratio, ratio_ci, timed
 from lcx.tools.bench.workload import bench_config, lcx_program, synthetic_batch
 from lcx.tools.report import markdown_table
 
 TITLE = "Device check (issue 26): one fresh process per row"
 PLANS = {
-  "full": {
+  # The default on an accelerator: the most wanted numbers, estimated (`estimate`) to fit 8 minutes
+  # of a fresh lent machine; `--device_check --plan` prints the points and their estimates.
+  "core": {
     "peak_n": 8192,
-    "correct": {"batch": 1, "seq_len": 1024, "heads": 8, "kv_heads": 4, "head_dim": 64},
-    "train": [("large", 64, 1024), ("default", 64, 1024)],
+    "peak_chain": 16,  # matmuls per timed call of the looped probe (peak.xla_matmul)
+    "peak_rounds": 10,
+    "train": [("large", 64, 1024)],
+    "train_impls": ("pallas", "xla"),
+    "train_tuned": [],
+    "train_remat": [],
+    "eval_model": ("default", 1024),
+    "eval": [("pallas", 262144), ("pallas", 1048576)],
+    "tune": [],
+    "tune_length": 262144,
+    "schemes_model": ("default", 64, 1024),
+    "schemes": None,  # every registered scheme, but:
+    # CoPE's XLA step needs a 63 GB temporary without remat: out of memory in every run so far
+    # (gpu_2026-11-26, 26b); the extra plan times it with model.remat=block.
+    "schemes_without": ("cope",),
+    "peer_model": ("large", 64, 1024),
+    "peer_schemes": ["nope", "rope", "alibi", "t5"],
+    # one small point per case (each compiles both kernels' forward and backward, ~80 s on an
+    # H200 at T=1024): the core has one, the extra plan the rest
+    "correct": {"batch": 1, "seq_len": 256, "heads": 8, "kv_heads": 4, "head_dim": 64},
+    "correct_cases": [("alibi", "none", "sliding_window")],
+    "eval_last": [],
+    "steps": 5,
+    "rounds": 3,
+    "repeats": 1,
+    "timeout_s": 600,
+  },
+  # `--device_plan=extra`: the rest of issue 26's rows, for a second call.
+  "extra": {
+    "peak_n": None,  # the train row's MFU: over the datasheet peak only
+    "train": [("default", 64, 1024)],
     "train_impls": ("pallas",),  # impl=xla at b40769c on an H200: 804k tokens/s, 33.75 GB
     # the large pallas step again with lcx's CPU-tuned backward passes (lcx/model/cpu_tuned.py):
     # does what saves time and memory on XLA:CPU pay on this device too?
@@ -58,15 +95,15 @@ PLANS = {
     # CoPE's XLA step, out of memory without it (63 GB)
     "train_remat": [("rope", "large", 64, 1024, "pallas"), ("cope", "default", 64, 1024, "auto")],
     "eval_model": ("default", 1024),
-    "eval": [("pallas", 65536), ("pallas", 262144), ("pallas", 1048576)],
+    "eval": [("pallas", 65536)],
     # the 256k forward again with other blocks and Triton settings (the kernel's default: 128,
     # 4 warps, 2 stages): (block_size, num_warps, num_stages)
     "tune": [(128, 8, 2), (128, 4, 3), (64, 4, 2)],
     "tune_length": 262144,
-    "schemes_model": ("default", 64, 1024),
-    "schemes": None,  # every registered scheme
-    "peer_model": ("large", 64, 1024),
-    "peer_schemes": ["nope", "rope", "alibi", "t5"],
+    "schemes": [],
+    "peer_schemes": [],
+    "correct": {"batch": 1, "seq_len": 256, "heads": 8, "kv_heads": 4, "head_dim": 64},
+    "correct_cases": None,  # every case in CORRECT_CASES the core plan leaves out
     "eval_last": [("xla", 65536), ("xla", 262144)],
     "steps": 10,
     "rounds": 3,
@@ -75,14 +112,10 @@ PLANS = {
   },
   "tiny": {
     "peak_n": 256,
-    "correct": {
-      "batch": 1,
-      "seq_len": 40,
-      "heads": 4,
-      "kv_heads": 2,
-      "head_dim": 8,
-      "cases": [("rope", "self_extend", "dense"), ("alibi", "none", "sliding_window")],
-    },
+    "peak_chain": 2,
+    "peak_rounds": 3,
+    "correct": {"batch": 1, "seq_len": 40, "heads": 4, "kv_heads": 2, "head_dim": 8},
+    "correct_cases": [("rope", "self_extend", "dense"), ("alibi", "none", "sliding_window")],
     "train": [("tiny", 2, 32)],
     "train_impls": ("pallas", "xla"),
     "train_tuned": [],  # on CPU the tuned passes are the default: the train row has them
@@ -102,6 +135,8 @@ PLANS = {
     "timeout_s": 600,
   },
 }
+BUDGET_S = 480  # the core plan's estimate fits this: 8 of a lent machine's 15 minutes
+COMPILATION_CACHE = os.path.join(tempfile.gettempdir(), "lcx-device-check-jax-cache")
 # The kernel's correctness on the device: (scheme, remap, pattern) with a learned sink, GQA and
 # two documents, one block edge crossed.
 CORRECT_CASES = [
@@ -123,6 +158,7 @@ def device() -> dict:
   d = jax.devices()[0]
   return {
     "device": f"{len(jax.devices())} x {d.device_kind}",
+    "device_kind": d.device_kind,  # the key of mfu.DATASHEET_BF16_TFLOPS
     "backend": jax.default_backend(),
     "jax": jax.__version__,
     "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else "",
@@ -155,7 +191,7 @@ def _train(point) -> dict:
     "compile_s": program.compile_s,
     "step_s": step_s,
     "tokens_per_s": tokens / step_s,
-    "flops_per_token": throughput.train_flops_per_token(config.model, point["seq_len"]),
+    **mfu.counts(config.model, point["seq_len"]),
     "impl_resolved": kernels.resolve_impl(config.model),  # what auto chose on this backend
   }
 
@@ -294,11 +330,13 @@ def _eval(point) -> dict:
 
 
 def _peak(point) -> dict:
-  out = {}
+  """The looped matmul probe (peak.xla_matmul, warmed) per dtype: FLOP/s of the median round,
+  and the device's datasheet bf16 peak beside it (None where mfu.py has none)."""
+  out = {"datasheet_bf16_flops": mfu.datasheet_peak(jax.devices()[0].device_kind)}
   for dtype in ("bfloat16", "float32"):
-    program = peak.xla_matmul(dtype, point["n"])
-    times = [timed(program.step) for _ in range(5)]
-    out[f"{dtype}_flops"] = 2 * point["n"] ** 3 / sorted(times)[2]
+    program = peak.xla_matmul(dtype, point["n"], point["chain"])
+    times = [timed(program.step) for _ in range(point["rounds"])]
+    out[f"{dtype}_flops"] = 2 * point["n"] ** 3 * point["chain"] / _middle(times)
   return out
 
 
@@ -326,8 +364,12 @@ def run_point(point: dict) -> dict:
 
 
 def _in_process(point: dict, timeout_s: int) -> dict:
-  """`run_point` in a fresh `python -m lcx.tools.bench --device_point=...` (no preallocation)."""
+  """`run_point` in a fresh `python -m lcx.tools.bench --device_point=...` (no preallocation),
+  with jax's persistent compilation cache (COMPILATION_CACHE unless JAX_COMPILATION_CACHE_DIR is
+  set): a program compiled by an earlier point, or an earlier call on the same machine, is read
+  back, not compiled again."""
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", COMPILATION_CACHE)
   cmd = [sys.executable, "-m", "lcx.tools.bench", f"--device_point={json.dumps(point)}"]
   try:
     proc = subprocess.run(
@@ -344,7 +386,12 @@ def _in_process(point: dict, timeout_s: int) -> dict:
 
 def plan_points(plan: dict) -> list[dict]:
   """The plan's points in the order run: the most wanted numbers first."""
-  points = [{"what": "peak", "n": plan["peak_n"]}]
+  points = []
+  if plan["peak_n"]:
+    points.append(
+      {"what": "peak", "n": plan["peak_n"], "chain": plan["peak_chain"]}
+      | {"rounds": plan["peak_rounds"]}
+    )
 
   def train(scheme, size, batch, seq_len, impl, **extra):
     point = {"what": "train", "scheme": scheme, "size": size, "batch": batch}
@@ -369,29 +416,39 @@ def plan_points(plan: dict) -> list[dict]:
     ]
 
   points += evals(plan["eval"])
-  size, batch, seq_len = plan["schemes_model"]
-  schemes = ["nope"] + [s for s in plan["schemes"] or positions.SCHEMES if s != "nope"]
   timing = {"steps": plan["steps"], "rounds": plan["rounds"]}
-  points.append(
-    {"what": "schemes", "schemes": schemes, "size": size, "batch": batch, "seq_len": seq_len}
-    | timing
-  )
-  size, batch, seq_len = plan["peer_model"]
-  points.append(
-    {
-      "what": "peer",
-      "schemes": plan["peer_schemes"],
-      "size": size,
-      "batch": batch,
-      "seq_len": seq_len,
-    }
-    | timing
-  )
+  if plan["schemes"] != []:
+    size, batch, seq_len = plan["schemes_model"]
+    schemes = [s for s in plan["schemes"] or positions.SCHEMES if s != "nope"]
+    schemes = ["nope"] + [s for s in schemes if s not in plan.get("schemes_without", ())]
+    points.append(
+      {"what": "schemes", "schemes": schemes, "size": size, "batch": batch, "seq_len": seq_len}
+      | timing
+    )
+  if plan["peer_schemes"]:
+    size, batch, seq_len = plan["peer_model"]
+    points.append(
+      {
+        "what": "peer",
+        "schemes": plan["peer_schemes"],
+        "size": size,
+        "batch": batch,
+        "seq_len": seq_len,
+      }
+      | timing
+    )
   for block, warps, stages in plan["tune"]:
     (point,) = evals([("pallas", plan["tune_length"])])
     points.append(point | {"block_size": block, "triton": [warps, stages]})
-  points.append({"what": "correct", "cases": CORRECT_CASES} | plan["correct"])
+  points += [{"what": "correct", "cases": [case]} | plan["correct"] for case in correct_cases(plan)]
   return points + evals(plan["eval_last"])
+
+
+def correct_cases(plan: dict) -> list[tuple[str, str, str]]:
+  """The plan's correctness cases; None: those of CORRECT_CASES the core plan leaves out."""
+  if plan["correct_cases"] is not None:
+    return plan["correct_cases"]
+  return [c for c in CORRECT_CASES if c not in PLANS["core"]["correct_cases"]]
 
 
 def _rows_of(point: dict, row: dict) -> list[dict]:
@@ -403,14 +460,21 @@ def _rows_of(point: dict, row: dict) -> list[dict]:
   return [{**sub, **shared} for sub in row["rows"]]
 
 
-def run(out: str, quick: bool = False, deadline_s: float | None = None) -> dict:
-  """Every point of the plan (tiny on CPU or with `quick`), MFU against the measured bf16 peak;
-  writes `out` (JSON) and `out` with .md (the table) after every point, so a cut-short run keeps
-  its rows. No point starts after `deadline_s` seconds (each is then a row saying so), and a
-  running one is stopped 60 s after it."""
-  plan_name = "tiny" if quick or jax.default_backend() == "cpu" else "full"
-  plan = PLANS[plan_name]
-  results = {"plan": plan_name, "command": " ".join(sys.argv), "rows": []}
+def plan_name(quick: bool = False, name: str | None = None) -> str:
+  """`name`, or the default: tiny on a CPU or with `quick`, else core."""
+  return name or ("tiny" if quick or jax.default_backend() == "cpu" else "core")
+
+
+def run(
+  out: str, quick: bool = False, deadline_s: float | None = None, name: str | None = None
+) -> dict:
+  """Every point of the plan `plan_name(quick, name)`, MFUs per mfu.py; writes `out` (JSON) and
+  `out` with .md (the table) after every point, so a cut-short run keeps its rows. No point starts
+  after `deadline_s` seconds (each is then a row saying so), and a running one is stopped 60 s
+  after it."""
+  chosen = plan_name(quick, name)
+  plan = PLANS[chosen]
+  results = {"plan": chosen, "command": " ".join(sys.argv), "rows": []}
   start = time.perf_counter()
   for point in plan_points(plan):
     print(f"[device_check] {json.dumps(point)}", flush=True)
@@ -430,12 +494,104 @@ def run(out: str, quick: bool = False, deadline_s: float | None = None) -> dict:
   return results
 
 
+# --plan's estimates: a point's seconds are the sum over the rows it writes of the median wall
+# time of committed rows with the same key (ESTIMATE_KEYS; a several-row point's wall time is
+# shared out evenly among its rows), else UNMEASURED_S of the row's kind, plus PROCESS_S. The
+# committed rows ran on a fresh H200 without a compilation cache, so they are upper bounds where
+# the cache holds a program; the keys leave out steps and rounds (compilation dominates), and a
+# correctness case's T (it was measured at 1024, the plans now run it at 256).
+COMMITTED = pathlib.Path(long_eval.REPO_ROOT, "experiments", "bench")  # gpu_*/device_check*.json
+ESTIMATE_KEYS = {
+  "peak": ("n", "chain"),
+  "train": ("scheme", "size", "batch", "seq_len", "impl", "tuned", "remat"),
+  "eval": ("size", "length", "impl", "block_size", "triton"),
+  "scheme": ("scheme",),
+  "peer": ("scheme",),
+  "correct": ("case",),
+}
+# Per row never measured: about the measured ones of its kind (a scheme 9.7-11.4 s, a peer
+# scheme 21 s, a correctness case 77-85 s at T=1024, the train steps 13-22 s), rounded up. The
+# looped peak probe: the single-call probe's 3.3-3.5 s, plus 2 x 11 calls of 16 matmuls at 8192
+# (0.7 s at the 816 bf16 and 440 TF32 TFLOP/s measured at b8d219a) and the loops' compilation.
+UNMEASURED_S = {
+  "peak": 6.0,
+  "train": 30.0,
+  "eval": 60.0,
+  "scheme": 12.0,
+  "peer": 25.0,
+  "correct": 90.0,
+}
+# A point's fresh process (Python, jax, the device) beyond its row's wall_s: 2.5-4.6 s in
+# gpu_2026-11-26/points_2.txt (each process's wall time beside its row).
+PROCESS_S = 4.0
+# A point -> the rows it writes, as the plan knows them (their estimate keys).
+ROWS_OF = {
+  "schemes": lambda p: [{"what": "scheme", "scheme": s} for s in p["schemes"]],
+  "peer": lambda p: [{"what": "peer", "scheme": s} for s in p["schemes"]],
+  "correct": lambda p: [{"what": "correct", "case": "/".join(c)} for c in p["cases"]],
+}
+
+
+def _estimate_key(row: dict) -> tuple:
+  return (row["what"],) + tuple(json.dumps(row.get(k)) for k in ESTIMATE_KEYS[row["what"]])
+
+
+def measured_seconds(folder: pathlib.Path = COMMITTED) -> dict[tuple, float]:
+  """Estimate key -> median wall seconds of the committed rows with it (errors left out)."""
+  found: dict[tuple, list[float]] = {}
+  for path in sorted(folder.glob("gpu_*/device_check*.json")):
+    rows = [r for r in json.loads(path.read_text())["rows"] if "wall_s" in r]
+    sharing = {}  # the rows of one several-row point share its wall time
+    for r in rows:
+      sharing[r["what"], r["wall_s"]] = sharing.get((r["what"], r["wall_s"]), 0) + 1
+    for r in rows:
+      if "error" not in r:
+        share = r["wall_s"] / sharing[r["what"], r["wall_s"]]
+        found.setdefault(_estimate_key(r), []).append(share)
+  return {key: statistics.median(times) for key, times in found.items()}
+
+
+def estimate(point: dict, measured: dict[tuple, float]) -> tuple[float, str]:
+  """(seconds, where they come from: "measured", "constant" or "measured + constant")."""
+  rows = ROWS_OF.get(point["what"], lambda p: [p])(point)
+  keys = [_estimate_key(r) for r in rows]
+  seconds = sum(measured.get(k, UNMEASURED_S[k[0]]) for k in keys) + PROCESS_S
+  sources = {"measured" if k in measured else "constant" for k in keys}
+  return seconds, " + ".join(sorted(sources))
+
+
+def plan_seconds(name: str, measured: dict[tuple, float] | None = None) -> list[float]:
+  """Estimated seconds (`estimate`) of each point of plan `name` on a fresh H200."""
+  measured = measured_seconds() if measured is None else measured
+  return [estimate(point, measured)[0] for point in plan_points(PLANS[name])]
+
+
+def plan_text(name: str) -> str:
+  """`--device_check --plan`: every point of plan `name` with its estimate on a fresh H200 and
+  the total; the tiny plan (a CPU's) has none."""
+  if name == "tiny":
+    points = [f"{json.dumps(p)}" for p in plan_points(PLANS[name])]
+    return "\n".join([f"device check plan {name!r} (a CPU's: not estimated):", *points])
+  measured = measured_seconds()
+  lines = [f"device check plan {name!r}: seconds estimated for a fresh H200 (source), point"]
+  for point in plan_points(PLANS[name]):
+    seconds, source = estimate(point, measured)
+    lines.append(f"{seconds:6.0f} s  ({source})  {json.dumps(point)}")
+  total = sum(plan_seconds(name, measured))
+  budget = f" (budget {BUDGET_S} s)" if name == "core" else ""
+  return "\n".join(lines + [f"{total:6.0f} s  total{budget}"])
+
+
 def _derived(row: dict, done: list[dict]) -> None:
-  """MFU of a train row against the bf16 peak measured before it."""
+  """MFUs of a train row (mfu.figures): over its device's datasheet bf16 peak and over the bf16
+  peak the probe measured before it, if one did."""
   if row["what"] == "train" and "tokens_per_s" in row:
-    peaks = [r for r in done if r["what"] == "peak" and "bfloat16_flops" in r]
-    if peaks:
-      row["mfu_bf16"] = row["flops_per_token"] * row["tokens_per_s"] / peaks[0]["bfloat16_flops"]
+    probes = [r["bfloat16_flops"] for r in done if r["what"] == "peak" and "bfloat16_flops" in r]
+    peaks = {
+      "datasheet": mfu.datasheet_peak(row["device_kind"]),
+      "measured": next(iter(probes), None),
+    }
+    row.update(mfu.figures(row, row["tokens_per_s"], peaks))
 
 
 def _cells(row: dict) -> tuple[str, str]:
@@ -443,7 +599,7 @@ def _cells(row: dict) -> tuple[str, str]:
   w = row["what"]
   label = {
     "peak": lambda: f"matmul {row['n']}^3",
-    "correct": lambda: f"pallas vs dense, f32, {row.get('case', 'every case')}",
+    "correct": lambda: f"pallas vs dense, f32, {row.get('case') or _case_names(row['cases'])}",
     "train": lambda: (
       f"train {row['size']} {row['batch']}x{row['seq_len']} {row['scheme']} impl={row['impl']}"
       + (", CPU-tuned backward passes" if row.get("tuned") else "")
@@ -464,19 +620,31 @@ def _cells(row: dict) -> tuple[str, str]:
   if "error" in row:
     return label, "error: " + row["error"][:160]
   if w == "peak":
-    return label, (
+    numbers = (
       f"bf16 {row['bfloat16_flops'] / 1e9:.0f} GFLOP/s, f32 {row['float32_flops'] / 1e9:.0f}"
     )
+    if "chain" not in row:  # a single-call probe, before the looped one
+      return label, numbers
+    datasheet = row["datasheet_bf16_flops"]
+    share = (
+      f"bf16 {100 * row['bfloat16_flops'] / datasheet:.1f}% of the datasheet's "
+      f"{datasheet / 1e12:.0f} TFLOP/s"
+      if datasheet
+      else mfu.NO_DATASHEET
+    )
+    return label, f"{numbers}; {share}; {row['chain']} chained per call, median of {row['rounds']}"
   if w == "correct":
     seconds = f", {row['case_s']:.0f} s" if "case_s" in row else ""  # recorded since b40769c
     return label, (
       f"output {row['out_rel_err']:.1e}, gradients {row['grad_rel_err']:.1e} (rel.){seconds}"
     )
   if w == "train":
-    mfu = f", MFU {100 * row['mfu_bf16']:.1f}%" if "mfu_bf16" in row else ""
+    # mfu_bf16: over the single-call probe, in rows from before mfu.py
+    old_mfu = f", MFU {100 * row['mfu_bf16']:.1f}%" if "mfu_bf16" in row else ""
+    mfus = f"; {mfu.describe(row)}" if "peak_datasheet" in row else ""
     return label, (
-      f"{row['tokens_per_s']:.0f} tokens/s{mfu}, step {row['step_s']:.4f} s, "
-      f"compile {row['compile_s']:.1f} s"
+      f"{row['tokens_per_s']:.0f} tokens/s{old_mfu}, step {row['step_s']:.4f} s, "
+      f"compile {row['compile_s']:.1f} s{mfus}"
     )
   if w == "scheme":
     ratio_ = ""
@@ -493,6 +661,10 @@ def _cells(row: dict) -> tuple[str, str]:
       f"{row['x_transformers_tokens_per_s']:.0f} tokens/s), lcx ran {row['impl_resolved']}"
     )
   return label, f"forward {row['forward_s']:.3f} s (first {row['first_call_s']:.1f} s)"
+
+
+def _case_names(cases: list) -> str:
+  return "/".join(cases[0]) if len(cases) == 1 else "every case"
 
 
 def table(results: dict) -> str:

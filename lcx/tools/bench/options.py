@@ -16,6 +16,7 @@ from lcx.model import positions
 from lcx.tools.bench.workload import MODEL_OPTIONS
 
 SECTION_NAMES = ("peak", "train", "positions", "eval", "peers")  # the order they run in
+DEVICE_PLANS = ("core", "extra", "tiny")  # lcx/tools/bench/device_check.py PLANS
 # flag -> (type of an item or the value, full run's default, --quick's default). Every
 # registered scheme by default, so a new scheme is benchmarked without editing this.
 PLANS = {
@@ -71,6 +72,8 @@ class Options:
   max_dense_gb: float
   eval_point: str | None
   device_check: bool
+  device_plan: str | None
+  plan: bool
   device_point: str | None
   deadline_s: float | None
 
@@ -113,6 +116,20 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     False,
     "Run the accelerator check (lcx/tools/bench/device_check.py) instead of the sections: JSON to "
     "--out, a markdown table beside it; a tiny plan on CPU or with --quick.",
+    **fv,
+  )
+  flags.DEFINE_string(
+    "device_plan",
+    None,
+    f"--device_check's plan, one of {', '.join(DEVICE_PLANS)}; default: tiny on a CPU or with "
+    "--quick, else core (estimated to fit 8 minutes; extra: the rest, for a second call).",
+    **fv,
+  )
+  flags.DEFINE_bool(
+    "plan",
+    False,
+    "With --device_check: print the plan's points with their estimated seconds and the total, "
+    "and exit without running any.",
     **fv,
   )
   flags.DEFINE_string(
@@ -166,6 +183,11 @@ def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Options:
     raise errors.not_allowed(
       "--out", values["out"], f"a path whose folder exists or can be made ({error.strerror})"
     ) from None
+  if values["device_plan"] not in (None, *DEVICE_PLANS):
+    raise errors.not_allowed("--device_plan", values["device_plan"], DEVICE_PLANS)
+  for name in ("device_plan", "plan"):
+    if values[name] and not values["device_check"]:
+      raise errors.not_allowed(f"--{name}", values[name], "only with --device_check")
   if values["deadline_s"] is not None and values["deadline_s"] <= 0:
     raise errors.not_allowed("--deadline_s", values["deadline_s"], "a number of seconds > 0")
   point = values["eval_point"]

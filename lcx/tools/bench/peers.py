@@ -12,9 +12,8 @@ from flax import nnx
 
 from lcx.model.decoder import Decoder
 from lcx.run import train
-from lcx.tools.bench import peak
+from lcx.tools.bench import mfu, peak
 from lcx.tools.bench.measure import Program, interleaved, ratio, timed
-from lcx.tools.bench.throughput import mfu, train_flops_per_token
 from lcx.tools.bench.workload import (
   buildable,
   options_config,
@@ -166,13 +165,13 @@ def run(opts, results) -> dict:
         programs[name] = peer
     rounds = interleaved(programs, opts.rounds, opts.steps)
     tokens = config.data.batch_size * config.data.seq_len
-    fpt = train_flops_per_token(config.model, config.data.seq_len)
+    fpt = mfu.train_flops_per_token(config.model, config.data.seq_len)
     for name, program in programs.items():
       step_s = statistics.median(rounds[name])
       row[name] = {
         "step_s": step_s,
         "tokens_per_s": tokens / step_s,
-        "mfu": mfu(fpt, tokens / step_s, peak.roofline(results)),
+        "mfu": fpt * tokens / step_s / peak.roofline(results),  # PaLM count, measured f32
         "compile_s": program.compile_s,
         "rounds_s": rounds[name],
       }
@@ -199,7 +198,7 @@ def table(result: dict) -> str:
         else [f"{p['step_s']:.3f}", f"{100 * p['mfu']:.0f}%", f"{p['lcx_speedup']:.2f}x"]
       )
     rows.append(cells)
-  head = ["scheme", "lcx s/step", "MFU"]
+  head = ["scheme", "lcx s/step", "MFU (PaLM, measured f32)"]
   for name in PEERS:
     head += [f"{name} s/step", "MFU", "lcx/" + name]
   return markdown_table(head, rows + skipped_rows(result, len(head)))

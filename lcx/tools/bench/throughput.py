@@ -1,42 +1,33 @@
 """Section `train`: tokens/s, MFU and compile time of lcx's train step per model size.
 
-MFU = model FLOPs per token x tokens/s / measured float32 matmul peak (section `peak`), where
-  model FLOPs per token = 6 x matmul parameters + 12 x layers x T x heads x head_dim
-(forward + backward; attention over the full T x T, the PaLM convention).
+MFU per lcx/tools/bench/mfu.py: model FLOPs counted PaLM-style (attention over all T) and causally
+(over T/2), each over the device's datasheet dense bf16 peak (none on a CPU) and over the best
+matmul measured in the model's dtype by section `peak`.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from lcx.tools.bench import peak
+import jax
+
+from lcx.tools.bench import mfu, peak
 from lcx.tools.bench.measure import timed
 from lcx.tools.bench.workload import lcx_program, options_config
 from lcx.tools.report import markdown_table
 
 TITLE = "Training throughput (after compilation; median step)"
 MFU_FORMULA = (
-  "(6 x matmul params + 12 x layers x T x heads x head_dim) x tokens/s "
-  "/ best measured float32 matmul FLOP/s (XLA or PyTorch)"
+  "(6 x matmul params + 12 x layers x K x heads x head_dim) x tokens/s / peak, K = T (PaLM) or "
+  "T/2 (causal); peak = the device's datasheet dense bf16 FLOP/s, and the best matmul measured "
+  "in the model's dtype (section peak)"
 )
 
 
-def matmul_params(model_cfg) -> int:
-  """Parameters that take part in a matmul: projections, MLP and the output head."""
-  m = model_cfg
-  attn = m.d_model * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)  # q, o; k, v
-  mlp = (3 if m.mlp == "swiglu" else 2) * m.d_model * m.mlp_dim
-  return m.num_layers * (attn + mlp) + m.d_model * m.vocab_size
-
-
-def train_flops_per_token(model_cfg, seq_len: int) -> int:
-  """6 N + 12 x layers x T x heads x head_dim: forward (2 per multiply-add) and backward (2x)."""
-  m = model_cfg
-  return 6 * matmul_params(m) + 12 * m.num_layers * seq_len * m.num_heads * m.head_dim
-
-
-def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
-  return flops_per_token * tokens_per_s / peak_flops
+def peaks(results: dict, dtype: str) -> dict[str, float | None]:
+  """The two MFU denominators (mfu.py): this device's datasheet peak and the measured one."""
+  kind = jax.devices()[0].device_kind
+  return {"datasheet": mfu.datasheet_peak(kind), "measured": peak.measured(results, dtype)}
 
 
 def run(opts, results) -> dict:
@@ -48,18 +39,18 @@ def run(opts, results) -> dict:
     times = [timed(program.step) for _ in range(opts.train_steps)]
     step_s = statistics.median(times)
     tokens = config.data.batch_size * config.data.seq_len
-    fpt = train_flops_per_token(config.model, config.data.seq_len)
+    counted = mfu.counts(config.model, config.data.seq_len)
     out[size] = {
       "scheme": opts.train_scheme,
       "batch": config.data.batch_size,
       "seq_len": config.data.seq_len,
-      "params_matmul": matmul_params(config.model),
-      "flops_per_token": fpt,
+      "params_matmul": mfu.matmul_params(config.model),
+      **counted,
       "compile_s": program.compile_s,
       "step_s": step_s,
       "step_s_all": times,
       "tokens_per_s": tokens / step_s,
-      "mfu": mfu(fpt, tokens / step_s, peak.roofline(results)),
+      **mfu.figures(counted, tokens / step_s, peaks(results, config.model.dtype)),
     }
     print(f"  train {size}: {step_s:.3f} s/step", flush=True)
   return out
@@ -77,7 +68,7 @@ def table(result: dict) -> str:
         f"{v['compile_s']:.1f}",
         f"{v['step_s']:.3f}",
         f"{v['tokens_per_s']:.0f}",
-        f"{100 * v['mfu']:.1f}%",
+        mfu.describe(v),
       ]
       for size, v in result.items()
     ],

@@ -1,25 +1,22 @@
-"""lcx.tools.bench.throughput: the FLOPs formula against a hand count, and MFU."""
+"""lcx.tools.bench.throughput (section `train`): MFU over both denominators, recorded and named."""
 
 import pytest
 
-from lcx.tools.bench import throughput, workload
+from lcx.tools.bench import mfu, throughput
+from tests.helpers import bench_options
 
 
-def test_flops_match_a_hand_count_for_the_tiny_model():
-  m = workload.bench_config("rope", "tiny", 2, 32).model  # d=64, 2 layers, 4 heads x 16, mlp 256
-  assert m.vocab_size == 259
-  per_layer = 4 * 64 * 64 + 2 * 64 * 256  # q, k, v, o; MLP in and out
-  assert throughput.matmul_params(m) == 2 * per_layer + 64 * 259
-  attention = 12 * 2 * 32 * 4 * 16  # QK^T and PV, forward + backward, full T x T
-  assert throughput.train_flops_per_token(m, 32) == 6 * (2 * per_layer + 64 * 259) + attention
-
-
-def test_flops_count_grouped_query_attention_and_swiglu():
-  m = workload.bench_config("rope", "tiny", 2, 32).model
-  m.num_kv_heads, m.mlp = 1, "swiglu"
-  per_layer = 2 * 64 * 64 + 2 * 64 * 16 + 3 * 64 * 256  # q, o; one k, v head; gate, in, out
-  assert throughput.matmul_params(m) == 2 * per_layer + 64 * 259
-
-
-def test_mfu():
-  assert throughput.mfu(1e6, 100.0, 2e8) == pytest.approx(0.5)
+def test_train_section_records_and_prints_mfu_over_the_datasheet_and_the_measured_peak(
+  monkeypatch,
+):
+  monkeypatch.setitem(mfu.DATASHEET_BF16_TFLOPS, "cpu", 2)  # this CPU given a datasheet
+  opts = bench_options("--sizes=tiny", "--batch_size=2", "--seq_len=16", "--train_steps=2")
+  peak = {"xla": {"float32": {"flops": 5e11}}, "torch": {"float32": {"flops": 4e11}}}
+  (row,) = throughput.run(opts, {"peak": peak}).values()
+  tokens_per_s = row["tokens_per_s"]
+  for count, key in (("palm", "flops_per_token"), ("causal", "flops_per_token_causal")):
+    assert row[f"mfu_{count}_datasheet"] == pytest.approx(row[key] * tokens_per_s / 2e12)
+    assert row[f"mfu_{count}_measured"] == pytest.approx(row[key] * tokens_per_s / 5e11)
+  assert row["flops_per_token_causal"] < row["flops_per_token"]
+  text = throughput.table({"tiny": row})
+  assert "of the datasheet 2 TFLOP/s" in text and "of the measured 0.5 TFLOP/s (25.0%" in text
