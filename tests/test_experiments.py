@@ -676,7 +676,11 @@ def _anchor(heading: str) -> str:
 
 def test_every_anchor_link_in_the_readmes_resolves():
   """A heading renamed to carry new counts once left a link to its old anchor dead."""
-  readmes = [ROOT / "README.md", *sorted((ROOT / "experiments").glob("*/README.md"))]
+  readmes = [
+    ROOT / "README.md",
+    ROOT / "experiments" / "README.md",
+    *sorted((ROOT / "experiments").glob("*/README.md")),
+  ]
   anchors = {
     p: {_anchor(h) for h in re.findall(r"^#+ (.+)$", p.read_text(), re.M)} for p in readmes
   }
@@ -727,3 +731,26 @@ def test_drope_bases_pairs_each_matched_run_with_the_same_run_at_base_10000(tmp_
     f"rope/multivalue 17-32: 0.450 -> 0.600 {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
     " / examples differ / not run"
   )
+
+
+VERDICT_LABELS = ("reproduced", "not reproduced", "inconclusive", "underpowered", "untestable here")
+VERDICT_WORDS = re.compile(r"reproduc|inconclusive|underpowered|testable|suggestive", re.I)
+
+
+def test_the_results_index_lists_every_experiment_and_defines_the_five_labels():
+  index = (ROOT / "experiments" / "README.md").read_text()
+  assert "## How verdicts are labelled" in index
+  assert [label for label in VERDICT_LABELS if f"- **{label}**: " not in index] == []
+  assert [e.name for e in EXPERIMENTS if f"[{e.name}]({e.name}/README.md)" not in index] == []
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)
+def test_every_verdict_is_one_of_the_five_labels_beside_the_published_numbers(experiment):
+  """A bold verdict is one of the five labels, whole ("reproduced for the order, not for the
+  levels" and "suggestive" were not), and the README quotes its paper's numbers and links the
+  labels' definitions."""
+  readme = (experiment / "README.md").read_text()
+  assert "](../README.md#how-verdicts-are-labelled)" in readme
+  assert "**Published**" in readme
+  bold = re.findall(r"\*\*(.+?)\*\*", readme, re.S)
+  assert [b for b in bold if VERDICT_WORDS.search(b) and b not in VERDICT_LABELS] == []

@@ -47,7 +47,7 @@ def length_table(
     if x["metric"] == "skipped"
   ]
   lines = [
-    f"{describe_protocol(results[0].get('protocol'))}; train length {train_len}.",
+    f"{describe_protocol(results[0].get('protocol'), results)}; train length {train_len}.",
     f"Per length: {counts}.",
     "",
     tables.markdown_table(head, body),
@@ -94,7 +94,7 @@ def seed_tables(results: Sequence[dict], metric: str = "perplexity") -> str:
       continue
     train_len = group[0]["train_len"]
     out.append(
-      f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. "
+      f"{describe_protocol(group[0].get('protocol'), group)}; train length {train_len}. "
       f"Cells: mean over seeds [min, max across seeds].\n\n"
       + tables.markdown_table(
         ["runs/variant", "seeds"] + [tables.times(int(n), train_len) for n in lengths],
@@ -136,9 +136,9 @@ def length_rank_tables(results: Sequence[dict], metric: str = "perplexity") -> s
     ]
     train_len = group[0]["train_len"]
     out.append(
-      f"{describe_protocol(group[0].get('protocol'))}; train length {train_len}. Cells: rank "
-      f"(1 = lowest) of the mean {metric} over seeds (that mean); equal as printed, equal "
-      f"rank; rows in the order of {tables.times(int(last), train_len)}.\n\n"
+      f"{describe_protocol(group[0].get('protocol'), group)}; train length {train_len}. "
+      f"Cells: rank (1 = lowest) of the mean {metric} over seeds (that mean); equal as "
+      f"printed, equal rank; rows in the order of {tables.times(int(last), train_len)}.\n\n"
       + tables.markdown_table(
         ["runs/variant"] + [tables.times(int(n), train_len) for n in lengths],
         body,
@@ -189,8 +189,8 @@ def _with_documents(results: Sequence[dict]) -> list[dict]:
 def _paired_note(group: Sequence[dict]) -> str:
   p = group[0].get("protocol") or {}
   return (
-    f"{describe_protocol(p)}; train length {group[0]['train_len']}. Cells: difference in mean "
-    f"loss (nats/token; negative: lower loss) [{p.get('confidence', 0.95) * 100:g}% paired "
+    f"{describe_protocol(p, group)}; train length {group[0]['train_len']}. Cells: difference "
+    f"in mean loss (nats/token; negative: lower loss) [{p.get('confidence', 0.95) * 100:g}% paired "
     f"bootstrap interval over the same documents, {p.get('bootstrap', 1000)} resamples, seed "
     f"{p.get('seed', 0)}]; - where the documents or their tokens differ."
   )
@@ -307,20 +307,18 @@ def length_seed_pair_tables(results: Sequence[dict]) -> str:
       min_seeds=2,
     )
     if table:
-      out.append(
-        _seed_pair_note(chosen[0], f"Each length against 1x ({train}) in each seed") + table
-      )
+      out.append(_seed_pair_note(chosen, f"Each length against 1x ({train}) in each seed") + table)
   return "\n\n".join(out)
 
 
-def _seed_pair_note(r: dict, what: str) -> str:
-  p = r.get("protocol") or {}
+def _seed_pair_note(group: Sequence[dict], what: str) -> str:
+  p, r = group[0].get("protocol") or {}, group[0]
   return (
-    f"{describe_protocol(p)}; train length {r['train_len']}. {what}, in mean loss (nats/token;"
-    f" negative: lower loss). Cells: the mean over seeds [min, max across seeds] k/n: of the n"
-    f" seeds, the k whose {p.get('confidence', 0.95) * 100:g}% paired bootstrap interval over"
-    f" the same documents ({p.get('bootstrap', 1000)} resamples, seed {p.get('seed', 0)})"
-    f" excludes zero on the mean's side.\n\n"
+    f"{describe_protocol(p, group)}; train length {r['train_len']}. {what}, in mean loss"
+    f" (nats/token; negative: lower loss). Cells: the mean over seeds [min, max across seeds]"
+    f" k/n: of the n seeds, the k whose {p.get('confidence', 0.95) * 100:g}% paired bootstrap"
+    f" interval over the same documents ({p.get('bootstrap', 1000)} resamples, seed"
+    f" {p.get('seed', 0)}) excludes zero on the mean's side.\n\n"
   )
 
 
@@ -334,7 +332,7 @@ def pair_tables(results: Sequence[dict], baseline: str = "") -> str:
       [tables.label(r)] + [_pair_text(_pair(r, base, n, protocol)) for n in lengths] for r in others
     ]
     out.append(
-      _paired_note([base])
+      _paired_note([base, *others])
       + f" Each result minus {tables.label(base)}.\n\n"
       + tables.markdown_table(
         [f"run/variant - {tables.label(base)}"]
@@ -371,7 +369,8 @@ def seed_pair_tables(results: Sequence[dict], baseline: str = "") -> str:
       min_seeds=1,
     )
     if table:
-      out.append(_seed_pair_note(base, f"Each result minus {baseline} of its own seed") + table)
+      shown = [x for b, others, _ in group for x in (b, *others)]
+      out.append(_seed_pair_note(shown, f"Each result minus {baseline} of its own seed") + table)
   return "\n\n".join(out)
 
 
@@ -437,7 +436,7 @@ def effective_length_tables(results: Sequence[dict], tolerance: float | None) ->
       rows.append([tables.label(r), tables.times(n, r["train_len"]), interval])
     p = group[0].get("protocol") or {}
     out.append(
-      f"{describe_protocol(p)}; train length {group[0]['train_len']}. The longest evaluated "
+      f"{describe_protocol(p, group)}; train length {group[0]['train_len']}. The longest evaluated "
       f"length up to which the loss stays within {tolerance:g} nats/token of the loss at the "
       f"training length (at every length from L to it); interval: "
       f"{p.get('confidence', 0.95) * 100:g}% over the paired per-document bootstrap "
@@ -473,11 +472,11 @@ def longppl_tables(results: Sequence[dict]) -> str:
       rows.append(row)
     first = next(e["longppl"] for e in group[0]["lengths"].values() if "longppl" in e)
     out.append(
-      f"{describe_protocol(group[0].get('protocol'))}; train length {group[0]['train_len']}. "
-      f"Perplexity on the key tokens (in parentheses: how many): loss with at most "
-      f"{first['short']} tokens of context minus loss with the window > {first['alpha']:g} "
-      f"nats, and loss with the window < {-first['beta']:g} nats (Fang et al. 2025); - where "
-      "no token is key (lengths up to the short context have none).\n\n"
+      f"{describe_protocol(group[0].get('protocol'), group)}; train length "
+      f"{group[0]['train_len']}. Perplexity on the key tokens (in parentheses: how many): "
+      f"loss with at most {first['short']} tokens of context minus loss with the window > "
+      f"{first['alpha']:g} nats, and loss with the window < {-first['beta']:g} nats (Fang et "
+      "al. 2025); - where no token is key (lengths up to the short context have none).\n\n"
       + tables.markdown_table(
         ["run/variant"] + [tables.times(n, group[0]["train_len"]) for n in lengths], rows
       )
@@ -522,7 +521,7 @@ def position_tables(results: Sequence[dict]) -> str:
       )
     head = ["run/variant", "length"] + [f"[{a}, {b})" for a, b in spans]
     out.append(
-      f"{describe_protocol(group[0].get('protocol'))}; train length "
+      f"{describe_protocol(group[0].get('protocol'), group)}; train length "
       f"{group[0]['train_len']}. Loss (nats/token) by position p (tokens of context "
       f"before the target), at each result's longest length.\n\n"
       + tables.markdown_table(head, rows)

@@ -13,7 +13,8 @@ def test_length_table_header_and_ci_cells():
   text = report.length_tables([lengths_result(losses={1: 2.0, 2: 2.1, 4: 2.3})])
   lines = text.splitlines()
   assert lines[0].startswith(
-    "windows protocol on stream documents, 4096 tokens per length, "
+    "windows protocol on stream documents, 4096 tokens per length of the 4096 asked, in 12 "
+    "documents, windows: 64 at 64, 32 at 128, 16 at 256, "
     "95% bootstrap CI over documents (1000 resamples, seed 0); "
     "train length 64."
   )
@@ -28,6 +29,46 @@ def test_length_table_header_and_ci_cells():
   cells = row_cells(lines[5])
   # exp(2.0) = 7.389, exp(1.98) = 7.243, exp(2.02) = 7.538
   assert cells[:2] == ["rope/none", "7.39 [7.24, 7.54]"]
+
+
+def _scored(r, tokens, documents, windows_by_length):
+  """r with its lengths scoring `tokens` in `documents` and the given windows, as a short
+  evaluation sample records (fewer than eval.num_tokens)."""
+  for n, windows in windows_by_length.items():
+    r["lengths"][str(n)].update(tokens=tokens, documents=documents, windows=windows)
+  return r
+
+
+def test_every_lengths_header_states_what_was_scored_not_only_what_was_asked():
+  """7 documents gave 7168 of the 32768 tokens asked, 7 windows at the longest length: every
+  table's header said `32768 tokens per length`."""
+  results = []
+  for run, shift in (("alibi-s0", 0.0), ("alibi-s1", 0.1), ("rope-s0", 0.2), ("rope-s1", 0.3)):
+    r = with_documents(lengths_result(run, losses={1: 2.0, 4: 2.3, 16: 2.5}), shift=shift)
+    r["protocol"]["num_tokens"] = 32768
+    results.append(_scored(r, 7168, 7, {64: 112, 256: 28, 1024: 7}))
+  _scored(results[3], 9216, 9, {64: 144, 256: 36, 1024: 9})
+  text = report.format_tables(results, "rope/none", tolerance=0.1)
+  headers = [line for line in text.splitlines() if line.startswith("windows protocol")]
+  assert len(headers) >= 7  # lengths, seeds, ranks, each minus 1x (and over seeds), baseline, ...
+  every = (
+    "windows protocol on stream documents, 7168-9216 tokens per length of the 32768 asked, in "
+    "7-9 documents, windows: 112-144 at 64, 28-36 at 256, 7-9 at 1024, 95% bootstrap CI"
+  )
+  seed_0 = (  # each table counts the results it shows: seed 0's pairs hold no rope-s1
+    "windows protocol on stream documents, 7168 tokens per length of the 32768 asked, in 7 "
+    "documents, windows: 112 at 64, 28 at 256, 7 at 1024, 95% bootstrap CI"
+  )
+  (mine,) = [h for h in headers if h.endswith("Each result minus rope-s0/none.")]
+  assert mine.startswith(seed_0)
+  assert all(h.startswith(every) for h in headers if h != mine), headers
+  assert "32768 tokens per length" not in text
+  assert report.length_tables(results[:1]).startswith(seed_0)
+  del results[0]["lengths"]["64"]["tokens"]
+  assert report.length_tables(results[:1]).startswith(
+    "windows protocol on stream documents, 32768 tokens per length asked (scored counts not "
+    "recorded), 95%"
+  )
 
 
 def test_tables_group_by_protocol_and_mark_skipped_lengths():
