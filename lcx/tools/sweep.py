@@ -239,6 +239,8 @@ def load(target: str, runs_dir: str = "runs") -> Sweep:
     sys.path.insert(0, str(ROOT))  # a sweep.py may import configs
   module = types.ModuleType(f"lcx_sweep_{name}")
   module.__file__ = path
+  # In sys.modules while it runs, as an import would put it: a dataclass reads its module there.
+  sys.modules[module.__name__] = module
   try:  # compiled from the file as it is now: no .pyc, which an edit within a second can outlive
     exec(compile(pathlib.Path(path).read_text(), path, "exec"), module.__dict__)
   except SyntaxError as error:  # the user's file: where, not a traceback through importlib

@@ -107,6 +107,18 @@ def test_an_edited_sweep_file_is_read_as_it_is_now(tmp_path, monkeypatch):
   assert sorted(p.name for p in experiment.iterdir()) == ["sweep.py"]
 
 
+def test_a_sweep_file_may_declare_dataclasses(tmp_path):
+  """A dataclass looks its module up in sys.modules while its class body is made: the loader
+  puts the sweep's module there, as an import would (else AttributeError on NoneType)."""
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, {'train.steps': Row().steps})}")
+  path = experiment / "sweep.py"
+  path.write_text(
+    "import dataclasses\n\n@dataclasses.dataclass(frozen=True)\nclass Row:\n  steps: int = 7\n\n"
+    + path.read_text()
+  )
+  assert "--config.train.steps=7" in sweep.load(str(experiment)).command("a")
+
+
 def test_full_argument_gets_its_own_runs_and_results(tmp_path):
   experiment = _experiment(
     tmp_path, "{'a': Run(CONFIG, {'train.steps': 1000 if arg == 'full' else 10})}"
