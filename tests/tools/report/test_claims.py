@@ -233,15 +233,18 @@ def test_cli_claims_prints_and_writes_the_section(tmp_path):
     ),
     ("[print('x')]", "CLAIMS must be a list of Claim(...): name 'print' is not defined"),
     (None, "declares no CLAIMS = [Claim(...), ...]"),
+    ("", "no "),
   ],
-  ids=["unknown_row", "bad_direction", "not_a_claim", "none_declared"],
+  ids=["unknown_row", "bad_direction", "not_a_claim", "none_declared", "no_sweep"],
 )
 def test_cli_bad_claims_are_one_line_and_write_nothing(tmp_path, claims, error):
   for r in _results([-0.05, -0.06]):
     save(tmp_path / "in" / f"{r['run']}.json", r)
-  exp = _experiment(tmp_path, claims) if claims else tmp_path
+  exp = _experiment(tmp_path, claims) if claims else tmp_path / "in"
   if claims is None:
-    (tmp_path / "sweep.py").write_text("def get_runs(arg=''):\n  return {}\n")
+    (exp / "sweep.py").write_text("def get_runs(arg=''):\n  return {}\n")
+  if claims == "":  # no sweep.py: the error names the file it looked for
+    error += str(exp / "sweep.py")
   proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", f"--claims={exp}")
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
   last = proc.stderr.strip().splitlines()[-1]
