@@ -39,17 +39,19 @@ REPORT_COMMAND = re.compile(r"`\./launch\.sh report ([^`]+)`")
 
 
 def _quoted_reports(readme: str, root: pathlib.Path = ROOT) -> list[str]:
-  """What each `./launch.sh report PATH... [--baseline=X] [--effective_tolerance=N]` quoted in
-  a README prints (paths relative to the repo root; --out and --title change no table)."""
+  """What each `./launch.sh report PATH... [--baseline=X] [--effective_tolerance=N]
+  [--claims=experiments/NAME]` quoted in a README prints (paths relative to the repo root; --out
+  and --title change no table)."""
   printed = []
   for command in dict.fromkeys(m[1] for m in REPORT_COMMAND.finditer(readme)):  # each once
     args = shlex.split(command)
     flags = dict(a[2:].partition("=")[::2] for a in args if a.startswith("--"))
     tolerance = flags.get("effective_tolerance")
     results = report.load([str(root / a) for a in args if not a.startswith("--")])
+    claims = report.read_claims(str(root / flags["claims"])) if "claims" in flags else []
     printed.append(
       report.format_tables(
-        results, flags.get("baseline", ""), None if tolerance is None else float(tolerance)
+        results, flags.get("baseline", ""), None if tolerance is None else float(tolerance), claims
       )
     )
   return printed
@@ -71,6 +73,21 @@ def test_quoted_reports_follow_the_paths_and_flags(tmp_path):
   assert "Each result minus rope-s0/none" in seed0 and "rope-s1" not in seed0
   assert every == report.format_tables(report.load(str(tmp_path / "results")))
   assert "Each result minus alibi-s0/none" in every
+
+
+def test_quoted_reports_judge_the_claims_a_command_names(tmp_path):
+  for i, run in enumerate(["alibi-s0", "rope-s0", "alibi-s1", "rope-s1"]):
+    result = with_documents(lengths_result(run), shift=0.1 * run.startswith("alibi"), seed=i)
+    (tmp_path / "results" / run).mkdir(parents=True)
+    (tmp_path / "results" / run / "none.json").write_text(json.dumps(result))
+  (tmp_path / "exp").mkdir()
+  (tmp_path / "exp" / "sweep.py").write_text(
+    'CLAIMS = [Claim("a", "alibi", "rope", (4,), "above", 0.01)]\n'
+  )
+  (printed,) = _quoted_reports("`./launch.sh report results --claims=exp --out=/tmp/x`", tmp_path)
+  claims = [report.Claim("a", "alibi", "rope", (4,), "above", 0.01)]
+  assert printed == report.format_tables(report.load(str(tmp_path / "results")), claims=claims)
+  assert "## Claims (pre-declared)" in printed
 
 
 def test_every_reproduction_is_there():

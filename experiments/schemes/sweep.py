@@ -15,6 +15,7 @@ shard i holds rows i, i + SHARDS, ... with their three seeds; README: the time e
 from configs import extrapolation
 from lcx import errors
 from lcx.model import positions
+from lcx.tools.report.claims import Claim
 from lcx.tools.sweep import Run
 
 SEEDS = (0, 1, 2)
@@ -28,6 +29,20 @@ MULTIPLIERS = (1, 4, 16)
 # seeds 1-2 CACHED_RUN_S each (the compilation cache holds seed 0's programs).
 SHARDS = 13
 SHARD_LIMIT_S, SETUP_S, RUN_S, CACHED_RUN_S = 480, 90, 90, 45
+
+# Claims, judged by `./launch.sh report experiments/schemes[/full]/results
+# --claims=experiments/schemes` (the rules: lcx/tools/report/claims.py). They restate claims the
+# README fixed before any result (each row beats RoPE past L: ALiBi, KERPLE-power and PaTH at
+# 16x, the longest length, PoSE at 4x, inside its 16x target); the minimum effect was added on
+# 2026-12-02, after both regimes ran: 0.01 nats/token (1% perplexity), a seventh of RoPE's own
+# rise from 1x to 16x in the matched regime (+0.068). A win past L smaller than that would not
+# change which scheme to use.
+CLAIMS = [
+  Claim("alibi_16x", "alibi", "rope", (16,), "below", 0.01),
+  Claim("kerple_power_16x", "kerple_power", "rope", (16,), "below", 0.01),
+  Claim("path_16x", "path", "rope", (16,), "below", 0.01),
+  Claim("pose_4x", "pose", "rope", (4,), "below", 0.01),
+]
 
 
 def _scheme_overrides(seq_len: int) -> dict[str, dict]:

@@ -1,7 +1,7 @@
 """Tables, a CSV and plots from evaluation results (schema "lcx.eval/1"), nothing else.
 
     python -m lcx.tools.report PATH... --out=DIR [--title=TEXT] [--baseline=RUN/VARIANT]
-      [--effective_tolerance=NATS]
+      [--effective_tolerance=NATS] [--claims=experiments/NAME]
 
 PATH: a result JSON, a directory (every lcx result JSON below it, e.g. runs/x/eval/ or
 experiments/NAME/results/) or a glob. Prints the markdown tables and writes DIR/report.md,
@@ -12,10 +12,21 @@ report.md and results.csv are byte-identical for the same inputs, so README tabl
 The package, by concern: `load` reads results; `kinds` holds one record per result kind (its
 checks, sections, CSV rows, plots), built from `lengths`, `tasks` and `passkey`; `tables` is
 the renderer, cell formats and long-form rows they share, and the pivot, seed and rank tables
-built from those rows; `plots` draws; `write` puts report.md and results.csv together; `cli`
-is the command. The names below are what other modules, notebooks and tests use.
+built from those rows; `plots` draws; `claims` judges an experiment's pre-declared claims
+(the verdict engine); `write` puts report.md and results.csv together; `cli` is the command.
+The names below are what other modules, notebooks and tests use.
 """
 
+from lcx.tools.report.claims import (
+  Claim,
+  claims_table,
+  holm,
+  judge,
+  read_claims,
+  t_cdf,
+  t_interval,
+  t_quantile,
+)
 from lcx.tools.report.kinds import KINDS, baselines
 from lcx.tools.report.lengths import (
   baseline_pairs,
@@ -75,6 +86,7 @@ from lcx.tools.report.tasks import (
   task_tables,
 )
 from lcx.tools.report.write import (
+  CLAIMS_HEADING,
   csv_rows,
   format_csv,
   format_report,
@@ -84,6 +96,8 @@ from lcx.tools.report.write import (
 )
 
 __all__ = [
+  "CLAIMS_HEADING",
+  "Claim",
   "CSV_COLUMNS",
   "COMMON_KEYS",
   "HISTORY",
@@ -95,6 +109,7 @@ __all__ = [
   "baseline_pairs",
   "baselines",
   "check",
+  "claims_table",
   "checkpoint_warning",
   "corpus_warning",
   "csv_rows",
@@ -105,6 +120,8 @@ __all__ = [
   "format_csv",
   "format_report",
   "format_tables",
+  "holm",
+  "judge",
   "label",
   "length_pair_tables",
   "length_seed_pair_tables",
@@ -129,11 +146,15 @@ __all__ = [
   "position_tables",
   "rank_seed_tables",
   "rank_tables",
+  "read_claims",
   "sections",
   "seed_pair_tables",
   "seed_tables",
   "superseded",
   "system",
+  "t_cdf",
+  "t_interval",
+  "t_quantile",
   "task_error_tables",
   "task_seed_tables",
   "task_tables",

@@ -7,6 +7,7 @@ import sys
 from absl import flags
 
 from lcx import cli, errors
+from lcx.tools.report.claims import judge, read_claims
 from lcx.tools.report.kinds import baselines
 from lcx.tools.report.load import HISTORY, checkpoint_warning, corpus_warning, load, superseded
 from lcx.tools.report.tables import as_seeds
@@ -30,6 +31,14 @@ def define_flags() -> None:
     "Adds the effective context length table: the longest length whose loss stays within this "
     "many nats/token of the loss at the training length.",
   )
+  flags.DEFINE_string(
+    "claims",
+    "",
+    "experiments/NAME[:ARG]: judge the claims its sweep.py declares (CLAIMS) on the results "
+    "given and add the Claims (pre-declared) section: per claim and length the mean difference "
+    "over seeds, its t interval, the Holm-adjusted p, the seeds whose bootstrap interval agrees, "
+    "the MDE and the verdict (lcx/tools/report/claims.py).",
+  )
   flags.mark_flag_as_required("out")
 
 
@@ -50,6 +59,7 @@ def main(argv):
   tolerance = flags.FLAGS.effective_tolerance
   if tolerance is not None and not tolerance >= 0:
     cli.fail(str(errors.not_allowed("--effective_tolerance", tolerance, ">= 0 (nats/token)")))
+  claims = _claims(flags.FLAGS.claims, results)
   older = superseded(paths)
   if older:
     print(
@@ -60,6 +70,19 @@ def main(argv):
     )
   for warning in filter(None, (corpus_warning(results), checkpoint_warning(results))):
     print(warning, file=sys.stderr, flush=True)
-  print(format_tables(results, baseline, tolerance), flush=True)
-  written = write(results, out, flags.FLAGS.title, baseline, tolerance)
+  print(format_tables(results, baseline, tolerance, claims), flush=True)
+  written = write(results, out, flags.FLAGS.title, baseline, tolerance, claims)
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
+
+
+def _claims(target: str, results) -> list:
+  """The claims `--claims` names, each judged once here, so a claim the results cannot judge is
+  one `error:` line before anything is printed or written."""
+  if not target:
+    return []
+  try:
+    claims = read_claims(target)
+    judge(results, claims)
+  except ValueError as error:
+    cli.fail(str(error))
+  return claims

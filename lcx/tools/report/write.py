@@ -7,16 +7,22 @@ import io
 import os
 from collections.abc import Sequence
 
-from lcx.tools.report import kinds, tables
+from lcx.tools.report import claims as claims_lib, kinds, tables
 from lcx.tools.report.load import SCHEMA, check
+
+CLAIMS_HEADING = "Claims (pre-declared)"
 
 
 def sections(
-  results: Sequence[dict], baseline: str = "", tolerance: float | None = None
+  results: Sequence[dict],
+  baseline: str = "",
+  tolerance: float | None = None,
+  claims: Sequence[claims_lib.Claim] = (),
 ) -> list[tuple[str, str, str | None]]:
   """(heading, markdown, plot key) for every table that has data, in report order. The paired
   tables need per-document losses, so older results leave them out. `baseline`: see
-  `lengths.pair_tables`; `tolerance`: see `lengths.effective_length_tables`. Runs and
+  `lengths.pair_tables`; `tolerance`: see `lengths.effective_length_tables`; `claims`: the
+  experiment's pre-declared claims, judged last (`claims.claims_table`). Runs and
   variants are named as `tables.as_seeds` names them, here and in the CSV, index and plots."""
   results = tables.as_seeds(results)
   out = []
@@ -26,14 +32,20 @@ def sections(
       body = section.build(chosen, baseline, tolerance)
       if body:
         out.append((section.heading, body, section.plot))
+  if claims:
+    out.append((CLAIMS_HEADING, claims_lib.claims_table(results, claims), None))
   return out
 
 
 def format_tables(
-  results: Sequence[dict], baseline: str = "", tolerance: float | None = None
+  results: Sequence[dict],
+  baseline: str = "",
+  tolerance: float | None = None,
+  claims: Sequence[claims_lib.Claim] = (),
 ) -> str:
   """All tables as markdown: what the CLI prints and evaluation shows after a run."""
-  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in sections(results, baseline, tolerance))
+  chosen = sections(results, baseline, tolerance, claims)
+  return "\n\n".join(f"## {h}\n\n{body}" for h, body, _ in chosen)
 
 
 def _index_table(results: Sequence[dict]) -> str:
@@ -85,6 +97,7 @@ def format_report(
   plots: dict[str, str],
   baseline: str = "",
   tolerance: float | None = None,
+  claims: Sequence[claims_lib.Claim] = (),
 ) -> str:
   """report.md: title, the tables with links to their plots, and what each result is."""
   results = tables.as_seeds(results)
@@ -94,7 +107,7 @@ def format_report(
     f"{len(results)} results (schema `{SCHEMA}`), rendered by `python -m lcx.tools.report`. "
     "Cells: value [95% CI].",
   ]
-  for heading, body, plot in sections(results, baseline, tolerance):
+  for heading, body, plot in sections(results, baseline, tolerance, claims):
     parts += ["", f"## {heading}", "", body]
     if plot in plots:
       parts += ["", f"![{plot.replace('_', ' ')}]({os.path.basename(plots[plot])})"]
@@ -111,6 +124,7 @@ def write(
   title: str = "lcx report",
   baseline: str = "",
   tolerance: float | None = None,
+  claims: Sequence[claims_lib.Claim] = (),
 ) -> dict[str, str]:
   """Writes out_dir/report.md, results.csv and the plots that have data; returns
   {"report": path, "csv": path, plot key: path, ...}."""
@@ -126,7 +140,7 @@ def write(
       if path:
         paths[plot.key] = path
   report = os.path.join(out_dir, "report.md")
-  _write_text(report, format_report(results, title, paths, baseline, tolerance))
+  _write_text(report, format_report(results, title, paths, baseline, tolerance, claims))
   table = os.path.join(out_dir, "results.csv")
   _write_text(table, format_csv(results, baseline))
   return {"report": report, "csv": table, **paths}

@@ -1,0 +1,264 @@
+"""The verdict engine (lcx.tools.report.claims): Student's t without scipy, Holm's adjustment, each
+of the verdicts from synthetic seeded results, and `--claims` on the command line."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lcx.tools import report
+from tests.helpers import ROOT, run_lcx
+from tests.tools.report.results import lengths_result, save
+
+# t(0.975, df) for df = 1..30, three decimals, as printed in a statistics textbook's table.
+T_TABLE = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+T_TABLE += [2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
+T_TABLE += [2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+DOCS = 20
+PATTERN = np.array([1.0, -1.0] * (DOCS // 2))  # mean 0: a seed's difference is its shift exactly
+
+
+def _pair(seed, shifts, jitter=0.002, row="alibi", base="rope"):
+  """(row-s<seed>, base-s<seed>) results at 1x, 2x, 4x on the same 20 documents of 100 tokens:
+  the row's loss is the base's + shifts[multiple] + jitter x (+1, -1, ...), so the paired
+  difference is shifts[multiple] and its bootstrap interval about +- jitter / 2."""
+  out = []
+  for name, is_row in ((row, True), (base, False)):
+    r = lengths_result(f"{name}-s{seed}", losses={1: 2.0, 2: 2.1, 4: 2.3})
+    for mult, n in ((1, "64"), (2, "128"), (4, "256")):
+      loss = np.random.default_rng(99).normal(2.0, 0.5, DOCS) + 0.1 * mult
+      if is_row:
+        loss = loss + shifts.get(mult, 0.0) + jitter * PATTERN
+      r["lengths"][n]["per_document"] = {
+        "ids": list(range(DOCS)),
+        "loss": [float(x) for x in loss],
+        "tokens": [100] * DOCS,
+      }
+    out.append(r)
+  return out
+
+
+def _results(diffs, jitters=None, lengths=(4,)):
+  """Seeded pairs: diffs[i] is seed i's row-minus-base difference at every multiple in
+  `lengths` (a number), or per multiple (a dict)."""
+  jitters = jitters or [0.002] * len(diffs)
+  return [
+    r
+    for seed, (d, j) in enumerate(zip(diffs, jitters))
+    for r in _pair(seed, d if isinstance(d, dict) else {m: d for m in lengths}, j)
+  ]
+
+
+def _claim(lengths=(4,), direction="below", min_effect=0.01):
+  return report.Claim("alibi_wins", "alibi", "rope", lengths, direction, min_effect)
+
+
+def _judge(diffs, jitters=None, **claim):
+  return report.judge(_results(diffs, jitters, claim.get("lengths", (4,))), [_claim(**claim)])
+
+
+def test_t_quantile_is_the_textbook_table_for_1_to_30_degrees_of_freedom():
+  assert [round(report.t_quantile(0.975, df), 3) for df in range(1, 31)] == T_TABLE
+
+
+@pytest.mark.parametrize("t", [-3.0, -0.5, 0.0, 0.7, 2.0, 9.0])
+def test_t_cdf_is_the_closed_forms_for_1_2_and_3_degrees_of_freedom(t):
+  assert report.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+  assert report.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+  three = 0.5 + (math.atan(t / math.sqrt(3)) + math.sqrt(3) * t / (t * t + 3)) / math.pi
+  assert report.t_cdf(t, 3) == pytest.approx(three, abs=1e-12)
+
+
+def test_t_interval_by_hand():
+  # -0.05, -0.06, -0.04: mean -0.05, sd 0.01, se 0.01 / sqrt(3); t = 0.05 / se = 8.660 with
+  # 2 degrees of freedom, two-sided p = 1 - t / sqrt(2 + t^2) (the df = 2 closed form).
+  mean, half, p = report.t_interval([-0.05, -0.06, -0.04])
+  se = 0.01 / math.sqrt(3)
+  assert mean == pytest.approx(-0.05)
+  assert half == pytest.approx(4.302653 * se, rel=1e-6)  # 0.02484
+  t = 0.05 / se
+  assert p == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)  # 0.01307
+  assert report.t_interval([0.02, 0.02]) == (0.02, 0.0, 0.0)  # identical seeds: exactly known
+
+
+def test_holm_by_hand():
+  # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (never
+  # below an earlier one); returned in the order given.
+  assert report.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert report.holm([0.6, 0.7]) == [1.0, 1.0]  # at most 1
+  assert report.holm([0.01]) == [0.01]
+
+
+def test_a_claim_judged_at_two_lengths_is_holm_adjusted_over_both():
+  at = {2: [-0.05, -0.06, -0.04], 4: [-0.02, -0.05, -0.04]}
+  cells = _judge([{m: at[m][s] for m in at} for s in range(3)], lengths=(2, 4))
+  p = {c.length // 64: report.t_interval(at[c.length // 64])[2] for c in cells}
+  assert p[2] < p[4]  # 2x: the smaller p, times 2; 4x: times 1, but not below 2x's
+  assert [c.p for c in cells] == pytest.approx([p[2], p[4]])
+  assert [c.holm for c in cells] == pytest.approx([2 * p[2], max(p[4], 2 * p[2])])
+
+
+@pytest.mark.parametrize(
+  "diffs, jitters, minimum, verdict, decided",
+  [
+    (
+      [-0.05, -0.06, -0.04],
+      None,
+      0.01,
+      "reproduced",
+      "Holm t test, mean past the minimum, bootstrap 3/3",
+    ),
+    ([0.02, 0.03, 0.025], None, 0.01, "not reproduced", "t interval excludes the minimum effect"),
+    (
+      [-0.002, -0.003, -0.0025],
+      None,
+      0.01,
+      "not reproduced",
+      "t interval excludes the minimum effect",
+    ),
+    ([-0.05, 0.04, -0.02], None, 0.01, "underpowered", "t interval holds 0, MDE > minimum effect"),
+    ([-0.05, -0.06, -0.04], [0.002, 0.002, 0.4], 0.01, "inconclusive", "bootstrap 2/3 seeds"),
+    ([-0.011, -0.013, -0.009], None, 0.012, "inconclusive", "mean within the minimum effect"),
+    ([-0.05], None, 0.01, "inconclusive", "one seed: no t interval"),
+  ],
+  ids=[
+    "reproduced",
+    "opposite",
+    "too_small",
+    "underpowered",
+    "seeds_disagree",
+    "small",
+    "one_seed",
+  ],
+)
+def test_each_verdict_is_reachable(diffs, jitters, minimum, verdict, decided):
+  (cell,) = _judge(diffs, jitters, min_effect=minimum)
+  assert (cell.verdict, cell.decided) == (verdict, decided)
+  assert [d for d, _ in cell.pairs] == pytest.approx(diffs, abs=1e-9)  # the paired differences
+
+
+def test_an_above_claim_is_judged_on_its_own_side():
+  (cell,) = _judge([0.05, 0.06, 0.04], direction="above")
+  assert (cell.verdict, cell.agree()) == ("reproduced", 3)
+  (cell,) = _judge([-0.05, -0.06, -0.04], direction="above")
+  assert (cell.verdict, cell.agree()) == ("not reproduced", 0)
+
+
+def test_a_reproduced_claim_turns_underpowered_without_its_third_seed():
+  (three,) = _judge([-0.05, -0.06, -0.04])
+  (two,) = _judge([-0.05, -0.06])
+  assert three.verdict == "reproduced"
+  # two seeds: mean -0.055, se 0.005, half-width t(0.975, 1) x 0.005 = 0.0635 > 0.01.
+  assert (two.verdict, two.half) == ("underpowered", pytest.approx(12.7062 * 0.005, rel=1e-4))
+  assert two.p == pytest.approx(1 - 2 / math.pi * math.atan(11.0))  # 0.0578: t = 11, df = 1
+
+
+def test_the_table_prints_each_cell():
+  results = _results([-0.05, -0.06, -0.04])
+  table = report.claims_table(results, [_claim()])
+  assert table.splitlines()[-1] == (
+    "| alibi_wins | alibi/none - rope/none < -0.010 | 256 (4x) | 0,1,2 | -0.050 [-0.075, -0.025] | "
+    "0.013 (m=1) |       3/3 | 0.025 | **reproduced** | Holm t test, mean past the minimum, "
+    "bootstrap 3/3 |"
+  )
+  sections = report.format_tables(results, claims=[_claim()])
+  assert sections.endswith("## Claims (pre-declared)\n\n" + table)
+  assert "Claims" not in report.format_tables(results)
+
+
+def test_a_claim_the_results_cannot_judge_is_a_value_error_naming_it():
+  results = _results([-0.05, -0.06])
+  with pytest.raises(ValueError, match="claim 'x': no seed with both xpos-s<seed>/none and rope"):
+    report.judge(results, [report.Claim("x", "xpos", "rope", (4,), "below", 0.01)])
+  with pytest.raises(ValueError, match=r"alibi-s0 and rope-s0 at 1024 tokens \(16x\) cannot be"):
+    report.judge(results, [_claim(lengths=(16,))])
+
+
+@pytest.mark.parametrize(
+  "fields, error",
+  [
+    ({"direction": "lower"}, "Claim('c').direction='lower' is not allowed; allowed: below, above"),
+    ({"lengths": ()}, "Claim('c').lengths=() is not allowed; allowed: integers >= 1"),
+    ({"min_effect": -0.1}, "Claim('c').min_effect=-0.1 is not allowed; allowed: >= 0"),
+  ],
+)
+def test_a_bad_claim_names_its_field_and_the_allowed(fields, error):
+  declared = {"lengths": (4,), "direction": "below", "min_effect": 0.01, **fields}
+  with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")):
+    report.Claim("c", "alibi", "rope", **declared)
+
+
+# The command line.
+
+
+def _experiment(tmp_path, claims):
+  """A sweep.py whose imports would fail if run: --claims reads CLAIMS from the text only."""
+  path = tmp_path / "exp" / "sweep.py"
+  path.parent.mkdir()
+  path.write_text(
+    f"import not_a_module\n\nCLAIMS = {claims}\n\ndef get_runs(arg=''):\n  return {{}}\n"
+  )
+  return tmp_path / "exp"
+
+
+def _cli(*args):
+  return run_lcx([str(a) for a in args], module="lcx.tools.report", check=False, timeout=120)
+
+
+def test_cli_claims_prints_and_writes_the_section(tmp_path):
+  for r in _results([-0.05, -0.06, -0.04]):
+    save(tmp_path / "in" / f"{r['run']}.json", r)
+  exp = _experiment(tmp_path, '[Claim("alibi_wins", "alibi", "rope", (4,), "below", 0.01)]')
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", f"--claims={exp}:full")
+  assert proc.returncode == 0, proc.stderr
+  table = report.claims_table(report.load(str(tmp_path / "in")), [_claim()])
+  assert f"## Claims (pre-declared)\n\n{table}\n" in proc.stdout
+  assert f"## Claims (pre-declared)\n\n{table}\n" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+  "claims, error",
+  [
+    (
+      '[Claim("x", "xpos", "rope", (4,), "below", 0.01)]',
+      "error: claim 'x': no seed with both xpos-s<seed>/none and rope-s<seed>/none among the "
+      "results",
+    ),
+    (
+      '[Claim("x", "alibi", "rope", (4,), "sideways", 0.01)]',
+      "Claim('x').direction='sideways' is not allowed; allowed: below, above",
+    ),
+    ("[print('x')]", "CLAIMS must be a list of Claim(...): name 'print' is not defined"),
+    (None, "declares no CLAIMS = [Claim(...), ...]"),
+    ("", "no "),
+  ],
+  ids=["unknown_row", "bad_direction", "not_a_claim", "none_declared", "no_sweep"],
+)
+def test_cli_bad_claims_are_one_line_and_write_nothing(tmp_path, claims, error):
+  for r in _results([-0.05, -0.06]):
+    save(tmp_path / "in" / f"{r['run']}.json", r)
+  exp = _experiment(tmp_path, claims) if claims else tmp_path / "in"
+  if claims is None:
+    (exp / "sweep.py").write_text("def get_runs(arg=''):\n  return {}\n")
+  if claims == "":  # no sweep.py: the error names the file it looked for
+    error += str(exp / "sweep.py")
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", f"--claims={exp}")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and error in last, proc.stderr
+  assert "## " not in proc.stdout and not (tmp_path / "out").exists()
+
+
+def test_reading_the_schemes_claims_imports_no_jax():
+  code = (
+    "import sys; from lcx.tools import report; "
+    "claims = report.read_claims('experiments/schemes:full'); "
+    "print(len(claims), [m for m in ('jax', 'flax', 'lcx.model') if m in sys.modules])"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+  )
+  assert out.stdout.strip() == "4 []", out.stderr[-2000:]
