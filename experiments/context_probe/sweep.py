@@ -7,10 +7,10 @@ from a cheap start (L = 128, 600 steps of 16 rows, size small, RoPE base 10^4, b
 pieces): the corpus (the Python standard library's source, code, whose models copy from their
 context and whose held-out split holds hundreds of windows at 16x where books' 7 documents hold
 21), the vocabulary (1024 pieces), the steps (2000), L (256), the rotary base (matched to
-Llama-2's proportions) and the model size (default). Every run scores 1x..16x L on 100 windows a length where
-the held-out split has them (fewer are reported, never hidden), records loss by position inside
-L, and scores 1x and 16x every 200 steps during training, so the report shows how 16x - 1x
-grows as training goes on.
+Llama-2's proportions) and the model size (default). Every run scores 1x..16x L on 100
+windows a length where the held-out split has them (fewer are reported, never hidden), records
+loss by position inside L, and scores 1x and 16x every 200 steps during training, so the
+report shows how 16x - 1x grows as training goes on.
 
 `./launch.sh sweep experiments/context_probe` (CPU; resumable: cheapest runs first).
 """

@@ -324,7 +324,9 @@ def _dense_extras(branches, q_pos_BxQ, k_pos_BxK, mask_BxQxK, scheme) -> dict[st
 
 
 def prepare_dense(pos_BxT, seg_BxT, *, scheme, remap, pattern=None) -> Plan:
-  return densify(prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern), scheme)
+  return densify(
+    prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern), scheme
+  )
 
 
 def densify(plan: Plan, scheme) -> Plan:

@@ -44,7 +44,17 @@ def source(where: str = HERE) -> dict:
     return {"commit": None, "dirty": None, "diff": None}
   top = _git(where, "rev-parse", "--show-toplevel")
   diff = _git(where, "diff", "HEAD", "--binary", "--", ":/", *OUTPUTS)
-  untracked = _git(where, "ls-files", "-z", "--full-name", "--others", "--exclude-standard", "--", ":/*.py", *OUTPUTS)
+  untracked = _git(
+    where,
+    "ls-files",
+    "-z",
+    "--full-name",
+    "--others",
+    "--exclude-standard",
+    "--",
+    ":/*.py",
+    *OUTPUTS,
+  )
   if None in (top, diff, untracked):
     return {"commit": commit.strip(), "dirty": None, "diff": None}
   digest = hashlib.sha256(diff.encode())

@@ -123,7 +123,9 @@ def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, 
   params = nnx.state(positions_base.unwrapped(scheme)[0])  # a bias's, the kernel's inputs too
   if cpu_tuned.forward_mode(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, sink_H, params):
     dense = attention.densify(plan, scheme)
-    return attention.attend_dense(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, dense, scheme=scheme, sink_H=sink_H)
+    return attention.attend_dense(
+      q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, dense, scheme=scheme, sink_H=sink_H
+    )
   return flash.flash_attention(
     attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme),
     v_BxGxTxE,

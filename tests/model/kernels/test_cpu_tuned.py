@@ -130,6 +130,7 @@ def test_tuned_functions_stay_in_reverse_mode_and_the_context_still_forces_them(
   """jax.grad keeps the hand-written backward passes; `plain(False)` forces them even under
   forward mode, where jax then refuses (what the seam routes around)."""
   x = jax.random.normal(KEY, (4, 16))
+
   def grad_jaxpr(f):
     return str(jax.make_jaxpr(jax.grad(lambda x: f(x).sum()))(x))
 

@@ -76,7 +76,9 @@ def test_one_file_per_variant_with_numbers_and_settings(rope_run, capsys):
       total = sum(loss * n for loss, n in zip(per_doc["loss"], per_doc["tokens"]))
       assert total / v["tokens"] == pytest.approx(v["loss"], rel=1e-6)
     assert len({tuple(v["per_document"]["tokens"]) for v in saved["lengths"].values()}) == 1
-    assert set(saved["source"]) == {"commit", "dirty", "diff"} and len(saved["source"]["commit"]) == 40
+    assert (
+      set(saved["source"]) == {"commit", "dirty", "diff"} and len(saved["source"]["commit"]) == 40
+    )
   assert results["yarn@4"]["overrides"] == {
     "model.position.scaling": {"rope_type": "yarn", "factor": 4.0}
   }
