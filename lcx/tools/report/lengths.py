@@ -148,7 +148,7 @@ def length_rank_tables(results: Sequence[dict], metric: str = "perplexity") -> s
   return "\n\n".join(out)
 
 
-def _documents(entry: dict) -> tuple | None:
+def documents(entry: dict) -> tuple | None:
   """(ids, mean loss per document, tokens per document) of a length entry, None where the
   result predates per-document losses."""
   d = entry.get("per_document")
@@ -161,7 +161,7 @@ def paired(a: dict, b: dict, protocol: dict) -> tuple[float, list[float] | None]
   """(A - B, its interval) in mean loss per token, paired over the documents of two length
   entries (a seeded bootstrap: the protocol's seed and resamples); None unless both hold
   per-document losses of the same documents and tokens."""
-  da, db = _documents(a), _documents(b)
+  da, db = documents(a), documents(b)
   if da is None or db is None or da[0] != db[0] or not np.array_equal(da[2], db[2]):
     return None
   weights_RxD = bootstrap.resample_weights(
@@ -182,7 +182,7 @@ def _with_documents(results: Sequence[dict]) -> list[dict]:
   return [
     r
     for r in tables.of_kind(results, "lengths")
-    if any(_documents(e) for e in r["lengths"].values())
+    if any(documents(e) for e in r["lengths"].values())
   ]
 
 
@@ -396,7 +396,7 @@ def effective_length(r: dict, tolerance: float) -> tuple[int, list[int] | None] 
   entries = [r["lengths"][str(n)] for n in lengths_N]
   diff_N = np.array([e["loss"] - entries[0]["loss"] for e in entries])
   point = int(_within(diff_N, lengths_N, tolerance))
-  docs = [_documents(e) for e in entries]
+  docs = [documents(e) for e in entries]
   if any(d is None or d[0] != docs[0][0] or not np.array_equal(d[2], docs[0][2]) for d in docs):
     return point, None
   p = r.get("protocol") or {}

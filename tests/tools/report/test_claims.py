@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lcx.tools import report
+from lcx.tools.report import claims
 from tests.helpers import ROOT, run_lcx
 from tests.tools.report.results import lengths_result, save
 
@@ -109,7 +110,7 @@ def test_a_claim_judged_at_two_lengths_is_holm_adjusted_over_both():
       None,
       0.01,
       "reproduced",
-      "Holm t test, mean past the minimum, bootstrap 3/3",
+      "Holm t test, mean past the minimum, seeds agreeing 3/3",
     ),
     ([0.02, 0.03, 0.025], None, 0.01, "not reproduced", "t interval excludes the minimum effect"),
     (
@@ -120,7 +121,7 @@ def test_a_claim_judged_at_two_lengths_is_holm_adjusted_over_both():
       "t interval excludes the minimum effect",
     ),
     ([-0.05, 0.04, -0.02], None, 0.01, "underpowered", "t interval holds 0, MDE > minimum effect"),
-    ([-0.05, -0.06, -0.04], [0.002, 0.002, 0.4], 0.01, "inconclusive", "bootstrap 2/3 seeds"),
+    ([-0.05, -0.06, -0.04], [0.002, 0.002, 0.4], 0.01, "inconclusive", "seeds agreeing 2/3"),
     ([-0.011, -0.013, -0.009], None, 0.012, "inconclusive", "mean within the minimum effect"),
     ([-0.05], None, 0.01, "inconclusive", "one seed: no t interval"),
   ],
@@ -161,8 +162,8 @@ def test_the_table_prints_each_cell():
   table = report.claims_table(results, [_claim()])
   assert table.splitlines()[-1] == (
     "| alibi_wins | alibi/none - rope/none < -0.010 | 256 (4x) | 0,1,2 | -0.050 [-0.075, -0.025] | "
-    "0.013 (m=1) |       3/3 | 0.025 | **reproduced** | Holm t test, mean past the minimum, "
-    "bootstrap 3/3 |"
+    "0.013 (m=1) |         3/3 | 0.025 | **reproduced** | Holm t test, mean past the minimum, "
+    "seeds agreeing 3/3 |"
   )
   sections = report.format_tables(results, claims=[_claim()])
   assert sections.endswith("## Claims (pre-declared)\n\n" + table)
@@ -262,3 +263,25 @@ def test_reading_the_schemes_claims_imports_no_jax():
     [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
   )
   assert out.stdout.strip() == "4 []", out.stderr[-2000:]
+
+
+def test_document_t_by_hand():
+  """Three documents of 100, 100 and 200 tokens, differences +0.3, -0.1, +0.1: weights 1/4, 1/4,
+  1/2, weighted mean 0.1; se = sqrt(sum w^2 (d - mean)^2 x 3 / 2) = sqrt(0.0075) = 0.0866;
+  t(0.975, 2) = 4.303."""
+  a = {"per_document": {"ids": [0, 1, 2], "loss": [2.3, 1.9, 2.1], "tokens": [100, 100, 200]}}
+  b = {"per_document": {"ids": [0, 1, 2], "loss": [2.0, 2.0, 2.0], "tokens": [100, 100, 200]}}
+  lo, hi = claims.document_t(a, b)
+  half = report.t_quantile(0.975, 2) * math.sqrt(0.0075)
+  assert (lo, hi) == (pytest.approx(0.1 - half), pytest.approx(0.1 + half))
+
+
+def test_a_seed_agrees_only_where_the_t_interval_over_its_documents_agrees_too(monkeypatch):
+  """Few documents: a percentile bootstrap narrower than the documents' t interval does not
+  make a seed agree (the audit's PaTH at 16x: 3 of 3 by bootstrap, 1 of 3 by t)."""
+  cells = _judge([-0.05, -0.06, -0.04], jitters=[0.002, 0.002, 0.002])
+  assert cells[0].agree() == 3
+  monkeypatch.setattr(claims, "document_t", lambda a, b: (-0.2, 0.1))  # wide, holds 0
+  cells = _judge([-0.05, -0.06, -0.04], jitters=[0.002, 0.002, 0.002])
+  assert cells[0].agree() == 0 and cells[0].verdict != "reproduced"
+  assert all(ci == [-0.2, 0.1] for _, ci in cells[0].pairs)
