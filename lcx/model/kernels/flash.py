@@ -77,10 +77,9 @@ class _Static:
 
   @property
   def num_params(self) -> int:
-    """The parameter inputs of the kernels: the table and its Jacobian, or the leaves."""
-    if self.table is not None:
-      return 2 if self.table.num_jac else 1
-    return self.num_leaves
+    """The parameter inputs of every kernel: the table, or the leaves (the table's Jacobian
+    goes to the dq kernel alone: a forward pass never builds it)."""
+    return 1 if self.table is not None else self.num_leaves
 
 
 @dataclasses.dataclass
@@ -304,9 +303,10 @@ def _fwd_kernel(*refs, st: _Static):
   lse_ref[...] = m + jnp.log(denom)
 
 
-def _jac_sums(st, r: _Refs, blk: _Block, ds_QxS, dtheta_P):
-  """dtheta + each parameter's sum of ds times the table's derivative in it at q - k."""
-  jac, n = r.params[1], 2 * st.table.half
+def _jac_sums(st, jac, blk: _Block, ds_QxS, dtheta_P):
+  """dtheta + each parameter's sum of ds times the table's derivative in it at q - k (`jac`:
+  head h's row of the Jacobian, num_jac x 2 half flat)."""
+  n = 2 * st.table.half
   p_P = jnp.arange(st.table.num_jac)
   for idx, sel in zip(blk.idxs, blk.sels):
     ds = _picked(ds_QxS, sel)
@@ -318,6 +318,8 @@ def _jac_sums(st, r: _Refs, blk: _Block, ds_QxS, dtheta_P):
 def _dq_kernel(*refs, st: _Static):
   r, rest = _split(refs, st)
   n = st.branches
+  table_grad = st.table is not None and st.table.num_jac
+  jac_ref = rest.pop(3) if table_grad else None
   do_ref, lse_ref, delta_ref, dq_refs, rest = (*rest[:3], rest[3 : 3 + n], rest[3 + n :])
   dprefix_ref = rest.pop() if st.has_prefix else None
   dleaf_refs = rest
@@ -327,7 +329,6 @@ def _dq_kernel(*refs, st: _Static):
   qs = pl.ds(i * bq, bq)
   q_blocks = [q[qs, :] for q in r.qs]
   do_QxE, lse_Q, delta_Q = do_ref[qs, :], lse_ref[qs], delta_ref[qs]
-  table_grad = st.table is not None and st.table.num_jac
 
   def key_block(j, carry, masked):
     dqs, dleaves, dprefix_Q = carry
@@ -348,7 +349,7 @@ def _dq_kernel(*refs, st: _Static):
       (grads,) = vjp(_picked(ds_QxS, sel))
       dleaves = [a + g.astype(F32) for a, g in zip(dleaves, grads)]
     if table_grad:
-      dleaves = [_jac_sums(st, r, blk, ds_QxS, dleaves[0])]
+      dleaves = [_jac_sums(st, jac_ref, blk, ds_QxS, dleaves[0])]
     return dqs, dleaves, dprefix_Q + ds_QxS.sum(-1)
 
   dleaf_init = [jnp.zeros(x.shape, F32) for x in leaves]
@@ -491,11 +492,11 @@ def _compiler_params(st: _Static):
 
 
 def _kernel_inputs(st: _Static, diff, nondiff) -> tuple[list, dict]:
-  """(the parameter inputs: the distance table and its Jacobian, or the leaves; every input
-  by name), from `_flash`'s differentiable and fixed arguments."""
+  """(the parameter inputs: the distance table, or the leaves; every input by name), from
+  `_flash`'s differentiable and fixed arguments."""
   qs, ks, v, leaves, sink, prefix = diff
   q_pos, k_pos, pos, seg, doc, end, consts, table_params = nondiff
-  params = leaves if st.table is None else table_params
+  params = leaves if st.table is None else table_params[:1]
   names = dict(qs=qs, ks=ks, v=v, sink=sink, prefix=prefix, q_pos=q_pos, k_pos=k_pos)
   return params, names | dict(pos=pos, seg=seg, doc=doc, end=end, consts=consts)
 
@@ -605,12 +606,16 @@ def _flash_bwd(st, res, do_BxHxTxE):
   prefix_rows = jax.ShapeDtypeStruct((b, h, tp), F32)
   dparam_specs, dparam_shapes = _dparam_outputs(st, (b, h, nq), leaves)
   block_row = [pl.BlockSpec((None, None, st.block_q), lambda b, h, x: (b, h, x))]
+  dq_extra = extra
+  if st.table is not None and st.table.num_jac:  # the table's Jacobian: the dq kernel's alone
+    jac_HxPN = nondiff[-1][1]
+    dq_extra = (extra[0] + [jac_HxPN], extra[1] + [_head_row(jac_HxPN.shape[1])])
   dq_out = _call(
     _dq_kernel,
     st,
     (b, h, nq),
     inputs,
-    extra,
+    dq_extra,
     [pl.BlockSpec((None, st.block_q, None, e), lambda b, h, x: (b, x, h, 0))] * len(qs)
     + dparam_specs
     + (block_row if st.has_prefix else []),
@@ -849,7 +854,7 @@ def flash_attention(
   table, table_params = None, []
   if found is not None:  # evaluated once here; its gradient comes back through `leaves`
     table, table_fn = found
-    table_params = [x for x in table_fn(jax.lax.stop_gradient(leaves)) if x is not None]
+    table_params = list(table_fn(jax.lax.stop_gradient(leaves)))
   seg = pad(seg_BxT.astype(jnp.int32))
   doc = jnp.concatenate(  # padding continues the last document
     [
@@ -899,7 +904,7 @@ def flash_attention(
       doc,
       doc_end(seg),
       head_consts + hook_consts,
-      table_params if table is not None else [],
+      table_params if table is not None else [],  # the table, its Jacobian or None
     )
     return _flash(st, diff, nondiff)
 

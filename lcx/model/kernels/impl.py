@@ -1,7 +1,7 @@
 """`model.attention.impl`: which attention implementation a model runs.
 
 auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.model.attention) on CPU; a model
-        the kernel cannot run (CoPE's contextual hook, FoX's input hook, PaTH's Householders,
+        the kernel cannot run (CoPE's contextual hook, PaTH's Householders,
         stick-breaking attention) falls back to XLA
 xla     lcx.model.attention's dense and chunked kernels, everywhere
 pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
@@ -72,8 +72,6 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
     return f"model.position.name={model_cfg.position.name!r} (a contextual hook)"
   if positions_base.has_householder(model_cfg.position.name):
     return f"model.position.name={model_cfg.position.name!r} (Householder transforms, PaTH)"
-  if positions_base.reads_input(model_cfg.position.name):
-    return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
   if model_cfg.attention.temperature == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
@@ -103,8 +101,19 @@ def resolve_impl(model_cfg, backend: str | None = None) -> str:
   return "pallas" if backend in ACCELERATORS and unsupported(model_cfg, backend) is None else "xla"
 
 
-def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, block=flash.BLOCK):
-  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel."""
+def attend_flash(
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxGxTxE,
+  plan,
+  *,
+  scheme,
+  sink_H=None,
+  prefix_BxSxH=None,
+  block=flash.BLOCK,
+):
+  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel
+  (`prefix_BxSxH`: an input hook's prefix sums, FoX's, read by the kernel)."""
   if scheme.contextual is not None:
     raise ValueError(f"{FIELD}='pallas' cannot run a scheme with a contextual hook (CoPE)")
   return flash.flash_attention(
@@ -117,6 +126,7 @@ def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, 
     scheme=scheme,
     pattern=plan.extras["pattern"],
     sink_H=sink_H,
+    prefix_BxSxH=prefix_BxSxH,
     block_q=block,
     block_k=block,
   )
