@@ -246,8 +246,9 @@ def _key_ranges(st, r: _Refs, i):
   first, last = i * bq, i * bq + bq - 1
   start_first, start_last = first - r.doc[first], last - r.doc[last]
   lo, hi = start_first // bk, last // bk + 1
-  one_doc = (start_first == start_last) & (st.pattern is None)
-  interior_hi = jnp.where(one_doc, (first + 1) // bk, 0)
+  if st.pattern is not None:  # every block masked: one loop
+    return ((lo, hi, True),)
+  interior_hi = jnp.where(start_first == start_last, (first + 1) // bk, 0)
   return _ranges(lo, _cdiv(start_last, bk), interior_hi, hi)
 
 
@@ -259,8 +260,9 @@ def _query_ranges(st, r: _Refs, j):
   first, last = j * bk, j * bk + bk - 1
   end_first, end_last = r.end[first], r.end[last]
   lo, hi = first // bq, end_last // bq + 1
-  one_doc = (end_first == end_last) & (st.pattern is None)
-  interior_hi = jnp.where(one_doc, (end_first + 1) // bq, 0)
+  if st.pattern is not None:  # every block masked: one loop
+    return ((lo, hi, True),)
+  interior_hi = jnp.where(end_first == end_last, (end_first + 1) // bq, 0)
   return _ranges(lo, _cdiv(last, bq), interior_hi, hi)
 
 
