@@ -3,20 +3,38 @@ the probabilities block by block from the saved logsumexp, never a T x T array.
 
 The score of a (query block, key block) pair is built inside the kernel from the block's own
 positions, with the same ingredients as lcx.model.attention's kernels:
-  - one (q, k) pair per remap branch (rotated outside: rotation is O(T)), merged by each
-    branch's `use` mask on the true positions (Self-Extend, ReRoPE),
-  - the scheme's own `kernel_bias` hook (`bias`, unless the scheme restates it without a
-    gather or a batched matmul: T5, Sandwich) called on the block's positions: the scheme's
-    parameters go in as kernel inputs and the module is rebuilt inside (`nnx.merge`), so a new
-    bias scheme gets the fused kernel with no kernel code, and its parameters' gradient is the
-    hook's vjp on each block, summed over blocks. A parameter with a "heads" logical axis
-    (KERPLE's r1, r2; T5's table) and a scheme's declared per-head tuples
-    (`Scheme.head_constants`: ALiBi's slopes) go in as the program's head slice and the hook is
-    traced on slices, so it returns one head's bias (Q x S per block, not H x Q x S); other
-    parameters (FIRE's) and captured constants go in whole and the hook's H heads are cut to
-    the program's,
-  - causality, packed documents (segment ids) and the sparse pattern (on in-document indices),
-    plus a block mask (`block_mask`) that skips every key block no query of the block sees,
+  - one (q, k) pair per remap branch (rotated outside: rotation is O(T); q scaled by 1/sqrt(E)
+    there too, once), merged by each branch's `use` mask on the true positions (Self-Extend,
+    ReRoPE),
+  - a bias of the distance alone (`Scheme.bias_of_distance`: ALiBi, KERPLE, Sandwich, T5,
+    randomized distances) on integer positions: a distance table (`_Table`), head h's bias at
+    every distance -N .. N - 1 (N = T's next power of two), computed once per call in XLA
+    from the scheme's own `bias` hook, where it is differentiable; each block reads
+    table[q - k] (a gather from the head's row) and the dq kernel sums dS against the table's
+    Jacobian in each per-head parameter, whose gradient XLA then routes to the parameters.
+    No transcendental, division or floor of the scheme's runs in a kernel. Positions past the
+    table (randomized training positions) take the hook kernels instead (`lax.cond`),
+  - any other bias: the scheme's own `kernel_bias` hook (`bias`, unless the scheme restates it
+    without a gather or a batched matmul: T5, Sandwich) called on the block's positions: the
+    scheme's parameters go in as kernel inputs and the module is rebuilt inside
+    (`nnx.merge`), so a new bias scheme gets the fused kernel with no kernel code, and its
+    parameters' gradient is the hook's vjp on each block, summed over blocks. A parameter with
+    a "heads" logical axis (KERPLE's r1, r2; T5's table) and a scheme's declared per-head
+    tuples (`Scheme.head_constants`: ALiBi's slopes) go in as the program's head slice and the
+    hook is traced on slices, so it returns one head's bias (Q x S per block, not H x Q x S);
+    other parameters (FIRE's) and captured constants go in whole and the hook's H heads are
+    cut to the program's,
+  - an input hook's prefix sums c (FoX's log forget gates): c_i - c_j from the query and key
+    blocks' rows of c; its gradient is the dq kernel's row sums of dS minus the dk/dv kernel's
+    column sums,
+  - causality, packed documents (segment ids) and the sparse pattern (on in-document indices).
+    Each program's loop bounds come from O(1) reads of its row (`_key_ranges`,
+    `_query_ranges`): a query block visits the key blocks from its first query's document
+    start through its diagonal, a key block the query blocks from its diagonal through its
+    last key's document end (`doc_end`), both inside a sliding window's reach (`_window`);
+    no T x T or blocks x blocks array at any length.
+    Only the edge blocks of these ranges are masked; the interior ones (inside one document,
+    below the diagonal, no pattern) run in a loop of their own without a mask,
   - the learned sink (running max = sink, sum = 1 at the start, as attend_chunked).
 The temperature needs no kernel code: it is a per-query factor the model puts on q before
 attention (lcx/model/temperature.py), and q goes into the kernel as it comes.
@@ -41,7 +59,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.experimental import pallas as pl
 
-from lcx.model import attention
+from lcx.model import attention, patterns
 from lcx.model.positions import base as positions_base
 
 F32 = jnp.float32
@@ -237,6 +255,19 @@ def _ranges(lo, interior_lo, interior_hi, hi):
   return ((lo, a, True), (a, b, False), (b, hi, True))
 
 
+def _window(pattern) -> int | None:
+  """W where the pattern lets a query see no key W or more tokens back in its document (a
+  sliding window, alone or intersected with another pattern: `patterns.intersect`), else None.
+  Documents are contiguous runs, so that is W tokens back in the row too."""
+  func = getattr(pattern, "func", None)
+  if func is patterns.sliding_window:
+    return pattern.keywords["window"]
+  if func is patterns._all_of:
+    windows = [w for w in map(_window, pattern.args[0]) if w is not None]
+    return min(windows) if windows else None
+  return None
+
+
 def _key_ranges(st, r: _Refs, i):
   """Query block i's key blocks from O(1) reads of its row: from the block of its first
   query's document start (documents are contiguous runs) through the block of its last query
@@ -246,7 +277,10 @@ def _key_ranges(st, r: _Refs, i):
   first, last = i * bq, i * bq + bq - 1
   start_first, start_last = first - r.doc[first], last - r.doc[last]
   lo, hi = start_first // bk, last // bk + 1
-  if st.pattern is not None:  # every block masked: one loop
+  if st.pattern is not None:  # every block masked: one loop, from the window's first key
+    window = _window(st.pattern)
+    if window is not None:
+      lo = jnp.maximum(lo, jnp.maximum(first - window + 1, 0) // bk)
     return ((lo, hi, True),)
   interior_hi = jnp.where(start_first == start_last, (first + 1) // bk, 0)
   return _ranges(lo, _cdiv(start_last, bk), interior_hi, hi)
@@ -260,7 +294,10 @@ def _query_ranges(st, r: _Refs, j):
   first, last = j * bk, j * bk + bk - 1
   end_first, end_last = r.end[first], r.end[last]
   lo, hi = first // bq, end_last // bq + 1
-  if st.pattern is not None:  # every block masked: one loop
+  if st.pattern is not None:  # every block masked: one loop, up to the window's last query
+    window = _window(st.pattern)
+    if window is not None:
+      hi = jnp.minimum(hi, (last + window - 1) // bq + 1)
     return ((lo, hi, True),)
   interior_hi = jnp.where(end_first == end_last, (end_first + 1) // bq, 0)
   return _ranges(lo, _cdiv(last, bq), interior_hi, hi)
@@ -437,9 +474,10 @@ def _head_row(n):
   return pl.BlockSpec((None, n), lambda b, h, x: (h, 0))
 
 
-def _in_specs(st: _Static, params, nondiff) -> list:
-  """One (b, h) row of every common input: whole sequences, sliced in the kernels."""
-  qs, ks, v, sink, consts = (nondiff[n] for n in ("qs", "ks", "v", "sink", "consts"))
+def _in_specs(st: _Static, params, named) -> list:
+  """One (b, h) row of every common input (`_kernel_inputs`): whole sequences, sliced in the
+  kernels."""
+  qs, ks, v, sink, consts = (named[n] for n in ("qs", "ks", "v", "sink", "consts"))
   tp, e = v.shape[2], v.shape[3]
   per = st.per
   q_spec = pl.BlockSpec((None, tp, None, e), lambda b, h, x: (b, 0, h, 0))
@@ -461,8 +499,9 @@ def _in_specs(st: _Static, params, nondiff) -> list:
   )
 
 
-def _args(st, params, nondiff) -> list:
-  n = nondiff
+def _args(st, params, named) -> list:
+  """The common inputs in `_in_specs`'s order."""
+  n = named
   return (
     [
       *n["qs"],
@@ -794,6 +833,15 @@ def _in_table(branches, half: int) -> jax.Array:
   return ok
 
 
+def _padded_documents(doc_BxT, tp: int) -> jax.Array:
+  """In-document indices padded to tp by continuing the last document (its segment id is
+  edge-padded), so a padded query's range starts at that document's start, as its mask does:
+  the backward kernels then see the logsumexp its own keys gave."""
+  t = doc_BxT.shape[1]
+  more = doc_BxT[:, -1:].astype(jnp.int32) + jnp.arange(1, tp - t + 1, dtype=jnp.int32)[None]
+  return jnp.concatenate([doc_BxT.astype(jnp.int32), more], 1)
+
+
 def flash_attention(
   qk_pairs,
   v_BxGxTxE,
@@ -857,14 +905,7 @@ def flash_attention(
   if found is not None:  # evaluated once here; its gradient comes back through `leaves`
     table, table_fn = found
     table_params = list(table_fn(jax.lax.stop_gradient(leaves)))
-  seg = pad(seg_BxT.astype(jnp.int32))
-  doc = jnp.concatenate(  # padding continues the last document
-    [
-      doc_BxT.astype(jnp.int32),
-      doc_BxT[:, -1:].astype(jnp.int32) + jnp.arange(1, tp - t + 1)[None],
-    ],
-    1,
-  )
+  seg, doc = pad(seg_BxT.astype(jnp.int32)), _padded_documents(doc_BxT, tp)
   scale = e**-0.5
   prefix = None if prefix_BxSxH is None else jnp.swapaxes(pad(prefix_BxSxH.astype(F32)), 1, 2)
   diff = (

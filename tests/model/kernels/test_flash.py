@@ -5,6 +5,9 @@ edges, lengths that are not a multiple of the block, and a whole model with impl
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -472,8 +475,9 @@ def test_a_million_tokens_build_no_quadratic_array(name, pattern):
 
 def test_a_query_block_visits_its_documents_key_blocks_only():
   """Two documents of 40 and 24 tokens in 8-blocks, from O(1) reads of the row: a query block
-  visits the key blocks from its document's start through its diagonal, masking the diagonal
-  alone; a key block visits the query blocks from its diagonal through its document's end.
+  visits the key blocks from its document's start (or its window's) through its diagonal,
+  masking the diagonal alone; a key block visits the query blocks from its diagonal through
+  its document's end (or its window's).
   Each as (first, last + 1, masked) for the edge blocks before, the interior ones, the edge
   blocks after."""
   st = flash._Static(
@@ -497,6 +501,17 @@ def test_a_query_block_visits_its_documents_key_blocks_only():
   assert spans(flash._query_ranges(st, r, 5)) == [(5, 6, True), (6, 8, False), (8, 8, True)]
   # key block 4 (32-39): query block 4 only (the document ends at 39)
   assert spans(flash._query_ranges(st, r, 4)) == [(4, 5, True), (5, 5, False), (5, 5, True)]
+  # a 10-token sliding window, alone or intersected (model.position_window): one masked loop
+  # over the blocks it reaches; query block 3 (24-31) from key 15's, key block 0 (0-7) to
+  # query 16's
+  window = functools.partial(patterns.sliding_window, window=10)
+  streaming = patterns.build(patterns.default_config("streaming"))
+  for pattern in (window, patterns.intersect(streaming, window)):
+    windowed = dataclasses.replace(st, pattern=pattern)
+    assert spans(flash._key_ranges(windowed, r, 3)) == [(1, 4, True)]
+    assert spans(flash._query_ranges(windowed, r, 0)) == [(0, 3, True)]
+  unbounded = dataclasses.replace(st, pattern=streaming)  # its sink: every block from 0
+  assert spans(flash._key_ranges(unbounded, r, 3)) == [(0, 4, True)]
 
 
 # --- FoX: the prefix sums c of its log forget gates go into the kernels. ---
