@@ -536,3 +536,25 @@ def test_fox_with_pallas_equals_xla():
   assert gates and float(jnp.abs(gates[0]).max()) > 0  # the gates get a gradient
   for w, g in zip(jax.tree.leaves(want_grads), jax.tree.leaves(got_grads)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_reference_and_the_kernel_take_prefix_sums():
+  """Prefix sums c (FoX's shape: per document, per head) through the plain reference, the
+  dense path and the kernel directly (16 x 8 blocks): the same output."""
+  scheme = positions.build(positions.default_config("nope"), DIMS, rngs=nnx.Rngs(0))
+  remap_fn = remaps.build(remaps.default_config("none"), DIMS)
+  x = _inputs(4)
+  a_BxTxH = -jax.nn.softplus(jax.random.normal(jax.random.key(5), (B, T, H)))
+  prefix_BxTxH = attention.document_cumsum(a_BxTxH, x["seg"])
+  plan = attention.prepare_chunked(x["pos"], x["seg"], scheme=scheme, remap=remap_fn)
+  args = ([(x["q"], x["k"])], x["v"], plan.branches, x["pos"], x["seg"], plan.doc_BxT)
+  kw = dict(scheme=scheme, sink_H=x["sink"], prefix_BxSxH=prefix_BxTxH)
+  ref = reference.attention_reference(*args, **kw)
+  dense = attention.dense(
+    x["q"], x["k"], jnp.swapaxes(x["v"], 1, 2), x["pos"], x["seg"], remap=remap_fn, **kw
+  )
+  np.testing.assert_allclose(ref, jnp.swapaxes(dense, 1, 2), **TOL)
+  got = jax.jit(lambda: flash.flash_attention(*args, block_q=16, block_k=8, **kw))()
+  np.testing.assert_allclose(got, ref, **TOL)
+  without = reference.attention_reference(*args, scheme=scheme, sink_H=x["sink"])
+  assert float(jnp.abs(ref - without).max()) > 0.1  # the sums change the output
