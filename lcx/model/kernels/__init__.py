@@ -3,8 +3,8 @@
 `impl.py`: which kernel a model runs: `get_kernel` (the XLA kernels of each
 `model.attention.kind`) and `model.attention.impl`.
 `flash.py`: a Pallas flash attention (forward and backward) for every position scheme but the
-contextual ones (CoPE) and those with an input hook (FoX). `model.attention.impl` (auto | xla |
-pallas) picks it (`resolve_impl`).
+contextual ones (CoPE) and PaTH; FoX's prefix sums are kernel inputs. `model.attention.impl`
+(auto | xla | pallas) picks it (`resolve_impl`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`model.attention.impl`: which attention implementation a model runs.
 
 auto    the Pallas kernel on GPU, the XLA kernels (lcx.model.attention) on CPU and TPU; a model
-        the kernel cannot run (CoPE's contextual hook, FoX's input hook, PaTH's Householders,
+        the kernel cannot run (CoPE's contextual hook, PaTH's Householders,
         stick-breaking attention) falls back to XLA
 xla     lcx.model.attention's dense and chunked kernels, everywhere
 pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
@@ -80,8 +80,6 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
     return f"model.position.name={model_cfg.position.name!r} (a contextual hook)"
   if positions_base.has_householder(model_cfg.position.name):
     return f"model.position.name={model_cfg.position.name!r} (Householder transforms, PaTH)"
-  if positions_base.reads_input(model_cfg.position.name):
-    return f"model.position.name={model_cfg.position.name!r} (a bias from hidden states)"
   if model_cfg.attention.temperature == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
   blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
@@ -113,18 +111,35 @@ def resolve_impl(model_cfg, backend: str | None = None) -> str:
   return "pallas" if backend in ACCELERATORS and unsupported(model_cfg, backend) is None else "xla"
 
 
-def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, block=flash.BLOCK):
-  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel;
-  under forward mode (jax.jvp), which the kernel's custom_vjp has no rule for, the XLA dense
-  kernel on the same positions (the chunked one's loop bounds are traced: no reverse mode, which
-  a Hessian's inner gradient needs)."""
+def attend_flash(
+  q_BxTxHxE,
+  k_BxTxGxE,
+  v_BxGxTxE,
+  plan,
+  *,
+  scheme,
+  sink_H=None,
+  prefix_BxSxH=None,
+  block=flash.BLOCK,
+):
+  """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel
+  (`prefix_BxSxH`: an input hook's prefix sums, FoX's, read by the kernel); under forward mode
+  (jax.jvp), which the kernel's custom_vjp has no rule for, the XLA dense kernel on the same
+  positions (the chunked one's loop bounds are traced: no reverse mode, which a Hessian's
+  inner gradient needs)."""
   if scheme.contextual is not None:
     raise ValueError(f"{FIELD}='pallas' cannot run a scheme with a contextual hook (CoPE)")
   params = nnx.state(positions_base.unwrapped(scheme)[0])  # a bias's, the kernel's inputs too
-  if cpu_tuned.forward_mode(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, sink_H, params):
+  if cpu_tuned.forward_mode(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, sink_H, prefix_BxSxH, params):
     dense = attention.densify(plan, scheme)
     return attention.attend_dense(
-      q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, dense, scheme=scheme, sink_H=sink_H
+      q_BxTxHxE,
+      k_BxTxGxE,
+      v_BxGxTxE,
+      dense,
+      scheme=scheme,
+      sink_H=sink_H,
+      prefix_BxSxH=prefix_BxSxH,
     )
   return flash.flash_attention(
     attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme),
@@ -136,6 +151,7 @@ def attend_flash(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, *, scheme, sink_H=None, 
     scheme=scheme,
     pattern=plan.extras["pattern"],
     sink_H=sink_H,
+    prefix_BxSxH=prefix_BxSxH,
     block_q=block,
     block_k=block,
   )

@@ -105,7 +105,11 @@ class Scheme(nnx.Module):
     return self.bias(q_pos_1xQ, k_pos_1xS)
 
   # True where `bias` is a function of the distance i - j alone (ALiBi, T5, KERPLE, Sandwich):
-  # randomized training then samples distances, as Ruoss et al. (lcx/model/positions/randomized.py).
+  # randomized training then samples distances, as Ruoss et al. (lcx/model/positions/randomized.py),
+  # and the flash kernel reads the bias from a table of H x distances computed once per call
+  # (`bias(d, 0)` for every d; lcx/model/kernels/flash.py), not from the hook on every block.
+  # Every parameter must have a "heads" axis (head h's bias from head h's entries), else the
+  # kernel keeps calling the hook.
   bias_of_distance = False
 
   # Why the GPU (Triton) flash kernel cannot evaluate this scheme's `kernel_bias` on a block, or
@@ -243,6 +247,8 @@ class BiasWrapper:
   """A scheme whose `bias` a subclass changes while every other hook is `inner`'s
   (randomized.RandomDistances, temperature.ScaleInvariant): built per forward pass around the
   model's schemes, no parameters of its own."""
+
+  bias_of_distance = False  # a wrapper that keeps it so says (randomized.RandomDistances)
 
   def __init__(self, inner):
     self.inner = inner

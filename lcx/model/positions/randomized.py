@@ -119,7 +119,10 @@ class RandomDistances(base.BiasWrapper):
   """A distance-only bias scheme whose offset k = i - j reads as distance D[k]: the scheme's
   bias evaluated once per distance of D (at query position D[k], key 0), then gathered by
   offset. Offsets come from the (plain, per-document) positions; future keys, masked, read
-  D[0]. Every other hook is the scheme's; built per train step (lcx.model.decoder.Decoder)."""
+  D[0]. Every other hook is the scheme's; built per train step (lcx.model.decoder.Decoder).
+  A function of the offset alone, so the flash kernel reads it from a distance table too."""
+
+  bias_of_distance = True
 
   def __init__(self, inner, distances_L):
     super().__init__(inner)

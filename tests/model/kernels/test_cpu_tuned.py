@@ -97,7 +97,7 @@ def _jvp(f, params, tangent):  # jitted: eager, every op and its transposes woul
 @pytest.mark.parametrize(
   "pos, impl",  # the kernel runs neither CoPE nor PaTH (impl=pallas is refused for them)
   [(p, "auto") for p in ("rope", "cope", "kerple_log", "path")]
-  + [(p, "pallas") for p in ("rope", "kerple_log")],
+  + [(p, "pallas") for p in ("rope", "kerple_log", "fox")],
 )
 def test_jvp_and_hessian_go_through_the_whole_model_under_every_impl(pos, impl):
   """Forward mode needs no context: the seam runs the references where a jvp tangent flows

@@ -5,9 +5,11 @@ edges, lengths that are not a multiple of the block, and a whole model with impl
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -38,24 +40,36 @@ def _perturbed(scheme, key):
   return graphdef, jax.tree.unflatten(treedef, moved)
 
 
-def _inputs(seed=0):
+def _inputs(seed=0, split=SPLIT, stretch=1):
+  """q, k, v, the sink, the loss weights; two documents per row (`split`: the second's first
+  token; T: one), positions their in-document indices times `stretch`."""
   k = jax.random.split(jax.random.key(seed), 5)
-  seg_BxT = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+  seg_BxT = jnp.broadcast_to((jnp.arange(T) >= split).astype(jnp.int32) + 1, (B, T))
   return {
     "q": jax.random.normal(k[0], (B, T, H, E)),
     "k": jax.random.normal(k[1], (B, T, G, E)),
     "v": jax.random.normal(k[2], (B, G, T, E)),
     "sink": jax.random.normal(k[3], (H,)),
     "w": jax.random.normal(k[4], (B, H, T, E)),  # the loss's weights on the output
-    "pos": attention.document_index(seg_BxT),
+    "pos": attention.document_index(seg_BxT) * stretch,
     "seg": seg_BxT,
   }
 
 
 def _compare(
-  scheme_name, *, remap="none", pattern=None, sink=True, fields=None, scheme_fields=None
+  scheme_name,
+  *,
+  remap="none",
+  pattern=None,
+  sink=True,
+  fields=None,
+  scheme_fields=None,
+  inputs=None,
+  table=None,
 ):
-  """attend_flash == attend_dense in value and in every gradient (q, k, v, sink, parameters)."""
+  """attend_flash == attend_dense in value and in every gradient (q, k, v, sink, parameters).
+  `table`: whether the kernels must read a distance table (True) or call the hook (False)
+  on these positions (`flash._distance_table`, `flash._in_table`); None: either."""
   cfg = positions.default_config(scheme_name)
   for field, value in (scheme_fields or {}).items():
     cfg[field] = value
@@ -65,7 +79,12 @@ def _compare(
   for field, value in (fields or {}).items():
     remap_cfg[field] = value
   remap_fn = remaps.build(remap_cfg, DIMS)
-  x = _inputs()
+  x = _inputs() if inputs is None else inputs
+  if table is not None:
+    branches = remap_fn.branches(x["pos"], x["pos"])
+    half = 32  # T = 21 pads to 24; the table covers distances -32 .. 31
+    found = flash._distance_table(scheme, half, H) is not None and flash._int_positions(branches)
+    assert bool(found and flash._in_table(branches, half)) == table
 
   def run(kernel, q, k, v, sink_H, state):
     s = nnx.merge(graphdef, state)
@@ -255,19 +274,6 @@ def test_reference_equals_the_dense_path_and_the_kernel():
   np.testing.assert_allclose(got, ref, **TOL)
 
 
-def test_block_mask_is_the_any_of_the_dense_mask_and_skips_blocks():
-  seg_BxT = jnp.asarray([[1] * 20 + [2] * 12, [1] * 32])
-  doc_BxT = attention.document_index(seg_BxT)
-  window = functools.partial(patterns.sliding_window, window=5)
-  got = flash.block_mask(seg_BxT, doc_BxT, window, 8, 4)
-  idx = jnp.arange(32)
-  dense = attention.visible(idx, idx, seg_BxT, seg_BxT, doc_BxT, doc_BxT, window)
-  want = np.asarray(dense).reshape(2, 4, 8, 8, 4).any((2, 4))
-  np.testing.assert_array_equal(np.asarray(got, bool), want)
-  # causal, windowed: row 3 (queries 24-31) of the one-document row sees key blocks 5-7 only
-  np.testing.assert_array_equal(np.asarray(got[1, 3]), [0, 0, 0, 0, 0, 1, 1, 1])
-
-
 def _model_loss(cfg_model, impl_name, tokens, pos, seg):
   cfg_model.attention.impl = impl_name
   m = model.Decoder(cfg_model, rngs=nnx.Rngs(0))
@@ -325,9 +331,11 @@ def test_bfloat16_model_forward_is_close_to_xla():
 
 
 def test_each_kernel_evaluates_the_bias_once_a_block():
-  """KERPLE-log's bias has one log1p a block; the dq kernel takes the parameters' vjp from the
-  same evaluation that gives its logits, so it holds one log1p, like the forward and dk/dv
-  kernels (it evaluated the bias twice, once more for the vjp: a log1p an element per block)."""
+  """KERPLE-log's bias on fractional positions (compress: no distance table) has one log1p a
+  block; the dq kernel takes the parameters' vjp from the same evaluation that gives its
+  logits, so it holds one log1p in each of its three key loops (edge blocks, interior ones,
+  edge blocks), like the forward and dk/dv kernels (it evaluated the bias twice, once more
+  for the vjp: a log1p an element per block)."""
   scheme = positions.build(positions.default_config("kerple_log"), DIMS, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(scheme)
   x = _inputs()
@@ -339,7 +347,7 @@ def test_each_kernel_evaluates_the_bias_once_a_block():
       x["pos"],
       x["seg"],
       scheme=s,
-      remap=remaps.build(remaps.default_config("none"), DIMS),
+      remap=remaps.build(remaps.default_config("compress"), DIMS),
       pattern=None,
     )
     return jnp.sum(kernel.attend(q, x["k"], x["v"], plan, scheme=s, sink_H=None) * x["w"])
@@ -347,4 +355,206 @@ def test_each_kernel_evaluates_the_bias_once_a_block():
   jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(x["q"], state).jaxpr
   calls = [e for e in equations(jaxpr) if e.primitive.name == "pallas_call"]
   logs = [sum(k.primitive.name == "log1p" for k in equations(e.params["jaxpr"])) for e in calls]
-  assert len(logs) == 3 and logs == [1, 1, 1], logs  # forward, dq, dk/dv
+  assert len(logs) == 3 and logs == [3, 3, 3], logs  # forward, dq, dk/dv
+
+
+# --- Distance tables: a bias of the distance alone is read from an H x 2N table. ---
+
+TABLE_SCHEMES = sorted(n for n in schemes_with("bias") if positions.spec(n).cls.bias_of_distance)
+
+
+@pytest.mark.parametrize("remap", ["none", "self_extend"])
+@pytest.mark.parametrize("documents", [1, 2])
+@pytest.mark.parametrize("name", TABLE_SCHEMES)
+def test_a_table_scheme_reads_the_table_and_equals_dense(name, documents, remap):
+  """Values and gradients (q, k, v, sink and the scheme's own parameters, through the table's
+  Jacobian) equal the dense path, with one or two documents per row (segment ids) and with
+  Self-Extend's grouped integer positions (two branches, each reading the table)."""
+  fields = {"window": 5, "group": 2} if remap == "self_extend" else None
+  x = _inputs(split=SPLIT if documents == 2 else T)
+  _compare(name, remap=remap, fields=fields, inputs=x, table=True)
+
+
+@pytest.mark.parametrize("name", ["alibi", "kerple_log", "t5"])
+def test_positions_past_the_table_take_the_hook_and_equal_dense(name):
+  """Integer positions up to 4 x 10 = 40 reach past the table (distances -32 .. 31 at T = 21,
+  as randomized training positions may): the hook kernels run instead, still exact."""
+  _compare(name, inputs=_inputs(stretch=4), table=False)
+
+
+def test_fractional_positions_call_the_hook_and_equal_dense():
+  _compare("kerple_log", remap="compress", fields={"start": 6}, table=False)
+
+
+TRANSCENDENTAL = {
+  "exp", "exp2", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "logistic", "pow",
+  "sqrt", "rsqrt", "erf", "atan2", "div", "floor", "ceil", "round",
+}  # fmt: skip
+
+
+def _table_kernels(jaxpr):
+  """The pallas_calls of `jaxpr` on the distance-table path: a `cond`'s true branch (positions
+  inside the table, `flash._in_table`) only; every other nested jaxpr."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "pallas_call":
+      yield eqn
+      continue
+    if eqn.primitive.name == "cond":
+      subs = [eqn.params["branches"][-1].jaxpr]
+    else:
+      subs = jax.extend.core.jaxprs_in_params(eqn.params)
+    for sub in subs:
+      yield from _table_kernels(sub)
+
+
+def _kernel_op_counts(name):
+  """Per kernel (forward, dq, dk/dv of each layer): its transcendental, division and rounding
+  primitives, in the jaxpr of a tiny model's forward and backward under impl=pallas."""
+  cfg = tiny_config(name).model
+  cfg.num_layers, cfg.vocab_size, cfg.max_len = 1, 64, 16
+  cfg.attention.impl, cfg.attention.block_size = "pallas", 8
+  graphdef, params = nnx.split(model.Decoder(cfg, rngs=nnx.Rngs(0)), nnx.Param)
+  tokens = jnp.zeros((B, T), jnp.int32)
+  seg = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+
+  def loss(params):
+    return nnx.merge(graphdef, params)(tokens, attention.document_index(seg), seg).sum()
+
+  jaxpr = jax.make_jaxpr(jax.grad(loss))(params).jaxpr
+  calls = list(_table_kernels(jaxpr))
+  return [
+    sum(e.primitive.name in TRANSCENDENTAL for e in equations(c.params["jaxpr"])) for c in calls
+  ]
+
+
+@pytest.mark.parametrize("name", TABLE_SCHEMES)
+def test_a_table_scheme_kernel_does_no_more_arithmetic_than_nope(name):
+  """The bias is a table read: no log, exp, sin, cos, pow, division or floor of the scheme's
+  in any kernel beyond NoPE's own (the softmax's exp and log)."""
+  nope = _kernel_op_counts("nope")
+  got = _kernel_op_counts(name)
+  assert len(got) == len(nope) == 3, (got, nope)
+  assert all(g <= n for g, n in zip(got, nope)), (got, nope)
+
+
+# --- The main loop: key and query ranges in O(T), no T x T or blocks x blocks array. ---
+
+
+@pytest.mark.parametrize(
+  "name, pattern", [("kerple_log", None), ("alibi", "sliding_window"), ("fire", None)]
+)
+def test_a_million_tokens_build_no_quadratic_array(name, pattern):
+  """The forward and backward of a 2^20-token row (two documents; a sliding window; a table
+  with its Jacobian; FIRE's hook), traced without running: no array anywhere, kernels
+  included, has two axes as long as the number of blocks (a block mask had T/128 x T/128)."""
+  t, block = 2**20, 128
+  scheme = positions.build(positions.default_config(name), DIMS, rngs=nnx.Rngs(0))
+  window = None
+  if pattern is not None:
+    window = patterns.build(patterns.default_config(pattern))
+  remap_fn = remaps.build(remaps.default_config("none"), DIMS)
+
+  def loss(q, k, v, seg):
+    plan = attention.prepare_chunked(
+      attention.document_index(seg), seg, scheme=scheme, remap=remap_fn, pattern=window
+    )
+    return impl.attend_flash(q, k, v, plan, scheme=scheme, block=block).sum()
+
+  args = [
+    jax.ShapeDtypeStruct((1, t, H, E), jnp.float32),
+    jax.ShapeDtypeStruct((1, t, G, E), jnp.float32),
+    jax.ShapeDtypeStruct((1, G, t, E), jnp.float32),
+    jax.ShapeDtypeStruct((1, t), jnp.int32),
+  ]
+  jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(*args).jaxpr
+  shapes = {v.aval.shape for e in equations(jaxpr) for v in e.outvars if hasattr(v.aval, "shape")}
+  long = [s for s in shapes if sum(n >= t // block for n in s) > 1]
+  assert not long, long
+  assert (1, t, H, E) in shapes  # the trace does reach the full length
+
+
+def test_a_query_block_visits_its_documents_key_blocks_only():
+  """Two documents of 40 and 24 tokens in 8-blocks, from O(1) reads of the row: a query block
+  visits the key blocks from its document's start (or its window's) through its diagonal,
+  masking the diagonal alone; a key block visits the query blocks from its diagonal through
+  its document's end (or its window's).
+  Each as (first, last + 1, masked) for the edge blocks before, the interior ones, the edge
+  blocks after."""
+  st = flash._Static(
+    uses=(None,), pattern=None, bias=None, num_leaves=0, num_consts=0, num_head_consts=0,
+    head_axes=(), has_sink=False, per=1, block_q=8, block_k=8, interpret=True, backend="cpu",
+  )  # fmt: skip
+  seg_T = jnp.asarray([1] * 40 + [2] * 24)
+  doc_T = attention.document_index(seg_T[None])[0]
+  r = flash._Refs(
+    *[[]] * 4, None, None, seg_T, doc_T, flash.doc_end(seg_T[None])[0], [], [], None, None
+  )
+
+  def spans(ranges):
+    return [(int(lo), int(hi), masked) for lo, hi, masked in ranges]
+
+  # query block 7 (56-63): keys 40-63, blocks 5 and 6 all visible, 7 the diagonal
+  assert spans(flash._key_ranges(st, r, 7)) == [(5, 5, True), (5, 7, False), (7, 8, True)]
+  # query block 4 (32-39, document 1): blocks 0-3 all visible, 4 the diagonal
+  assert spans(flash._key_ranges(st, r, 4)) == [(0, 0, True), (0, 4, False), (4, 5, True)]
+  # key block 5 (40-47): query blocks 5 (its diagonal) then 6-7, its document's end (63)
+  assert spans(flash._query_ranges(st, r, 5)) == [(5, 6, True), (6, 8, False), (8, 8, True)]
+  # key block 4 (32-39): query block 4 only (the document ends at 39)
+  assert spans(flash._query_ranges(st, r, 4)) == [(4, 5, True), (5, 5, False), (5, 5, True)]
+  # a 10-token sliding window, alone or intersected (model.position_window): one masked loop
+  # over the blocks it reaches; query block 3 (24-31) from key 15's, key block 0 (0-7) to
+  # query 16's
+  window = functools.partial(patterns.sliding_window, window=10)
+  streaming = patterns.build(patterns.default_config("streaming"))
+  for pattern in (window, patterns.intersect(streaming, window)):
+    windowed = dataclasses.replace(st, pattern=pattern)
+    assert spans(flash._key_ranges(windowed, r, 3)) == [(1, 4, True)]
+    assert spans(flash._query_ranges(windowed, r, 0)) == [(0, 3, True)]
+  unbounded = dataclasses.replace(st, pattern=streaming)  # its sink: every block from 0
+  assert spans(flash._key_ranges(unbounded, r, 3)) == [(0, 4, True)]
+
+
+# --- FoX: the prefix sums c of its log forget gates go into the kernels. ---
+
+
+def test_fox_with_pallas_equals_xla():
+  """FoX's c_i - c_j read by the kernels from the query and key blocks' c: logits and every
+  parameter's gradient (the gates' weights through dc: the dq kernel's row sums of dS, the
+  dk/dv kernel's column sums) equal impl=xla; GQA, a learned sink, two documents per row."""
+  cfg = tiny_config("fox").model
+  cfg.num_layers, cfg.num_kv_heads, cfg.vocab_size, cfg.max_len = 1, 2, 64, 16
+  cfg.attention.sink, cfg.attention.block_size = "learned", 8
+  impl.check_impl(cfg)
+  tokens = jax.random.randint(jax.random.key(0), (B, T), 0, 64)
+  seg = jnp.broadcast_to((jnp.arange(T) >= SPLIT).astype(jnp.int32) + 1, (B, T))
+  pos = attention.document_index(seg)
+  want, want_grads = _model_loss(cfg, "xla", tokens, pos, seg)
+  got, got_grads = _model_loss(cfg, "pallas", tokens, pos, seg)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  leaves = jax.tree_util.tree_leaves_with_path(got_grads)
+  gates = [g for path, g in leaves if "w_DxH" in jax.tree_util.keystr(path)]
+  assert gates and float(jnp.abs(gates[0]).max()) > 0  # the gates get a gradient
+  for w, g in zip(jax.tree.leaves(want_grads), jax.tree.leaves(got_grads)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_reference_and_the_kernel_take_prefix_sums():
+  """Prefix sums c (FoX's shape: per document, per head) through the plain reference, the
+  dense path and the kernel directly (16 x 8 blocks): the same output."""
+  scheme = positions.build(positions.default_config("nope"), DIMS, rngs=nnx.Rngs(0))
+  remap_fn = remaps.build(remaps.default_config("none"), DIMS)
+  x = _inputs(4)
+  a_BxTxH = -jax.nn.softplus(jax.random.normal(jax.random.key(5), (B, T, H)))
+  prefix_BxTxH = attention.document_cumsum(a_BxTxH, x["seg"])
+  plan = attention.prepare_chunked(x["pos"], x["seg"], scheme=scheme, remap=remap_fn)
+  args = ([(x["q"], x["k"])], x["v"], plan.branches, x["pos"], x["seg"], plan.doc_BxT)
+  kw = dict(scheme=scheme, sink_H=x["sink"], prefix_BxSxH=prefix_BxTxH)
+  ref = reference.attention_reference(*args, **kw)
+  dense = attention.dense(
+    x["q"], x["k"], jnp.swapaxes(x["v"], 1, 2), x["pos"], x["seg"], remap=remap_fn, **kw
+  )
+  np.testing.assert_allclose(ref, jnp.swapaxes(dense, 1, 2), **TOL)
+  got = jax.jit(lambda: flash.flash_attention(*args, block_q=16, block_k=8, **kw))()
+  np.testing.assert_allclose(got, ref, **TOL)
+  without = reference.attention_reference(*args, scheme=scheme, sink_H=x["sink"])
+  assert float(jnp.abs(ref - without).max()) > 0.1  # the sums change the output

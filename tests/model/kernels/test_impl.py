@@ -60,7 +60,7 @@ def test_pallas_with_cope_is_one_error_line_before_compiling(tmp_path):
     ("fire", "softmax", "gpu", "xla"),  # the bias MLP: a 4-D matmul
     ("fire", "softmax", "cpu", "xla"),
     ("cope", "softmax", "gpu", "xla"),  # the contextual hook: the XLA path
-    ("fox", "softmax", "gpu", "xla"),  # the input hook (gates from hidden states): XLA too
+    ("fox", "softmax", "gpu", "pallas"),  # its prefix sums c are kernel inputs
     ("rope", "stick_breaking", "gpu", "xla"),
   ],
 )

@@ -150,7 +150,7 @@ FACTORS = {
 REFUSED = {
   "stick_breaking": ("nope", {"model.attention.kind": "stick_breaking"}),
   "scale_invariant": ("p_rope", {"model.attention.temperature": "scale_invariant"}),
-  **{name: (name, {}) for name in ("cope", "fox", "path")},
+  **{name: (name, {}) for name in ("cope", "path")},
 }
 
 

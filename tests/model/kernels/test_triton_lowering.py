@@ -130,3 +130,16 @@ def test_a_whole_model_with_pallas_lowers_for_cuda(monkeypatch):
     return logits.astype(jnp.float32).mean()
 
   assert "__gpu$xla.gpu.triton" in _lowered_for_cuda(jax.grad(loss), params)
+
+
+TABLE_SCHEMES = sorted(n for n in schemes_with("bias") if positions.spec(n).cls.bias_of_distance)
+
+
+@pytest.mark.parametrize("remap", ["none", "self_extend"])
+@pytest.mark.parametrize("name", TABLE_SCHEMES)
+def test_a_distance_table_lowers_to_triton(name, remap):
+  """A distance-only bias goes in as a table the kernels index at q - k (a gather from head
+  h's row, which Triton lowers as pointer offsets) and, in the dq kernel, the table's
+  Jacobian: three table kernels beside the three hook kernels that positions past the table
+  take (`lax.cond`), one branch or Self-Extend's two."""
+  assert _attention_grad_hlo(name, remap).count("__gpu$xla.gpu.triton") == 6

@@ -239,11 +239,6 @@ def test_causal_the_future_does_not_change_the_past():
       {"model.attention.kind": "stick_breaking"},
       r"^model.position.name='fox' is not allowed with model.attention.kind='stick_breaking'",
     ),
-    (
-      {"model.attention.impl": "pallas"},
-      r"^model.attention.impl='pallas' is not allowed; allowed: auto, xla \(the Pallas kernel "
-      r"does not run model.position.name='fox' \(a bias from hidden states\)\)$",
-    ),
   ],
 )
 def test_bad_values_name_the_field(fields, message):
