@@ -61,7 +61,7 @@ def config_argument(argv) -> str | None:
 
 def shipped(path: str) -> str:
   """`path` itself when it exists where the user ran the command (or is absolute); else lcx's
-  own file of that name (configs/base.py, experiments/NAME), so the README's commands work
+  own file of that name (configs/base.py, experiments/NAME), so the docs' commands work
   from any directory while outputs stay relative to the caller's directory."""
   if not path or os.path.isabs(path) or os.path.exists(path):
     return path

@@ -23,7 +23,8 @@ COMMANDS = {
   "data": ("lcx.run.data.stats", ()),
   "export": ("lcx.tools.export", ()),
 }
-# glibc's malloc on transparent huge pages: XLA:CPU steps 1.3x faster (README, launch.sh).
+# glibc's malloc on transparent huge pages: XLA:CPU steps 1.3x faster (docs/performance.md,
+# launch.sh).
 TUNABLES = "glibc.malloc.hugetlb=1"
 
 

@@ -199,7 +199,7 @@ def get_config(arg=None):
   # the paper's code's (population 64, 32 parents, 16 mutations + 16 crossovers, 40
   # generations): 1,344 candidates, 7 minutes for configs/base.py:size=small at L=64 searched
   # to 256 on 2 shared CPU cores; a size=tiny model at L=32 to 128 takes under a minute
-  # (README, "LongRoPE search").
+  # (docs/commands.md, "LongRoPE search").
   config.eval.longrope = ml_collections.ConfigDict()  # the LongRoPE search
   config.eval.longrope.target_len = 0  # the length searched for (s = this / L); 0: off
   config.eval.longrope.documents = 8  # long documents of the search split (never evaluated)

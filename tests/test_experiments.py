@@ -691,18 +691,20 @@ def _anchor(heading: str) -> str:
   return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+DOCS = [
+  ROOT / "README.md",
+  *sorted((ROOT / "docs").glob("*.md")),
+  ROOT / "experiments" / "README.md",
+  *sorted((ROOT / "experiments").glob("*/README.md")),
+]
+
+
 def test_every_anchor_link_in_the_readmes_resolves():
-  """A heading renamed to carry new counts once left a link to its old anchor dead."""
-  readmes = [
-    ROOT / "README.md",
-    ROOT / "experiments" / "README.md",
-    *sorted((ROOT / "experiments").glob("*/README.md")),
-  ]
-  anchors = {
-    p: {_anchor(h) for h in re.findall(r"^#+ (.+)$", p.read_text(), re.M)} for p in readmes
-  }
+  """A heading renamed to carry new counts once left a link to its old anchor dead; a section
+  moved from README.md to docs/ leaves one to the file it left (anchors resolve across files)."""
+  anchors = {p: {_anchor(h) for h in re.findall(r"^#+ (.+)$", p.read_text(), re.M)} for p in DOCS}
   dead = []
-  for readme in readmes:
+  for readme in DOCS:
     for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", readme.read_text()):
       path = (readme.parent / target).resolve() if target else readme
       if path in anchors and anchor not in anchors[path]:
@@ -711,6 +713,31 @@ def test_every_anchor_link_in_the_readmes_resolves():
     "the-matched-regime-rope_extensionmatched"
   )
   assert not dead, dead
+
+
+def test_every_relative_link_in_the_docs_names_a_file_that_exists():
+  """A page moved to docs/ keeps its links to the tree (`../experiments/...`) pointing somewhere."""
+  missing = []
+  for doc in DOCS:
+    for target in re.findall(r"\]\(([^)#\s:]+)(?:#[^)\s]*)?\)", doc.read_text()):
+      if not (doc.parent / target).exists():
+        missing.append(f"{doc.relative_to(ROOT)}: {target}")
+  assert not missing, missing
+
+
+def test_the_readme_is_a_landing_page_with_the_two_set_up_commands_first():
+  """README.md is at most 250 lines and the first commands it shows are the quickstart and the
+  test suite; the reference lives in docs/."""
+  readme = (ROOT / "README.md").read_text()
+  assert len(readme.splitlines()) <= 250
+  commands = re.findall(
+    r"(?:^|`)(\./launch\.sh \w+|(?:\.venv/bin/)?python[\w.]* -m [\w.]+)|`(lcx \w+|pip install)",
+    readme,
+    re.M,
+  )
+  commands = [a or b for a, b in commands]
+  assert commands[:2] == ["./launch.sh quickstart", "./launch.sh test"], commands[:5]
+  assert len(commands) > 2  # the tour follows
 
 
 def test_drope_bases_pairs_each_matched_run_with_the_same_run_at_base_10000(tmp_path):

@@ -1,5 +1,5 @@
 """The protocol records (lcx/protocols.py): properties every protocol keeps, iterated over the
-registry, and adding a protocol by adding one record (README "Add a protocol")."""
+registry, and adding a protocol by adding one record (docs/extending.md "Add a protocol")."""
 
 import dataclasses
 

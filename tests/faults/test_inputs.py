@@ -340,7 +340,7 @@ def test_errors_load_json_names_the_file(tmp_path):
     errors.load_json(str(path), "fix")
 
 
-# --- A remap through flags, as the README shows (train, eval, generate). ---
+# --- A remap through flags, as docs/commands.md shows (train, eval, generate). ---
 
 
 def test_a_remap_given_by_flags_trains(tmp_path):

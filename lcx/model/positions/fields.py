@@ -1,6 +1,6 @@
 """Every position scheme's and remap's config fields, declared once and without jax: the
 defaults (lcx/defaults.py), the field checks that run before jax loads (lcx/config.py),
-`./launch.sh config` and the README's scheme table read these records, and the flax modules
+`./launch.sh config` and docs/schemes.md's scheme table read these records, and the flax modules
 register their classes under these names (lcx/model/positions/base.py, remaps.py) with no defaults
 of their own. A check that needs the model's dimensions (an even d_model, the rotary dim, the
 scaling dict) stays with the module that builds the scheme."""
@@ -364,7 +364,7 @@ def _shown(default) -> str:
 
 
 def markdown() -> str:
-  """The README's scheme table: one row per field (per scheme without fields), from the records."""
+  """The scheme table of docs/schemes.md: a row per field (per scheme without fields)."""
   rows = ["| scheme | what | field | default | allowed | field's meaning |", "|---" * 6 + "|"]
   for name, section in SCHEMES.items():
     for i, f in enumerate(section.fields or (None,)):

@@ -1,5 +1,5 @@
-"""Adding an extension method (README "Add an extension method"): a rope type in the scaling
-registry and its `name@ARG` variant are all it takes for evaluation to run it."""
+"""Adding an extension method (docs/extending.md "Add an extension method"): a rope type in the
+scaling registry and its `name@ARG` variant are all it takes for evaluation to run it."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
-"""Adding a scheme (README "Add a scheme"), done as the README says: the `learned_slope` record in
-`fields.SCHEMES` and the class registered under its name are all it takes for the config, the
+"""Adding a scheme (docs/extending.md "Add a scheme"), done as it says: the `learned_slope` record
+in `fields.SCHEMES` and the class registered under its name are all it takes for the config, the
 checks, both attention kernels and training to take it."""
 
 import jax
@@ -17,7 +17,7 @@ from tests.helpers import tiny_config, train_fixed_batch
 
 
 class LearnedSlope(Scheme):
-  """logits - s_h * (i - j) with s_h learned per head (the README's example, verbatim)."""
+  """logits - s_h * (i - j) with s_h learned per head (docs/extending.md's example, verbatim)."""
 
   def __init__(self, *, dims, rngs, init):
     del rngs

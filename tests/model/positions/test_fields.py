@@ -87,5 +87,5 @@ def test_the_declarations_defaults_and_field_checks_import_no_jax():
   assert out.stdout.strip() == "[]", out.stderr[-2000:]
 
 
-def test_the_readme_scheme_table_is_the_records():
-  assert fields.markdown() in (ROOT / "README.md").read_text()
+def test_the_docs_scheme_table_is_the_records():
+  assert fields.markdown() in (ROOT / "docs" / "schemes.md").read_text()
