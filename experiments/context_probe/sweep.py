@@ -12,7 +12,10 @@ windows a length where the held-out split has them (fewer are reported, never hi
 loss by position inside L, and scores 1x and 16x every 200 steps during training, so the
 report shows how 16x - 1x grows as training goes on.
 
-`./launch.sh sweep experiments/context_probe` (CPU; resumable: cheapest runs first).
+`./launch.sh sweep experiments/context_probe` (CPU; resumable: cheapest runs first), or
+`experiments/context_probe:full` (GPU: the default model, L = 256, 4000 steps, on books and on code,
+RoPE at both bases and ALiBi; `--shard=i/SHARDS`, each within a lent GPU's 8 minutes by
+tests/test_experiments.py's estimate).
 """
 
 from typing import NamedTuple
@@ -54,11 +57,24 @@ ROWS = {
 }
 
 
+# :full, one lent GPU: the CPU's axes at the size the papers' curves need more steps for.
+FULL_ROWS = {
+  f"{name}-{data}": Row(pos, seq_len=256, steps=4000, size="default", base=base, data=data)
+  for data in ("books", "stdlib")
+  for name, pos, base in (
+    ("rope-b1e4", "rope", ROPE_BASE),
+    ("rope-matched", "rope", "matched"),
+    ("alibi", "alibi", None),
+  )
+}
+SHARDS = 3  # :full: 2 runs a shard, about 310 s each by the estimate in tests/test_experiments.py
+
+
 def get_runs(arg=""):
-  if arg != "":
-    raise errors.not_allowed("experiments/context_probe:ARG", arg, ['""'])
+  if arg not in ("", "full"):
+    raise errors.not_allowed("experiments/context_probe:ARG", arg, ['""', "full"])
   runs = {}
-  for name, row in ROWS.items():
+  for name, row in (FULL_ROWS if arg == "full" else ROWS).items():
     overrides = {
       "seed": 0,
       "eval.multipliers": MULTIPLIERS,

@@ -298,7 +298,8 @@ def claims_table(results: Sequence[dict], claims: Sequence[Claim]) -> str:
     "the claim's side. Cells: the mean over seeds [95% t interval: t(0.975, n-1) x sd / "
     "sqrt(n)]; the two-sided t test's p, Holm-adjusted over the claim's m lengths; the seeds "
     "whose 95% interval over the same documents (the wider of the paired bootstrap and the t "
-    "interval over documents) excludes 0 on the claim's side; MDE: the t interval's half-width. The rules: lcx/tools/report/claims.py."
+    "interval over documents) excludes 0 on the claim's side; MDE: the t interval's "
+    "half-width. The rules: lcx/tools/report/claims.py."
   )
   return (
     note
