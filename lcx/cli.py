@@ -158,16 +158,35 @@ def explain(error: Exception, argv) -> str:
   return str(error)
 
 
-def overrides(argv) -> dict[str, str | None]:
-  """{dotted field: value} of every --config.FIELD=VALUE (or --config.FIELD VALUE), the last
-  of each field winning as absl's does."""
-  out = {}
+def given_overrides(argv) -> dict[str, list[str | None]]:
+  """{dotted field: its values in order} of every --config.FIELD=VALUE (or --config.FIELD
+  VALUE)."""
+  out: dict[str, list[str | None]] = {}
   for i, arg in enumerate(argv):
     match = OVERRIDE.match(arg)
     if match:
       value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1 :] or [None])[0]
-      out[match.group(1)] = value
+      out.setdefault(match.group(1), []).append(value)
   return out
+
+
+def overrides(argv) -> dict[str, str | None]:
+  """{dotted field: value} of every --config.FIELD=VALUE (or --config.FIELD VALUE), the last
+  of each field winning as absl's does."""
+  return {field: values[-1] for field, values in given_overrides(argv).items()}
+
+
+def last_tuple_wins(argv) -> None:
+  """A tuple field given more than once takes its last value, as every other flag does:
+  ml_collections joins a tuple's repetitions (`(1,2)` then `(4,)` was `(1, 2, 4)`)."""
+  for field, values in given_overrides(argv).items():
+    name = f"config.{field}"
+    flag = flags.FLAGS[name] if name in flags.FLAGS else None
+    if len(values) > 1 and isinstance(flag, flags.MultiFlag):
+      from ml_collections.config_flags import config_path
+
+      flag.value = list(flag.parser.parse(values[-1]))
+      config_path.set_value(field, flags.FLAGS.config, tuple(flag.value))
 
 
 def select_sections(config, argv):
@@ -227,16 +246,17 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
     fail(f"--config is given {len(given)} times ({', '.join(map(str, given))}); give it once")
   select_sections_on_parse(argv)
   try:
-    argv = flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
     message = non_finite_flag()
     if message:
       fail(message)
     if flags.FLAGS.config is None:
       if missing is not None:
         fail(missing())
-      return argv
+      return rest
     flags.FLAGS.config.keys()  # a missing config file raises only when the config is first read
-    return argv
+    last_tuple_wins(argv)
+    return rest
   except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:
     fail(explain(error, argv))
 

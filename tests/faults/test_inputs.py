@@ -297,6 +297,27 @@ def test_two_config_flags_are_one_line(tmp_path):
   assert not os.path.exists(tmp_path / "w")
 
 
+def test_a_flag_given_twice_takes_its_last_value_a_tuple_too():
+  """Trust, round 2, item 1: one rule for every flag (ml_collections joined a tuple's)."""
+  proc = run_lcx(
+    [
+      "--config=configs/base.py:size=tiny",
+      "--config.eval.multipliers=(1,2)",
+      "--config.eval.multipliers=(4,)",
+      "--config.eval.lengths",
+      "(64,)",
+      "--config.eval.lengths=(8,16)",
+      "--config.train.steps=5",
+      "--config.train.steps=7",
+    ],
+    module="lcx.fields",
+  )
+  values = dict(line.split("  ")[0].split(" = ", 1) for line in proc.stdout.splitlines())
+  assert values["eval.multipliers"] == "(4,)"
+  assert values["eval.lengths"] == "(8, 16)"
+  assert values["train.steps"] == "7"
+
+
 def test_a_truncated_result_is_named_and_kept(evaluated, tmp_path):
   workdir = str(tmp_path / "run")
   shutil.copytree(evaluated, workdir)
