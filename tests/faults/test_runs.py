@@ -414,3 +414,26 @@ def test_an_evaluation_that_cannot_fit_is_refused_before_compiling(tmp_path, cap
     "evaluate shorter lengths"
   )
   assert os.listdir(tmp_path) == []
+
+
+def test_validation_files_edited_in_place_are_evaluated_again(tmp_path, capsys):
+  """Trust, round 2, item 2: the same settings over other tokens are another result."""
+  text = tmp_path / "text"
+  text.mkdir()
+  for i in range(6):
+    (text / f"{i}.txt").write_text(f"document {i}: " + "lorem ipsum dolor " * 60)
+  config = _eval_config()
+  config.data.update(name="text_files", text_files=str(text), data_dir=str(tmp_path / "d"))
+  config.eval.update(lengths=(32,), num_tokens=128, batch_tokens=128)
+  workdir = str(tmp_path / "run")
+  train.train(config, workdir)
+  first = evaluate.evaluate(config, workdir)["none"]
+  for i in range(6):  # the same names and settings, other text
+    (text / f"{i}.txt").write_text(f"file {i} now reads " + "the quick brown fox " * 60)
+  capsys.readouterr()
+  second = evaluate.evaluate(config, workdir)["none"]
+  assert "reusing" not in capsys.readouterr().err
+  assert second["settings"] != first["settings"]
+  assert second["lengths"]["32"]["loss"] != first["lengths"]["32"]["loss"]
+  evaluate.evaluate(config, workdir)  # unchanged files again: reused
+  assert "none: reusing" in capsys.readouterr().err
