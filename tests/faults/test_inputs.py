@@ -451,6 +451,21 @@ def test_non_finite_float_flags_are_refused(run):
   assert _error_line(proc) == "error: --temperature=nan is not allowed; allowed: a finite number"
 
 
+def test_a_scaling_field_the_rope_type_does_not_read_is_refused(tmp_path):
+  """Trust, round 2, item 3: it was warned about twice and ignored."""
+  proc = run_lcx(
+    [*TINY_FLAGS, f"--workdir={tmp_path}/w", "--config.model.position.scaling.factor=0.5"],
+    check=False,
+  )
+  assert _error_line(proc) == (
+    "error: model.position.scaling.factor=0.5 is not used by rope_type='default'; leave it at "
+    "its default None. Fields read by 'default': []; rope types that read factor: linear, ntk, "
+    "dynamic, yarn, llama3, longrope"
+  )
+  assert proc.stderr.splitlines() == [_error_line(proc)]  # no warnings before it
+  assert not os.path.exists(tmp_path / "w")
+
+
 # --- Finding a field (issue 31 item 6). ---
 
 
