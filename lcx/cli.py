@@ -12,6 +12,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from typing import Callable
 
 from absl import flags
@@ -31,6 +32,10 @@ OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 SHIPPED = (pathlib.Path(__file__).resolve().parent, pathlib.Path(__file__).resolve().parents[1])
 
 
+# Flags that name a directory lcx creates: an existing file there is refused at parse time.
+DIRECTORY_FLAGS = ("workdir", "runs_dir")
+
+
 def fail(message: str, status: int = 2):
   """Exits after one `error: ...` line, no traceback: the user's input was bad (status 2)."""
   print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
@@ -40,9 +45,20 @@ def fail(message: str, status: int = 2):
 def parse_flags(argv):
   """absl's flag parsing (for app.run's flags_parser), each error as one `error:` line."""
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as error:
     fail(str(error))
+  check_directory_flags()
+  return rest
+
+
+def check_directory_flags() -> None:
+  """Fails naming the first of DIRECTORY_FLAGS that names an existing file."""
+  for name in DIRECTORY_FLAGS:
+    value = flags.FLAGS[name].value if name in flags.FLAGS else None
+    error = value and errors.not_a_directory(f"--{name}", value)
+    if error:
+      fail(str(error))
 
 
 def config_arguments(argv) -> list[str | None]:
@@ -219,12 +235,36 @@ def select_sections(config, argv):
   return config
 
 
+class ConfigFileError(Exception):
+  """The user's config file raised while it loaded (a syntax error, a NameError in it): one
+  line naming the file and line, instead of a traceback through importlib and absl."""
+
+
+def _file_error(path: str, error: Exception) -> ConfigFileError:
+  if isinstance(error, SyntaxError):
+    where, what = f"{error.filename}:{error.lineno}", f"{error.msg}: {(error.text or '').strip()}"
+  else:
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    where, what = f"{frame.filename}:{frame.lineno}", f"{type(error).__name__}: {error}"
+  return ConfigFileError(f"--config={path}: {where}: {what}")
+
+
 def select_sections_on_parse(argv, flag_values=None) -> None:
   """Makes the --config flag's parser (of `flag_values`, default absl's FLAGS) apply
-  `select_sections` to each config it loads."""
+  `select_sections` to each config it loads, and word an error of the file as one line."""
   parser = (flag_values or flags.FLAGS)["config"].parser
   load = type(parser).parse.__get__(parser)
-  parser.parse = lambda path: select_sections(load(path), argv)
+
+  def parse(path):
+    try:
+      config = load(path)
+    except (OSError, TypeError, ValueError):
+      raise  # ml_collections' own: a missing file raises when read, the rest `explain` words
+    except Exception as error:
+      raise _file_error(path, error) from None
+    return select_sections(config, argv)
+
+  parser.parse = parse
 
 
 def non_finite_flag() -> str | None:
@@ -247,6 +287,7 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
   select_sections_on_parse(argv)
   try:
     rest = flags.FLAGS(argv)
+    check_directory_flags()
     message = non_finite_flag()
     if message:
       fail(message)
@@ -259,6 +300,8 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
     return rest
   except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:
     fail(explain(error, argv))
+  except ConfigFileError as error:
+    fail(str(error))
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from typing import Any, Iterable
 
 
@@ -50,6 +51,22 @@ def load_json(path: str, remedy: str = "") -> Any:
       return json.load(f)
   except (UnicodeDecodeError, json.JSONDecodeError) as error:
     raise ValueError(f"{path}: not JSON, truncated or corrupt ({error}){remedy and '; '}{remedy}")
+
+
+def not_a_directory(field: str, path: str) -> ValueError | None:
+  """`FIELD=PATH: FILE is a file, not a directory; allowed: ...` when PATH, or a folder on the
+  way to it, is an existing file (creating the directory would end in a traceback), else
+  None."""
+  part = os.path.abspath(os.path.expanduser(path))
+  while not os.path.exists(part) and os.path.dirname(part) != part:
+    part = os.path.dirname(part)
+  if os.path.isdir(part):
+    return None
+  where = "" if part == os.path.abspath(os.path.expanduser(path)) else f": {part}"
+  return ValueError(
+    f"{field}={path}{where} is a file, not a directory; allowed: a directory, or a path "
+    "that does not exist yet"
+  )
 
 
 class RunFault(RuntimeError):

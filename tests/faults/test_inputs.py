@@ -12,7 +12,8 @@ import pytest
 from lcx import cli, config as config_lib, errors, variants
 from lcx.run import train
 from lcx.tools import evaluate, report, sweep
-from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import TINY_FLAGS, refused_before_jax, run_lcx, tiny_config
+from tests.tools.test_sweep import _experiment
 
 
 @pytest.fixture(scope="module")
@@ -278,6 +279,43 @@ def test_a_syntax_error_in_a_sweep_file_is_one_line(tmp_path):
   (tmp_path / "exp" / "sweep.py").write_text("def get_runs(arg):\n  return {\n")
   proc = run_lcx([str(tmp_path / "exp"), "--dry_run"], check=False, module="lcx.tools.sweep")
   assert _error_line(proc).startswith(f"error: {tmp_path / 'exp' / 'sweep.py'}:2: ")
+
+
+@pytest.mark.parametrize(
+  "source, where",
+  [
+    ("def get_config(:\n  pass\n", ":1: invalid syntax: def get_config(:"),
+    ("def get_config():\n  return {}[0]\n", ":2: KeyError: 0"),
+    ("import no_such_module\n", ":1: ModuleNotFoundError: No module named 'no_such_module'"),
+  ],
+)
+def test_a_config_file_that_raises_is_one_line(tmp_path, source, where):
+  """Trust, round 2, item 4: a syntax error was a 60-line traceback."""
+  path = tmp_path / "mine.py"
+  path.write_text(source)
+  line = refused_before_jax([f"--config={path}", f"--workdir={tmp_path}/w"])
+  assert line == f"error: --config={path}: {path}{where}"
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_directory_flag_naming_a_file_is_one_line(tmp_path):
+  """Trust, round 2, item 4: --workdir, data.data_dir and sweep --runs_dir naming a file
+  (or a folder under one) were tracebacks from os.makedirs."""
+  file = tmp_path / "file"
+  file.write_text("mine")
+  allowed = "is a file, not a directory; allowed: a directory, or a path that does not exist yet"
+  line = refused_before_jax([*TINY_FLAGS, f"--workdir={file}"])
+  assert line == f"error: --workdir={file} {allowed}"
+  line = refused_before_jax(
+    [*TINY_FLAGS, f"--workdir={tmp_path}/w", f"--config.data.data_dir={file}/data"]
+  )
+  assert line == f"error: data.data_dir={file}/data: {file} {allowed}"
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  proc = run_lcx(
+    [str(experiment), f"--runs_dir={file}", "--dry_run"], check=False, module="lcx.tools.sweep"
+  )
+  assert _error_line(proc) == f"error: --runs_dir={file} {allowed}"
+  assert file.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["experiments", "file"]
 
 
 def test_two_config_flags_are_one_line(tmp_path):
