@@ -371,6 +371,27 @@ def test_an_unreadable_checkpoint_is_named_and_the_previous_one_offered(tmp_path
   assert _error_line(capsys) == "error: train.resume_step=2 is not allowed; allowed: 0, 3, 4, 5"
 
 
+def test_an_unreadable_latest_checkpoint_is_exactly_one_line_in_eval_and_generate(
+  tiny_run, tmp_path
+):
+  """Trust, round 2, item 4: the error line came among 3-13 "Event loop is closed" tracebacks
+  (tensorstore finishing its reads after orbax's loop closed), varying run to run."""
+  workdir = tmp_path / "run"
+  shutil.copytree(tiny_run, workdir)
+  _corrupt(workdir / "checkpoints" / "2")
+  before = _files(workdir)
+  for module, flags in [
+    ("lcx.main", ["--mode=eval", "--config.eval.bootstrap=0"]),
+    ("lcx.tools.generate", ["--prompt=def ", "--max_new_tokens=2"]),
+  ]:
+    proc = run_lcx([f"--workdir={workdir}", *flags], module=module, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"error: checkpoint step 2 in {workdir}/checkpoints is unreadable (")
+    assert line.endswith("or evaluate it with --eval_step=1")
+  assert _files(workdir) == before
+
+
 @pytest.fixture
 def small_disk(tmp_path):
   """A 1.2 MB tmpfs: a tiny run's config and metrics fit, its first checkpoint does not."""
