@@ -289,6 +289,28 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path):
   assert 5 <= saved[-1] < 5000  # the step reached (and orbax's first save, step 1)
 
 
+def test_a_second_ctrl_c_is_said_and_never_breaks_off_the_save(capsys):
+  """Trust, round 2, item 4: it raised KeyboardInterrupt wherever training was, often inside
+  the checkpoint save the first one started (a traceback, a half-written checkpoint)."""
+  stop = train._install_stop_flag()
+  try:
+    for s in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):
+      os.kill(os.getpid(), s)
+  except KeyboardInterrupt:  # not the test session's own
+    pytest.fail("a second SIGINT raised KeyboardInterrupt")
+  finally:
+    for s, handler in stop["previous"].items():
+      signal.signal(s, handler)
+  assert stop["stop"] == "SIGINT"
+  assert capsys.readouterr().err.splitlines() == [
+    "[lcx] SIGINT received: finishing the current step (or setup), then saving and exiting",
+    "[lcx] SIGINT again: still stopping after the current step and its checkpoint; SIGKILL "
+    "stops at once, losing the steps since the last checkpoint",
+    "[lcx] SIGTERM again: still stopping after the current step and its checkpoint; SIGKILL "
+    "stops at once, losing the steps since the last checkpoint",
+  ]
+
+
 def test_ctrl_c_stops_a_long_evaluation_at_once(tmp_path):
   train.train(tiny_config("rope", steps=2), str(tmp_path))
   proc = subprocess.Popen(
