@@ -234,7 +234,7 @@ def _install_stop_flag() -> dict:
 
 
 def _check_finite(step: int, metrics: dict) -> None:
-  bad = {name: value for name, value in metrics.items() if not np.isfinite(value)}
+  bad = {name: float(value) for name, value in metrics.items() if not np.isfinite(value)}
   if bad:
     raise NonFiniteLossError(
       f"non-finite {bad} at step {step}; stopping. The last good "

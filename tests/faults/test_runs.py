@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -232,6 +233,8 @@ def test_a_diverging_run_is_one_error_line(tmp_path, capsys):
   assert exit_.value.code == 2
   line = _error_line(capsys)
   assert line.startswith("error: non-finite {'") and "lower train.lr or check the data" in line
+  assert "array(" not in line  # Trust, round 2, item 5: the plain numbers, {'loss': nan, ...}
+  assert re.match(r"error: non-finite \{('\w+': (nan|inf|-inf)(, )?)+\} at step \d+; ", line), line
 
 
 def test_train_steps_zero_writes_no_run_directory(tmp_path, capsys):
