@@ -154,9 +154,10 @@ def _unknown_flag_hint(name: str, path: str | None) -> str:
 
 
 def explain(error: Exception, argv) -> str:
-  """The error's text, with three rewordings: an unknown --config.PATH names the section that
-  lacks it and what it has; an unknown flag named like a config field suggests it; an error in
-  get_config() drops the traceback ml_collections adds."""
+  """The error's text, with four rewordings: an unknown --config.PATH names the section that
+  lacks it and what it has; an unknown flag named like a config field suggests it; an override
+  before --config says to reorder; an error in get_config() drops the traceback ml_collections
+  adds."""
   path = config_argument(argv)
   if isinstance(error, flags.UnrecognizedFlagError):
     return f"{error}{_unknown_flag_hint(error.flagname, path)}"
@@ -166,6 +167,8 @@ def explain(error: Exception, argv) -> str:
       message = field_path_error(config, match.group(1))
       if message:
         return message
+  if "before a value for --config was specified" in str(error):  # ml_collections' FlagOrderError
+    return f"{error}; give --config={path} first, then the --config.FIELD=VALUE overrides"
   if "Error whilst parsing config file" in str(error):
     root = error
     while root.__cause__ or root.__context__:
@@ -249,6 +252,35 @@ def _file_error(path: str, error: Exception) -> ConfigFileError:
   return ConfigFileError(f"--config={path}: {where}: {what}")
 
 
+def _non_finite_literal(text: str):
+  """`text` as a Python literal in which inf and nan (any case, signed) are floats."""
+  import ast
+
+  class Floats(ast.NodeTransformer):
+    def visit_Name(self, node):
+      return ast.Constant(float(node.id)) if node.id.lower() in ("inf", "nan") else node
+
+  return ast.literal_eval(Floats().visit(ast.parse(text.strip(), mode="eval")))
+
+
+def read_non_finite_tuples() -> None:
+  """Makes a tuple override read inf and nan as floats, so that the finite-number check names
+  them: ml_collections' literal_eval knows neither, and kept `(1,inf)` as the one string
+  '(1,inf)' (an error then showed `('(1,inf)',)`)."""
+  from ml_collections.config_flags import config_flags, tuple_parser
+
+  class Parser(tuple_parser.TupleParser):
+    def parse(self, argument):
+      if isinstance(argument, str) and re.search(r"(?i)\b(inf|nan)\b", argument):
+        try:
+          return super().parse(_non_finite_literal(argument))
+        except (ValueError, SyntaxError):
+          pass  # not a literal with them: as ml_collections reads it
+      return super().parse(argument)
+
+  config_flags.register_flag_parser_for_type(tuple, Parser())
+
+
 def select_sections_on_parse(argv, flag_values=None) -> None:
   """Makes the --config flag's parser (of `flag_values`, default absl's FLAGS) apply
   `select_sections` to each config it loads, and word an error of the file as one line."""
@@ -285,6 +317,7 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
   if len(given) > 1:
     fail(f"--config is given {len(given)} times ({', '.join(map(str, given))}); give it once")
   select_sections_on_parse(argv)
+  read_non_finite_tuples()
   try:
     rest = flags.FLAGS(argv)
     check_directory_flags()

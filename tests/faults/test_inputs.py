@@ -253,9 +253,13 @@ def test_longrope_variant_of_a_json_array_names_the_field_and_the_file(run, tmp_
   )
 
 
-def test_infinite_multipliers_name_the_field(run):
-  line = _error_line(_eval(run, "--config.eval.multipliers=(1,inf)"))
-  assert line.startswith("error: eval.multipliers=")
+@pytest.mark.parametrize(
+  "value, item", [("(1,inf)", "[1]=inf"), ("(inf,)", "[0]=inf"), ("(2,-Inf,nan)", "[1]=-inf")]
+)
+def test_infinite_multipliers_name_the_field(run, value, item):
+  """Trust, round 2, item 5: `(inf,)` was shown as `('(inf,)',)`, a string no one typed."""
+  line = _error_line(_eval(run, f"--config.eval.multipliers={value}"))
+  assert line == f"error: eval.multipliers{item} is not allowed; allowed: a finite number"
 
 
 def test_last_k_over_the_stream_names_eval_documents(run):
@@ -316,6 +320,17 @@ def test_a_directory_flag_naming_a_file_is_one_line(tmp_path):
   )
   assert _error_line(proc) == f"error: --runs_dir={file} {allowed}"
   assert file.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["experiments", "file"]
+
+
+def test_an_override_before_config_says_to_reorder(tmp_path):
+  """Trust, round 2, item 5: absl's message alone did not say what to do."""
+  line = refused_before_jax(
+    [f"--workdir={tmp_path}/w", "--config.train.steps=3", "--config=configs/base.py:size=tiny"]
+  )
+  assert line == (
+    "error: Found --config.train.steps=3 in argv before a value for --config was specified; "
+    "give --config=configs/base.py:size=tiny first, then the --config.FIELD=VALUE overrides"
+  )
 
 
 def test_two_config_flags_are_one_line(tmp_path):
