@@ -24,6 +24,7 @@ from etils import epath
 from grain import checkpoint as grain_checkpoint
 
 from lcx import errors
+from lcx.run.metrics import Drop as _Drop
 
 SET_ASIDE = "checkpoints_set_aside"  # in the workdir: steps after train.resume_step
 
@@ -211,18 +212,6 @@ class Checkpointer:
 def _no_space(error: BaseException) -> bool:
   """ENOSPC as an OSError, or as TensorStore words it inside Orbax's ValueError."""
   return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
-
-
-class _Drop(logging.Filter):
-  """Drops log records that say `words` (in the message or its exception)."""
-
-  def __init__(self, words: str):
-    super().__init__()
-    self.words = words
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
-    return self.words not in text
 
 
 def dotted(path) -> str:

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import logging as pylogging
 import math
 import os
 import secrets
@@ -143,12 +144,33 @@ def open_trackers(workdir: str, text: str, config: dict) -> list:
   return [TRACKERS[name].open(workdir, config) for name in tracker_names(text)]
 
 
+NO_SPACE = "No space left on device"  # how the OS, and TensorStore inside Orbax, say ENOSPC
+
+
+class Drop(pylogging.Filter):
+  """Drops log records that say `words` (in the message or its exception)."""
+
+  def __init__(self, words: str):
+    super().__init__()
+    self.words = words
+
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
+    return self.words not in text
+
+
 def quiet_libraries() -> None:
   """Orbax and TFDS log every save and load at INFO: show warnings only, unless --verbosity.
-  And a failed checkpoint read or write prints no "Event loop is closed" tracebacks around its
-  one error line (`_closed_loop_dropped`)."""
+  A full disk is one error line, the RunFault of the write that met it: Orbax's threads log it
+  too, and asyncio once per write task whose exception nobody retrieved, at any time after
+  (at exit too), so those records are dropped for the whole process. And a failed checkpoint
+  read or write prints no "Event loop is closed" tracebacks (`_closed_loop_dropped`)."""
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+  for name in ("absl", "asyncio"):
+    logger = pylogging.getLogger(name)
+    if not any(isinstance(f, Drop) and f.words == NO_SPACE for f in logger.filters):
+      logger.addFilter(Drop(NO_SPACE))
   if not getattr(sys.unraisablehook, "lcx", False):
     sys.unraisablehook = _closed_loop_dropped(sys.unraisablehook)
 

@@ -157,9 +157,7 @@ def _plain_positions(changes: dict, variant_cfg) -> tuple[dict, ml_collections.C
 
 def _write(path: str, result: dict) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    json.dump(result, f, indent=1, default=list)
-  os.replace(path + ".tmp", path)
+  errors.write_json(path, result, indent=1, default=list)
 
 
 def record(
@@ -352,9 +350,14 @@ def evaluate(
       )
       if jax.process_index() == 0:
         kept = _keep_replaced(path, result)
+        try:
+          _write(path, result)
+        except errors.RunFault:  # a full disk: the earlier result back where it was
+          if kept:
+            os.replace(kept, path)
+          raise
         if kept:
           say(f"{name}: the earlier result (another checkpoint or other settings) kept as {kept}")
-        _write(path, result)
         if not trackers:
           trackers = metrics.open_trackers(workdir, cfg.train.trackers, cfg.to_dict())
         _to_trackers(trackers, name, result)
