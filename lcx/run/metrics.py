@@ -7,6 +7,7 @@ A tqdm bar in a terminal; plain log lines when stdout is not a TTY (CI, SLURM, n
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import importlib.util
 import json
@@ -178,13 +179,14 @@ def quiet_libraries() -> None:
 def _closed_loop_dropped(hook):
   """`hook` (sys.unraisablehook) but for RuntimeError('Event loop is closed') with no object:
   tensorstore finishing the reads or writes still in flight after a failed orbax restore or
-  save closed its asyncio loop (3-13 tracebacks, varying run to run). No code can catch them,
-  and the failure itself was raised where it happened."""
+  save closed its asyncio loop (3-13 tracebacks, varying run to run); and for a full disk met
+  again at exit (tensorboardX's atexit flush). No code can catch them, and the failure itself
+  was raised where it happened."""
 
   def quiet(unraisable):
     error = unraisable.exc_value
     closed = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
-    if not (closed and unraisable.object is None):
+    if not (closed and unraisable.object is None) and NO_SPACE not in str(error):
       hook(unraisable)
 
   quiet.lcx = True
@@ -316,6 +318,21 @@ class MetricWriter:
     print(f"step {head}: " + "; ".join(parts), flush=True)
 
   def close(self) -> None:
+    """Closes every handle. A full disk met here is a RunFault, unless closing because of an
+    error already (a checkpoint's full disk): that one is the line the user reads, and a
+    tracker's flush failing after it would have replaced it with a traceback."""
+    failing = sys.exc_info()[1]
     for handle in (self.bar, *self.trackers, self.jsonl):
-      if handle is not None:
+      if handle is None:
+        continue
+      try:
         handle.close()
+      except OSError as error:
+        if getattr(error, "errno", None) != errno.ENOSPC:
+          raise
+        if failing is None:
+          raise errors.RunFault(
+            f"no space left on the device while closing {type(handle).__name__}'s files of "
+            "the run (its last records are lost); free space, then run the same command to "
+            "resume from the last checkpoint"
+          ) from None

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from lcx import main
+from lcx import errors, main
 from lcx.run import checkpoint, metrics, prepare, train
 from lcx.run.data import corpus
 from lcx.tools import evaluate, report, sweep
@@ -474,6 +474,28 @@ def test_library_logs_of_a_full_disk_are_dropped_for_the_whole_process(caplog):
     logging.getLogger(name).error("Task exception was never retrieved", exc_info=error)
   logging.getLogger("asyncio").error("another error")  # not a full disk: still shown
   assert [r.getMessage() for r in caplog.records] == ["another error"]
+
+
+def test_a_tracker_meeting_the_full_disk_at_close_never_hides_the_checkpoints_error(
+  tmp_path, monkeypatch
+):
+  """Item 6, seen on a full tmpfs: TensorBoard's flush in the `finally` after the checkpoint's
+  RunFault raised OSError in its place (a traceback, exit status 1)."""
+
+  def full(self):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(metrics.TensorBoard, "close", full)
+  writer = metrics.MetricWriter(str(tmp_path), total=2)
+  with pytest.raises(errors.RunFault, match=r"^the checkpoint's line$"):
+    try:
+      raise errors.RunFault("the checkpoint's line")
+    finally:
+      writer.close()
+  assert writer.jsonl.closed
+  writer = metrics.MetricWriter(str(tmp_path), total=2)
+  with pytest.raises(errors.RunFault, match=r"^no space left on the device while closing "):
+    writer.close()  # alone: a full disk is still one line
 
 
 def test_a_full_disk_while_writing_a_result_is_one_line_and_keeps_the_earlier(
