@@ -16,6 +16,7 @@ import math
 import os
 import secrets
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -174,6 +175,20 @@ def quiet_libraries() -> None:
       logger.addFilter(Drop(NO_SPACE))
   if not getattr(sys.unraisablehook, "lcx", False):
     sys.unraisablehook = _closed_loop_dropped(sys.unraisablehook)
+  if not getattr(threading.excepthook, "lcx", False):
+    threading.excepthook = _thread_full_disk_dropped(threading.excepthook)
+
+
+def _thread_full_disk_dropped(hook):
+  """`hook` (threading.excepthook) but for a library thread that died of a full disk
+  (tensorboardX's event writer): the write of lcx's that met it is the one line."""
+
+  def quiet(args):
+    if NO_SPACE not in str(args.exc_value):
+      hook(args)
+
+  quiet.lcx = True
+  return quiet
 
 
 def _closed_loop_dropped(hook):

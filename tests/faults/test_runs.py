@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -474,6 +475,21 @@ def test_library_logs_of_a_full_disk_are_dropped_for_the_whole_process(caplog):
     logging.getLogger(name).error("Task exception was never retrieved", exc_info=error)
   logging.getLogger("asyncio").error("another error")  # not a full disk: still shown
   assert [r.getMessage() for r in caplog.records] == ["another error"]
+  shown = []  # a library thread dying of it (tensorboardX's writer) is said by lcx's own write
+  hook, threading.excepthook = threading.excepthook, lambda args: shown.append(args.exc_value)
+
+  def dies(error):
+    raise error
+
+  try:
+    metrics.quiet_libraries()
+    for error in (OSError(errno.ENOSPC, "No space left on device"), OSError("another")):
+      thread = threading.Thread(target=dies, args=(error,))
+      thread.start()
+      thread.join()
+  finally:
+    threading.excepthook = hook
+  assert [str(e) for e in shown] == ["another"]
 
 
 def test_a_tracker_meeting_the_full_disk_at_close_never_hides_the_checkpoints_error(
