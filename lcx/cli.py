@@ -12,6 +12,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from typing import Callable
 
 from absl import flags
@@ -31,6 +32,10 @@ OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
 SHIPPED = (pathlib.Path(__file__).resolve().parent, pathlib.Path(__file__).resolve().parents[1])
 
 
+# Flags that name a directory lcx creates: an existing file there is refused at parse time.
+DIRECTORY_FLAGS = ("workdir", "runs_dir")
+
+
 def fail(message: str, status: int = 2):
   """Exits after one `error: ...` line, no traceback: the user's input was bad (status 2)."""
   print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
@@ -40,9 +45,20 @@ def fail(message: str, status: int = 2):
 def parse_flags(argv):
   """absl's flag parsing (for app.run's flags_parser), each error as one `error:` line."""
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as error:
     fail(str(error))
+  check_directory_flags()
+  return rest
+
+
+def check_directory_flags() -> None:
+  """Fails naming the first of DIRECTORY_FLAGS that names an existing file."""
+  for name in DIRECTORY_FLAGS:
+    value = flags.FLAGS[name].value if name in flags.FLAGS else None
+    error = value and errors.not_a_directory(f"--{name}", value)
+    if error:
+      fail(str(error))
 
 
 def config_arguments(argv) -> list[str | None]:
@@ -138,9 +154,10 @@ def _unknown_flag_hint(name: str, path: str | None) -> str:
 
 
 def explain(error: Exception, argv) -> str:
-  """The error's text, with three rewordings: an unknown --config.PATH names the section that
-  lacks it and what it has; an unknown flag named like a config field suggests it; an error in
-  get_config() drops the traceback ml_collections adds."""
+  """The error's text, with four rewordings: an unknown --config.PATH names the section that
+  lacks it and what it has; an unknown flag named like a config field suggests it; an override
+  before --config says to reorder; an error in get_config() drops the traceback ml_collections
+  adds."""
   path = config_argument(argv)
   if isinstance(error, flags.UnrecognizedFlagError):
     return f"{error}{_unknown_flag_hint(error.flagname, path)}"
@@ -150,6 +167,8 @@ def explain(error: Exception, argv) -> str:
       message = field_path_error(config, match.group(1))
       if message:
         return message
+  if "before a value for --config was specified" in str(error):  # ml_collections' FlagOrderError
+    return f"{error}; give --config={path} first, then the --config.FIELD=VALUE overrides"
   if "Error whilst parsing config file" in str(error):
     root = error
     while root.__cause__ or root.__context__:
@@ -158,16 +177,35 @@ def explain(error: Exception, argv) -> str:
   return str(error)
 
 
-def overrides(argv) -> dict[str, str | None]:
-  """{dotted field: value} of every --config.FIELD=VALUE (or --config.FIELD VALUE), the last
-  of each field winning as absl's does."""
-  out = {}
+def given_overrides(argv) -> dict[str, list[str | None]]:
+  """{dotted field: its values in order} of every --config.FIELD=VALUE (or --config.FIELD
+  VALUE)."""
+  out: dict[str, list[str | None]] = {}
   for i, arg in enumerate(argv):
     match = OVERRIDE.match(arg)
     if match:
       value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1 :] or [None])[0]
-      out[match.group(1)] = value
+      out.setdefault(match.group(1), []).append(value)
   return out
+
+
+def overrides(argv) -> dict[str, str | None]:
+  """{dotted field: value} of every --config.FIELD=VALUE (or --config.FIELD VALUE), the last
+  of each field winning as absl's does."""
+  return {field: values[-1] for field, values in given_overrides(argv).items()}
+
+
+def last_tuple_wins(argv) -> None:
+  """A tuple field given more than once takes its last value, as every other flag does:
+  ml_collections joins a tuple's repetitions (`(1,2)` then `(4,)` was `(1, 2, 4)`)."""
+  for field, values in given_overrides(argv).items():
+    name = f"config.{field}"
+    flag = flags.FLAGS[name] if name in flags.FLAGS else None
+    if len(values) > 1 and isinstance(flag, flags.MultiFlag):
+      from ml_collections.config_flags import config_path
+
+      flag.value = list(flag.parser.parse(values[-1]))
+      config_path.set_value(field, flags.FLAGS.config, tuple(flag.value))
 
 
 def select_sections(config, argv):
@@ -200,12 +238,65 @@ def select_sections(config, argv):
   return config
 
 
+class ConfigFileError(Exception):
+  """The user's config file raised while it loaded (a syntax error, a NameError in it): one
+  line naming the file and line, instead of a traceback through importlib and absl."""
+
+
+def _file_error(path: str, error: Exception) -> ConfigFileError:
+  if isinstance(error, SyntaxError):
+    where, what = f"{error.filename}:{error.lineno}", f"{error.msg}: {(error.text or '').strip()}"
+  else:
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    where, what = f"{frame.filename}:{frame.lineno}", f"{type(error).__name__}: {error}"
+  return ConfigFileError(f"--config={path}: {where}: {what}")
+
+
+def _non_finite_literal(text: str):
+  """`text` as a Python literal in which inf and nan (any case, signed) are floats."""
+  import ast
+
+  class Floats(ast.NodeTransformer):
+    def visit_Name(self, node):
+      return ast.Constant(float(node.id)) if node.id.lower() in ("inf", "nan") else node
+
+  return ast.literal_eval(Floats().visit(ast.parse(text.strip(), mode="eval")))
+
+
+def read_non_finite_tuples() -> None:
+  """Makes a tuple override read inf and nan as floats, so that the finite-number check names
+  them: ml_collections' literal_eval knows neither, and kept `(1,inf)` as the one string
+  '(1,inf)' (an error then showed `('(1,inf)',)`)."""
+  from ml_collections.config_flags import config_flags, tuple_parser
+
+  class Parser(tuple_parser.TupleParser):
+    def parse(self, argument):
+      if isinstance(argument, str) and re.search(r"(?i)\b(inf|nan)\b", argument):
+        try:
+          return super().parse(_non_finite_literal(argument))
+        except (ValueError, SyntaxError):
+          pass  # not a literal with them: as ml_collections reads it
+      return super().parse(argument)
+
+  config_flags.register_flag_parser_for_type(tuple, Parser())
+
+
 def select_sections_on_parse(argv, flag_values=None) -> None:
   """Makes the --config flag's parser (of `flag_values`, default absl's FLAGS) apply
-  `select_sections` to each config it loads."""
+  `select_sections` to each config it loads, and word an error of the file as one line."""
   parser = (flag_values or flags.FLAGS)["config"].parser
   load = type(parser).parse.__get__(parser)
-  parser.parse = lambda path: select_sections(load(path), argv)
+
+  def parse(path):
+    try:
+      config = load(path)
+    except (OSError, TypeError, ValueError):
+      raise  # ml_collections' own: a missing file raises when read, the rest `explain` words
+    except Exception as error:
+      raise _file_error(path, error) from None
+    return select_sections(config, argv)
+
+  parser.parse = parse
 
 
 def non_finite_flag() -> str | None:
@@ -226,19 +317,24 @@ def parse_config_flags(argv, missing: Callable[[], str] | None):
   if len(given) > 1:
     fail(f"--config is given {len(given)} times ({', '.join(map(str, given))}); give it once")
   select_sections_on_parse(argv)
+  read_non_finite_tuples()
   try:
-    argv = flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
+    check_directory_flags()
     message = non_finite_flag()
     if message:
       fail(message)
     if flags.FLAGS.config is None:
       if missing is not None:
         fail(missing())
-      return argv
+      return rest
     flags.FLAGS.config.keys()  # a missing config file raises only when the config is first read
-    return argv
+    last_tuple_wins(argv)
+    return rest
   except (flags.Error, AttributeError, KeyError, ValueError, OSError) as error:
     fail(explain(error, argv))
+  except ConfigFileError as error:
+    fail(str(error))
 
 
 @contextlib.contextmanager

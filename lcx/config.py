@@ -15,7 +15,6 @@ implement them import them), and the schemes' fields in lcx/model/positions/fiel
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -365,7 +364,5 @@ def save(config, workdir: str) -> str:
   """Writes the resolved config to workdir/config.json (and .py-readable repr)."""
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "config.json")
-  with open(path + ".tmp", "w") as f:
-    json.dump(config.to_dict(), f, indent=2, sort_keys=True, default=list)
-  os.replace(path + ".tmp", path)
+  errors.write_json(path, config.to_dict(), indent=2, sort_keys=True, default=list)
   return path

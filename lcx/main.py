@@ -95,12 +95,18 @@ def run(
     todo = evaluate.plan(prepared) if evaluates else None  # every variant checked
   except (ValueError, errors.RunFault) as error:
     fail(str(error))
+  interrupted = (
+    "interrupted (SIGINT): run the same command to resume from the checkpoint just saved"
+  )
   try:
     outcome = train.train(config, workdir, prepared) if trains else None
   except errors.RunFault as error:  # a held workdir, a diverged loss, an unreadable checkpoint
     fail(str(error))
+  except KeyboardInterrupt:  # a second Ctrl-C just after train's handler was put back: saved
+    say(interrupted)
+    sys.exit(128 + signal.SIGINT)
   if outcome and outcome.signal == "SIGINT":  # Ctrl-C: saved; exit as interrupted, no traceback
-    say("interrupted (SIGINT): run the same command to resume from the checkpoint just saved")
+    say(interrupted)
     sys.exit(128 + signal.SIGINT)
   if outcome and outcome.interrupted and evaluates:
     say(

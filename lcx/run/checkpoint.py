@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import uuid
 
 import jax
@@ -26,6 +25,8 @@ from etils import epath
 from grain import checkpoint as grain_checkpoint
 
 from lcx import errors
+from lcx.run import metrics
+from lcx.run.metrics import Drop as _Drop
 
 SET_ASIDE = "checkpoints_set_aside"  # in the workdir: steps after train.resume_step
 
@@ -97,7 +98,7 @@ class Checkpointer:
     """Any failure to read checkpoint `step` (a truncated array file is a bare Exception from
     TensorStore, its message a multi-KB spec) becomes a RunFault naming the step and offering
     the one before it: never a silent fall back to another step."""
-    _drop_closed_loop_callbacks()
+    metrics.drop_closed_loop_echoes()
     try:
       yield
     except Exception as error:
@@ -216,25 +217,6 @@ class Checkpointer:
     self.manager.close()
 
 
-def _drop_closed_loop_callbacks() -> None:
-  """Silences the one harmless echo of a failed read, for the rest of the process: TensorStore
-  completes the read's abandoned futures later, from its own threads, and each completion calls
-  into Orbax's event loop, closed by then; Python prints every such RuntimeError as a traceback
-  ("Exception ignored ... Event loop is closed"), around the one error line. Any other
-  unraisable exception still prints."""
-  previous = sys.unraisablehook
-  if getattr(previous, "drops_closed_loop", False):
-    return
-
-  def hook(unraisable) -> None:
-    error = unraisable.exc_value
-    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
-      previous(unraisable)
-
-  hook.drops_closed_loop = True
-  sys.unraisablehook = hook
-
-
 def _aside_name(aside: str, step: int) -> str:
   """The first free name for set-aside step `step`: `STEP`, else `STEP.1`, `STEP.2`, ... (one
   per earlier set-aside of that step, oldest first), so no set-aside replaces another."""
@@ -245,18 +227,6 @@ def _aside_name(aside: str, step: int) -> str:
 def _no_space(error: BaseException) -> bool:
   """ENOSPC as an OSError, or as TensorStore words it inside Orbax's ValueError."""
   return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
-
-
-class _Drop(logging.Filter):
-  """Drops log records that say `words` (in the message or its exception)."""
-
-  def __init__(self, words: str):
-    super().__init__()
-    self.words = words
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
-    return self.words not in text
 
 
 def dotted(path) -> str:

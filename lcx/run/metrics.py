@@ -7,13 +7,16 @@ A tqdm bar in a terminal; plain log lines when stdout is not a TTY (CI, SLURM, n
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import importlib.util
 import json
+import logging as pylogging
 import math
 import os
 import secrets
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -143,10 +146,73 @@ def open_trackers(workdir: str, text: str, config: dict) -> list:
   return [TRACKERS[name].open(workdir, config) for name in tracker_names(text)]
 
 
+NO_SPACE = "No space left on device"  # how the OS, and TensorStore inside Orbax, say ENOSPC
+
+
+class Drop(pylogging.Filter):
+  """Drops log records that say `words` (in the message or its exception)."""
+
+  def __init__(self, words: str):
+    super().__init__()
+    self.words = words
+
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
+    return self.words not in text
+
+
 def quiet_libraries() -> None:
-  """Orbax and TFDS log every save and load at INFO: show warnings only, unless --verbosity."""
+  """Orbax and TFDS log every save and load at INFO: show warnings only, unless --verbosity.
+  A full disk is one error line, the RunFault of the write that met it: Orbax's threads log it
+  too, and asyncio once per write task whose exception nobody retrieved, at any time after
+  (at exit too), so those records are dropped for the whole process. And a failed checkpoint
+  read or write prints no "Event loop is closed" tracebacks (`_closed_loop_dropped`)."""
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+  for name in ("absl", "asyncio"):
+    logger = pylogging.getLogger(name)
+    if not any(isinstance(f, Drop) and f.words == NO_SPACE for f in logger.filters):
+      logger.addFilter(Drop(NO_SPACE))
+  drop_closed_loop_echoes()
+  if not getattr(threading.excepthook, "lcx", False):
+    threading.excepthook = _thread_full_disk_dropped(threading.excepthook)
+
+
+def _thread_full_disk_dropped(hook):
+  """`hook` (threading.excepthook) but for a library thread that died of a full disk
+  (tensorboardX's event writer): the write of lcx's that met it is the one line."""
+
+  def quiet(args):
+    if NO_SPACE not in str(args.exc_value):
+      hook(args)
+
+  quiet.lcx = True
+  return quiet
+
+
+def drop_closed_loop_echoes() -> None:
+  """Installs `_closed_loop_dropped` once, for the rest of the process: the entry points call
+  it through `quiet_libraries`, a checkpoint read (lcx.run.checkpoint) itself, so a notebook's
+  failed read is one exception too."""
+  if not getattr(sys.unraisablehook, "lcx", False):
+    sys.unraisablehook = _closed_loop_dropped(sys.unraisablehook)
+
+
+def _closed_loop_dropped(hook):
+  """`hook` (sys.unraisablehook) but for RuntimeError('Event loop is closed') with no object:
+  tensorstore finishing the reads or writes still in flight after a failed orbax restore or
+  save closed its asyncio loop (3-13 tracebacks, varying run to run); and for a full disk met
+  again at exit (tensorboardX's atexit flush). No code can catch them, and the failure itself
+  was raised where it happened."""
+
+  def quiet(unraisable):
+    error = unraisable.exc_value
+    closed = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+    if not (closed and unraisable.object is None) and NO_SPACE not in str(error):
+      hook(unraisable)
+
+  quiet.lcx = True
+  return quiet
 
 
 def _process_index() -> int:
@@ -274,6 +340,21 @@ class MetricWriter:
     print(f"step {head}: " + "; ".join(parts), flush=True)
 
   def close(self) -> None:
+    """Closes every handle. A full disk met here is a RunFault, unless closing because of an
+    error already (a checkpoint's full disk): that one is the line the user reads, and a
+    tracker's flush failing after it would have replaced it with a traceback."""
+    failing = sys.exc_info()[1]
     for handle in (self.bar, *self.trackers, self.jsonl):
-      if handle is not None:
+      if handle is None:
+        continue
+      try:
         handle.close()
+      except OSError as error:
+        if getattr(error, "errno", None) != errno.ENOSPC:
+          raise
+        if failing is None:
+          raise errors.RunFault(
+            f"no space left on the device while closing {type(handle).__name__}'s files of "
+            "the run (its last records are lost); free space, then run the same command to "
+            "resume from the last checkpoint"
+          ) from None

@@ -212,14 +212,19 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 def _install_stop_flag() -> dict:
   """SIGTERM or SIGINT (Ctrl-C) sets a flag, the signal's name, checked before the first step
-  and after each: save, exit cleanly. A second Ctrl-C stops at once, saving nothing."""
+  and after each: save, exit cleanly. A second one is said and changes nothing: raised in the
+  middle of a save, it would leave that checkpoint half-written and print a traceback."""
   flag = {"stop": "", "previous": {s: signal.getsignal(s) for s in STOP_SIGNALS}}
 
   def handler(signum, frame):
     del frame
     name = signal.Signals(signum).name
-    if signum == signal.SIGINT and flag["stop"] == name:
-      raise KeyboardInterrupt
+    if flag["stop"]:
+      say(
+        f"{name} again: still stopping after the current step and its checkpoint; SIGKILL "
+        "stops at once, losing the steps since the last checkpoint"
+      )
+      return
     say(f"{name} received: finishing the current step (or setup), then saving and exiting")
     flag["stop"] = name
 
@@ -229,7 +234,7 @@ def _install_stop_flag() -> dict:
 
 
 def _check_finite(step: int, metrics: dict) -> None:
-  bad = {name: value for name, value in metrics.items() if not np.isfinite(value)}
+  bad = {name: float(value) for name, value in metrics.items() if not np.isfinite(value)}
   if bad:
     raise NonFiniteLossError(
       f"non-finite {bad} at step {step}; stopping. The last good "

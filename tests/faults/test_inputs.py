@@ -12,7 +12,8 @@ import pytest
 from lcx import cli, config as config_lib, errors, variants
 from lcx.run import train
 from lcx.tools import evaluate, report, sweep
-from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
+from tests.helpers import TINY_FLAGS, refused_before_jax, run_lcx, tiny_config
+from tests.tools.test_sweep import _experiment
 
 
 @pytest.fixture(scope="module")
@@ -252,9 +253,13 @@ def test_longrope_variant_of_a_json_array_names_the_field_and_the_file(run, tmp_
   )
 
 
-def test_infinite_multipliers_name_the_field(run):
-  line = _error_line(_eval(run, "--config.eval.multipliers=(1,inf)"))
-  assert line.startswith("error: eval.multipliers=")
+@pytest.mark.parametrize(
+  "value, item", [("(1,inf)", "[1]=inf"), ("(inf,)", "[0]=inf"), ("(2,-Inf,nan)", "[1]=-inf")]
+)
+def test_infinite_multipliers_name_the_field(run, value, item):
+  """Trust, round 2, item 5: `(inf,)` was shown as `('(inf,)',)`, a string no one typed."""
+  line = _error_line(_eval(run, f"--config.eval.multipliers={value}"))
+  assert line == f"error: eval.multipliers{item} is not allowed; allowed: a finite number"
 
 
 def test_last_k_over_the_stream_names_eval_documents(run):
@@ -280,6 +285,54 @@ def test_a_syntax_error_in_a_sweep_file_is_one_line(tmp_path):
   assert _error_line(proc).startswith(f"error: {tmp_path / 'exp' / 'sweep.py'}:2: ")
 
 
+@pytest.mark.parametrize(
+  "source, where",
+  [
+    ("def get_config(:\n  pass\n", ":1: invalid syntax: def get_config(:"),
+    ("def get_config():\n  return {}[0]\n", ":2: KeyError: 0"),
+    ("import no_such_module\n", ":1: ModuleNotFoundError: No module named 'no_such_module'"),
+  ],
+)
+def test_a_config_file_that_raises_is_one_line(tmp_path, source, where):
+  """Trust, round 2, item 4: a syntax error was a 60-line traceback."""
+  path = tmp_path / "mine.py"
+  path.write_text(source)
+  line = refused_before_jax([f"--config={path}", f"--workdir={tmp_path}/w"])
+  assert line == f"error: --config={path}: {path}{where}"
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_directory_flag_naming_a_file_is_one_line(tmp_path):
+  """Trust, round 2, item 4: --workdir, data.data_dir and sweep --runs_dir naming a file
+  (or a folder under one) were tracebacks from os.makedirs."""
+  file = tmp_path / "file"
+  file.write_text("mine")
+  allowed = "is a file, not a directory; allowed: a directory, or a path that does not exist yet"
+  line = refused_before_jax([*TINY_FLAGS, f"--workdir={file}"])
+  assert line == f"error: --workdir={file} {allowed}"
+  line = refused_before_jax(
+    [*TINY_FLAGS, f"--workdir={tmp_path}/w", f"--config.data.data_dir={file}/data"]
+  )
+  assert line == f"error: data.data_dir={file}/data: {file} {allowed}"
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  proc = run_lcx(
+    [str(experiment), f"--runs_dir={file}", "--dry_run"], check=False, module="lcx.tools.sweep"
+  )
+  assert _error_line(proc) == f"error: --runs_dir={file} {allowed}"
+  assert file.read_text() == "mine" and sorted(os.listdir(tmp_path)) == ["experiments", "file"]
+
+
+def test_an_override_before_config_says_to_reorder(tmp_path):
+  """Trust, round 2, item 5: absl's message alone did not say what to do."""
+  line = refused_before_jax(
+    [f"--workdir={tmp_path}/w", "--config.train.steps=3", "--config=configs/base.py:size=tiny"]
+  )
+  assert line == (
+    "error: Found --config.train.steps=3 in argv before a value for --config was specified; "
+    "give --config=configs/base.py:size=tiny first, then the --config.FIELD=VALUE overrides"
+  )
+
+
 def test_two_config_flags_are_one_line(tmp_path):
   proc = run_lcx(
     [
@@ -295,6 +348,27 @@ def test_two_config_flags_are_one_line(tmp_path):
     "give it once"
   )
   assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_flag_given_twice_takes_its_last_value_a_tuple_too():
+  """Trust, round 2, item 1: one rule for every flag (ml_collections joined a tuple's)."""
+  proc = run_lcx(
+    [
+      "--config=configs/base.py:size=tiny",
+      "--config.eval.multipliers=(1,2)",
+      "--config.eval.multipliers=(4,)",
+      "--config.eval.lengths",
+      "(64,)",
+      "--config.eval.lengths=(8,16)",
+      "--config.train.steps=5",
+      "--config.train.steps=7",
+    ],
+    module="lcx.fields",
+  )
+  values = dict(line.split("  ")[0].split(" = ", 1) for line in proc.stdout.splitlines())
+  assert values["eval.multipliers"] == "(4,)"
+  assert values["eval.lengths"] == "(8, 16)"
+  assert values["train.steps"] == "7"
 
 
 def test_a_truncated_result_is_named_and_kept(evaluated, tmp_path):
@@ -373,7 +447,10 @@ def test_a_remap_given_by_flags_evaluates(run, tmp_path):
       "--config.eval.num_tokens=128",
     ]
   )
-  with open(os.path.join(workdir, "eval", "none.json")) as f:
+  # the remap is in the variant's name and file (trust round 2, item 9): `none` is the run as trained
+  (written,) = os.listdir(os.path.join(workdir, "eval"))
+  assert written.startswith("none+rerope")
+  with open(os.path.join(workdir, "eval", written)) as f:
     result = json.load(f)
   assert result["remap"] == "rerope"
   assert result["config"]["model"]["remap"] == {
@@ -428,6 +505,21 @@ def test_non_finite_float_flags_are_refused(run):
     module="lcx.tools.generate",
   )
   assert _error_line(proc) == "error: --temperature=nan is not allowed; allowed: a finite number"
+
+
+def test_a_scaling_field_the_rope_type_does_not_read_is_refused(tmp_path):
+  """Trust, round 2, item 3: it was warned about twice and ignored."""
+  proc = run_lcx(
+    [*TINY_FLAGS, f"--workdir={tmp_path}/w", "--config.model.position.scaling.factor=0.5"],
+    check=False,
+  )
+  assert _error_line(proc) == (
+    "error: model.position.scaling.factor=0.5 is not used by rope_type='default'; leave it at "
+    "its default None. Fields read by 'default': []; rope types that read factor: linear, ntk, "
+    "dynamic, yarn, llama3, longrope"
+  )
+  assert proc.stderr.splitlines() == [_error_line(proc)]  # no warnings before it
+  assert not os.path.exists(tmp_path / "w")
 
 
 # --- Finding a field (issue 31 item 6). ---

@@ -3,19 +3,23 @@ another checkpoint nor overwritten by other settings, changed runs never resume 
 a failed resume writes nothing, locks, kills, full disks, corrupt checkpoints."""
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from lcx import main
-from lcx.run import prepare, resume, train
+from lcx import errors, main
+from lcx.run import checkpoint, metrics, prepare, resume, train
 from lcx.run.data import corpus
 from lcx.tools import evaluate, report, sweep
 from lcx.tools.evaluate import memory
@@ -284,6 +288,8 @@ def test_a_diverging_run_is_one_error_line(tmp_path, capsys):
   assert exit_.value.code == 2
   line = _error_line(capsys)
   assert line.startswith("error: non-finite {'") and "lower train.lr or check the data" in line
+  assert "array(" not in line  # Trust, round 2, item 5: the plain numbers, {'loss': nan, ...}
+  assert re.match(r"error: non-finite \{('\w+': (nan|inf|-inf)(, )?)+\} at step \d+; ", line), line
 
 
 def test_train_steps_zero_writes_no_run_directory(tmp_path, capsys):
@@ -339,6 +345,28 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path):
   )
   saved = sorted(int(p) for p in os.listdir(tmp_path / "checkpoints") if p.isdigit())
   assert 5 <= saved[-1] < 5000  # the step reached (and orbax's first save, step 1)
+
+
+def test_a_second_ctrl_c_is_said_and_never_breaks_off_the_save(capsys):
+  """Trust, round 2, item 4: it raised KeyboardInterrupt wherever training was, often inside
+  the checkpoint save the first one started (a traceback, a half-written checkpoint)."""
+  stop = train._install_stop_flag()
+  try:
+    for s in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):
+      os.kill(os.getpid(), s)
+  except KeyboardInterrupt:  # not the test session's own
+    pytest.fail("a second SIGINT raised KeyboardInterrupt")
+  finally:
+    for s, handler in stop["previous"].items():
+      signal.signal(s, handler)
+  assert stop["stop"] == "SIGINT"
+  assert capsys.readouterr().err.splitlines() == [
+    "[lcx] SIGINT received: finishing the current step (or setup), then saving and exiting",
+    "[lcx] SIGINT again: still stopping after the current step and its checkpoint; SIGKILL "
+    "stops at once, losing the steps since the last checkpoint",
+    "[lcx] SIGTERM again: still stopping after the current step and its checkpoint; SIGKILL "
+    "stops at once, losing the steps since the last checkpoint",
+  ]
 
 
 def test_ctrl_c_stops_a_long_evaluation_at_once(tmp_path):
@@ -424,16 +452,152 @@ def test_an_unreadable_checkpoint_is_named_and_the_previous_one_offered(tmp_path
   assert _error_line(capsys) == "error: train.resume_step=2 is not allowed; allowed: 0, 3, 4, 5"
 
 
+def test_an_unreadable_latest_checkpoint_is_exactly_one_line_in_eval_and_generate(
+  tiny_run, tmp_path
+):
+  """Trust, round 2, item 4: the error line came among 3-13 "Event loop is closed" tracebacks
+  (tensorstore finishing its reads after orbax's loop closed), varying run to run."""
+  workdir = tmp_path / "run"
+  shutil.copytree(tiny_run, workdir)
+  _corrupt(workdir / "checkpoints" / "2")
+  before = _files(workdir)
+  for module, flags in [
+    ("lcx.main", ["--mode=eval", "--config.eval.bootstrap=0"]),
+    ("lcx.tools.generate", ["--prompt=def ", "--max_new_tokens=2"]),
+  ]:
+    proc = run_lcx([f"--workdir={workdir}", *flags], module=module, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"error: checkpoint step 2 in {workdir}/checkpoints is unreadable (")
+    assert line.endswith("or evaluate it with --eval_step=1")
+  assert _files(workdir) == before
+
+
+@contextlib.contextmanager
+def _tmpfs(mount: pathlib.Path, size: str):
+  mount.mkdir()
+  made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)])
+  if made.returncode != 0:
+    pytest.skip("mounting a tmpfs needs root")
+  try:
+    yield mount
+  finally:
+    subprocess.run(["umount", str(mount)], check=True)
+
+
 @pytest.fixture
 def small_disk(tmp_path):
   """A 1.2 MB tmpfs: a tiny run's config and metrics fit, its first checkpoint does not."""
-  mount = tmp_path / "disk"
-  mount.mkdir()
-  made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)])
-  if made.returncode != 0:
-    pytest.skip("mounting a tmpfs needs root")
-  yield mount
-  subprocess.run(["umount", str(mount)], check=True)
+  with _tmpfs(tmp_path / "disk", "1200k") as mount:
+    yield mount
+
+
+def test_a_disk_that_fills_at_a_later_save_is_one_line_and_keeps_the_saved_steps(tmp_path):
+  """Trust, round 2, item 6: the RunFault line came with Orbax's error logs of each failed write
+  thread and asyncio's "Task exception was never retrieved" tracebacks (230 lines)."""
+  with _tmpfs(tmp_path / "disk", "3300k") as disk:  # two checkpoints of the tiny run fit
+    workdir = disk / "run"
+    proc = subprocess.run(  # not forked: the noise came at exit too, when futures are freed
+      [sys.executable, "-m", "lcx.main", *TINY_FLAGS, f"--workdir={workdir}"]
+      + ["--config.train.steps=8", "--config.train.checkpoint_every=1"]
+      + ["--config.train.keep_checkpoints=10", "--config.train.trackers="],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    *said, last = proc.stderr.splitlines()
+    assert all(line.startswith("[lcx] ") for line in said), proc.stderr[-3000:]
+    assert last == (
+      f"error: no space left on the device of {workdir}/checkpoints while saving step 3; "
+      "removed its partial checkpoint (3.orbax-checkpoint-tmp). Free space, then run the same "
+      "command to resume from step 2"
+    )
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["1", "2"]
+    with checkpoint.Reader(str(workdir)) as reader:
+      assert reader.latest == 2 and reader.meta(2)["config"]["train"]["steps"] == 8
+
+
+def test_library_logs_of_a_full_disk_are_dropped_for_the_whole_process(caplog):
+  """The RunFault says it once; Orbax's threads and asyncio's freed tasks log it again later,
+  after the checkpoint's own filter is gone (item 6's noise, as the entry points see it)."""
+  metrics.quiet_libraries()
+  error = ValueError("RESOURCE_EXHAUSTED: Error writing: No space left on device")
+  for name in ("asyncio", "absl"):
+    logging.getLogger(name).error("Task exception was never retrieved", exc_info=error)
+  logging.getLogger("asyncio").error("another error")  # not a full disk: still shown
+  assert [r.getMessage() for r in caplog.records] == ["another error"]
+  shown = []  # a library thread dying of it (tensorboardX's writer) is said by lcx's own write
+  hook, threading.excepthook = threading.excepthook, lambda args: shown.append(args.exc_value)
+
+  def dies(error):
+    raise error
+
+  try:
+    metrics.quiet_libraries()
+    for error in (OSError(errno.ENOSPC, "No space left on device"), OSError("another")):
+      thread = threading.Thread(target=dies, args=(error,))
+      thread.start()
+      thread.join()
+  finally:
+    threading.excepthook = hook
+  assert [str(e) for e in shown] == ["another"]
+
+
+def test_a_tracker_meeting_the_full_disk_at_close_never_hides_the_checkpoints_error(
+  tmp_path, monkeypatch
+):
+  """Item 6, seen on a full tmpfs: TensorBoard's flush in the `finally` after the checkpoint's
+  RunFault raised OSError in its place (a traceback, exit status 1)."""
+
+  def full(self):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(metrics.TensorBoard, "close", full)
+  writer = metrics.MetricWriter(str(tmp_path), total=2)
+  with pytest.raises(errors.RunFault, match=r"^the checkpoint's line$"):
+    try:
+      raise errors.RunFault("the checkpoint's line")
+    finally:
+      writer.close()
+  assert writer.jsonl.closed
+  writer = metrics.MetricWriter(str(tmp_path), total=2)
+  with pytest.raises(errors.RunFault, match=r"^no space left on the device while closing "):
+    writer.close()  # alone: a full disk is still one line
+
+
+def test_a_full_disk_while_writing_a_result_is_one_line_and_keeps_the_earlier(
+  tiny_run, tmp_path, capsys, monkeypatch
+):
+  """Trust, round 2, item 6: an OSError traceback, and a truncated none.json.tmp left behind."""
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  config = tiny_config("rope", steps=2, warmup_steps=1, checkpoint_every=2)
+  config.eval.update(lengths=(32,), num_tokens=256, batch_tokens=256, bootstrap=0)
+  main.run(config, workdir, "eval")
+  path = os.path.join(workdir, "eval", "none.json")
+  earlier = open(path, "rb").read()
+  real_dump = json.dump
+
+  def fills_the_disk(obj, f, **kwargs):
+    f.write(json.dumps(obj)[:100])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(json, "dump", fills_the_disk)
+  config.eval.num_tokens = 128  # other settings: a new result would replace the earlier one
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_:
+    main.run(config, workdir, "eval")
+  assert exit_.value.code == 2
+  assert _error_line(capsys) == (
+    f"error: no space left on the device of {workdir}/eval while writing {path}; removed its "
+    "partial copy. Free space, then run the same command again"
+  )
+  assert open(path, "rb").read() == earlier
+  assert [f for f in _files(workdir) if f.endswith(".tmp")] == []
+  monkeypatch.setattr(json, "dump", real_dump)
+  assert main.run(config, workdir, "eval") is None and open(path, "rb").read() != earlier
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(small_disk, capsys):
@@ -467,3 +631,26 @@ def test_an_evaluation_that_cannot_fit_is_refused_before_compiling(tmp_path, cap
     "evaluate shorter lengths"
   )
   assert os.listdir(tmp_path) == []
+
+
+def test_validation_files_edited_in_place_are_evaluated_again(tmp_path, capsys):
+  """Trust, round 2, item 2: the same settings over other tokens are another result."""
+  text = tmp_path / "text"
+  text.mkdir()
+  for i in range(6):
+    (text / f"{i}.txt").write_text(f"document {i}: " + "lorem ipsum dolor " * 60)
+  config = _eval_config()
+  config.data.update(name="text_files", text_files=str(text), data_dir=str(tmp_path / "d"))
+  config.eval.update(lengths=(32,), num_tokens=128, batch_tokens=128)
+  workdir = str(tmp_path / "run")
+  train.train(config, workdir)
+  first = evaluate.evaluate(config, workdir)["none"]
+  for i in range(6):  # the same names and settings, other text
+    (text / f"{i}.txt").write_text(f"file {i} now reads " + "the quick brown fox " * 60)
+  capsys.readouterr()
+  second = evaluate.evaluate(config, workdir)["none"]
+  assert "reusing" not in capsys.readouterr().err
+  assert second["settings"] != first["settings"]
+  assert second["lengths"]["32"]["loss"] != first["lengths"]["32"]["loss"]
+  evaluate.evaluate(config, workdir)  # unchanged files again: reused
+  assert "none: reusing" in capsys.readouterr().err

@@ -103,7 +103,7 @@ def test_non_finite_updated_params_are_never_saved(tmp_path):
   config = tiny_config("nope", steps=5, lr=1e30, warmup_steps=0, checkpoint_every=1, clip_norm=0.0)
   with pytest.raises(
     train.NonFiniteLossError,
-    match=r"^non-finite \{'param_norm': array\(inf.*\} at step 1; stopping",
+    match=r"^non-finite \{'param_norm': inf\} at step 1; stopping",
   ):
     train.train(config, str(tmp_path))
   assert _saved_steps(tmp_path) == []

@@ -15,7 +15,7 @@ import pytest
 from safetensors import SafetensorError
 
 from lcx import errors
-from lcx.run import checkpoint
+from lcx.run import checkpoint, metrics
 from lcx.tools import export
 from tests.helpers import TINY_FLAGS, run_lcx
 
@@ -225,10 +225,10 @@ def test_only_a_closed_event_loops_echo_of_a_failed_read_is_dropped(monkeypatch)
   would print each RuntimeError as a traceback beside the one error line."""
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
-  checkpoint._drop_closed_loop_callbacks()
+  metrics.drop_closed_loop_echoes()
   hook = sys.unraisablehook
-  checkpoint._drop_closed_loop_callbacks()  # every read calls it: installed once
+  metrics.drop_closed_loop_echoes()  # every read calls it: installed once
   assert sys.unraisablehook is hook
   for message in ("Event loop is closed", "something else"):
-    sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError(message)))
+    sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError(message), object=None))
   assert seen == ["something else"]

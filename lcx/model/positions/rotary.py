@@ -77,6 +77,7 @@ def _check_rotary(cfg, dims):
     default_length=dims.max_len,
     base=cfg.base,
     head_dim=dims.head_dim,
+    ignore_unread=False,  # a value set in the config and ignored would be lost without a word
   )
 
 

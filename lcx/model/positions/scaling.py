@@ -304,8 +304,13 @@ def resolve(
   *,
   base: float | None = None,
   head_dim: int | None = None,
+  ignore_unread: bool = True,
 ) -> Scaling:
   """Validates a HF style dict (None entries mean unset) into `Scaling`; errors name `where`.
+
+  A known HF key the rope type does not read is ignored with a warning, as HF does (for
+  `rope_frequencies`' HF dicts); `ignore_unread=False` refuses it, as lcx's own config does
+  (`model.position.scaling.factor=0.5` with rope_type='default' would change nothing).
 
   `default_length` stands in for an unset original_max_position_embeddings (schemes pass the
   training length) where the rope type reads it. `base` and `head_dim`, when given, are the
@@ -324,21 +329,15 @@ def resolve(
   kind = ROPE_TYPES[rope_type]
   if LENGTH in kind.fields and default_length is not None:
     given.setdefault(LENGTH, default_length)
-  defaults = Scaling()
-  for key in sorted(set(given) - set(kind.fields) - set(READ_BY_ALL)):
-    if given[key] == getattr(defaults, key):
-      continue
-    if key not in HF_KEYS:
+  for key in _unread(given, rope_type):
+    if key not in HF_KEYS or not ignore_unread:
       raise ValueError(
         f"{where}.{key}={given[key]!r} is not used by rope_type={rope_type!r}; "
-        f"leave it at its default {getattr(defaults, key)!r}. Fields read by "
-        f"{rope_type!r}: {list(kind.fields)}"
+        f"leave it at its default {getattr(Scaling(), key)!r}. Fields read by "
+        f"{rope_type!r}: {list(kind.fields)}; rope types that read {key}: "
+        f"{', '.join(t for t, k in ROPE_TYPES.items() if key in k.fields) or 'none'}"
       )
-    warnings.warn(
-      f"{where}.{key}={given.pop(key)!r} is not read by rope_type={rope_type!r}; "
-      f"ignored, as Hugging Face does. Fields read by {rope_type!r}: "
-      f"{list(kind.fields)}"
-    )
+    _warn_unread(where, key, given.pop(key), rope_type)
   if "factor" not in given and {"max_position_embeddings", LENGTH} <= set(given):  # as HF
     given["factor"] = given["max_position_embeddings"] / given[LENGTH]
   sc = Scaling(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
@@ -365,6 +364,23 @@ def resolve(
   if kind.check is not None:
     kind.check(sc, rotary_dim, where)
   return sc
+
+
+def _unread(given: dict, rope_type: str) -> list[str]:
+  """The keys of `given` that `rope_type` does not read, set to other than their defaults."""
+  defaults, kind = Scaling(), ROPE_TYPES[rope_type]
+  return [
+    key
+    for key in sorted(set(given) - set(kind.fields) - set(READ_BY_ALL))
+    if given[key] != getattr(defaults, key)
+  ]
+
+
+def _warn_unread(where: str, key: str, value, rope_type: str) -> None:
+  warnings.warn(
+    f"{where}.{key}={value!r} is not read by rope_type={rope_type!r}; ignored, as Hugging "
+    f"Face does. Fields read by {rope_type!r}: {list(ROPE_TYPES[rope_type].fields)}"
+  )
 
 
 def _check_restated(sc, rotary_dim, where, base, head_dim):
@@ -591,4 +607,7 @@ def read_hf_scaling(path: str) -> dict:
   unknown = sorted(set(out) - set(SCALING_DEFAULTS))
   if unknown:
     raise errors.unknown_field(f"{path}: {unknown[0]}", HF_KEYS | set(SCALING_DEFAULTS))
+  for key in _unread(out, rope_type):  # HF's rule for HF's files: lcx's config refuses them
+    if key in HF_KEYS and out[key] is not None:
+      _warn_unread(path, key, out.pop(key), rope_type)
   return {k: tuple(v) if isinstance(v, list) else v for k, v in out.items() if v is not None}

@@ -179,3 +179,6 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
       ">= 260 for sentencepiece (it keeps a byte fallback for every byte)",
     )
   SOURCE_CHECKS[data_cfg.name](data_cfg)
+  not_a_directory = errors.not_a_directory("data.data_dir", str(data_dir(data_cfg)))
+  if not_a_directory:
+    raise not_a_directory

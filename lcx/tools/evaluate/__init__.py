@@ -68,10 +68,13 @@ def _init_from(trained: dict) -> dict | None:
   return {"workdir": workdir, "step": step}
 
 
-def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> str:
+def _settings(
+  kind: str, cfg, spec: str, changes: dict, lengths: list[int], scored: str | None = None
+) -> str:
   """What makes two results of the same step interchangeable, as a hash: of eval.*, a passkey
   result reads eval.passkey only, the others every field but a few (eval.passkey among them;
-  eval.beta_fit only where a variant fits, so results from before it existed keep their hash)."""
+  eval.beta_fit only where a variant fits, so results from before it existed keep their hash);
+  `scored`, a length sweep's `samples.fingerprint` of the tokens it scores."""
   ev = cfg.eval.to_dict()
   if kind == "passkey":
     ev = {"passkey": ev["passkey"]}
@@ -99,6 +102,8 @@ def _settings(kind: str, cfg, spec: str, changes: dict, lengths: list[int]) -> s
     "data": cfg.data.to_dict(),
     "model": cfg.model.to_dict(),
   }
+  if scored is not None:
+    what["scored"] = scored
   text = json.dumps(what, sort_keys=True, default=list)
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -154,9 +159,7 @@ def _plain_positions(changes: dict, variant_cfg) -> tuple[dict, ml_collections.C
 
 def _write(path: str, result: dict) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    json.dump(result, f, indent=1, default=list)
-  os.replace(path + ".tmp", path)
+  errors.write_json(path, result, indent=1, default=list)
 
 
 def record(
@@ -265,11 +268,9 @@ def evaluate(
   eval_lengths = config_lib.eval_lengths(cfg)
   sequences, byte_lengths = {}, prepared.tokenizer.byte_lengths()
 
-  def main_body(runner):
-    if kind == "tasks":
-      return tasks_lib.sweep(runner, prepared.tokenizer)
-    ev = runner.config.eval
-    if ev.documents not in sequences:  # drawn once: every variant and length scores them
+  def drawn(ev) -> list[samples.Sequence]:
+    """The sample of eval.documents, drawn once: every variant and length scores it."""
+    if ev.documents not in sequences:
       sequences[ev.documents] = samples.select(
         data.validation_documents(cfg.data, prepared.tokenizer),
         ev.documents,
@@ -281,7 +282,13 @@ def evaluate(
       short = samples.shortfall(sequences[ev.documents], ev.num_tokens, max(eval_lengths))
       if short:
         say(f"warning: {short}")
-    return lengths_lib.sweep(runner, sequences[ev.documents], eval_lengths, byte_lengths, train_len)
+    return sequences[ev.documents]
+
+  def main_body(runner):
+    if kind == "tasks":
+      return tasks_lib.sweep(runner, prepared.tokenizer)
+    scored = drawn(runner.config.eval)
+    return lengths_lib.sweep(runner, scored, eval_lengths, byte_lengths, train_len)
 
   jobs = [
     (name, spec, changes, variant_cfg, kind, eval_lengths, main_body)
@@ -309,7 +316,9 @@ def evaluate(
   try:
     for name, spec, changes, variant_cfg, what, lengths, body in jobs:
       path = os.path.join(workdir, "eval", name + ".json")
-      key = _settings(what, variant_cfg, spec, changes, lengths)
+      # a length sweep's key holds the tokens it scores: edited validation files are new ones
+      scored = samples.fingerprint(drawn(variant_cfg.eval)) if what == "lengths" else None
+      key = _settings(what, variant_cfg, spec, changes, lengths, scored)
       old = None if force else _reusable(path, step, key, checkpoint_id)
       if old is not None:
         say(f"{name}: reusing {path} (same checkpoint and settings; --force recomputes)")
@@ -343,9 +352,14 @@ def evaluate(
       )
       if jax.process_index() == 0:
         kept = _keep_replaced(path, result)
+        try:
+          _write(path, result)
+        except errors.RunFault:  # a full disk: the earlier result back where it was
+          if kept:
+            os.replace(kept, path)
+          raise
         if kept:
           say(f"{name}: the earlier result (another checkpoint or other settings) kept as {kept}")
-        _write(path, result)
         if not trackers:
           trackers = metrics.open_trackers(workdir, cfg.train.trackers, cfg.to_dict())
         _to_trackers(trackers, name, result)

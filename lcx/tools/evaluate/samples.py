@@ -22,6 +22,7 @@ their tokens are scored: one record each in lcx/protocols.py.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 
@@ -147,6 +148,19 @@ def select(
     )
   chosen = chosen[: max(1, -(-num_tokens // longest))]
   return [_concat([_pairs(documents[d], d)], longest) for d in chosen]
+
+
+def fingerprint(sequences: list[Sequence]) -> str:
+  """A hash of every token and document boundary `sequences` hold: what an evaluation scores,
+  so a result is reused only for the same tokens (validation files edited in place give other
+  tokens under the same settings)."""
+  digest = hashlib.sha256()
+  for seq in sequences:
+    for field in dataclasses.fields(Sequence):
+      array = np.ascontiguousarray(getattr(seq, field.name))
+      digest.update(f"{field.name}:{array.dtype}:{array.shape}".encode())
+      digest.update(array.tobytes())
+  return digest.hexdigest()[:16]
 
 
 def shortfall(sequences: list[Sequence], num_tokens: int, longest: int) -> str | None:

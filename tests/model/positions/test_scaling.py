@@ -752,6 +752,16 @@ def test_read_hf_scaling_errors_name_the_file(tmp_path, content, message):
   assert str(error.value).startswith(f"{path}: {message}")
 
 
+def test_read_hf_scaling_drops_a_key_its_rope_type_does_not_read_with_a_warning(tmp_path):
+  """HF's rule stays at HF's files: what it returns passes lcx's config check, which refuses
+  such a key (model.position.scaling.factor=0.5 with rope_type 'default')."""
+  path = write_json(tmp_path, {"rope_scaling": {"rope_type": "default", "factor": 2.0}})
+  with pytest.warns(UserWarning, match=rf"^{path}.factor=2.0 is not read by rope_type='default'"):
+    assert scaling.read_hf_scaling(path) == {"rope_type": "default"}
+  with pytest.raises(ValueError, match=r"^s.factor=2.0 is not used by rope_type='default'; "):
+    scaling.resolve({"rope_type": "default", "factor": 2.0}, 8, "s", ignore_unread=False)
+
+
 def test_longrope_attention_factor_spares_the_positions_below_n_hat():
   """The reference's mixed embedding: positions < n_hat take the original cos and sin, so
   neither the scaled frequencies nor the attention factor m = sqrt(1 + ln s / ln L); a query
