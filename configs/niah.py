@@ -1,5 +1,6 @@
 """Needle retrieval past the training length: a byte model trained on the NIAH mix (RULER's
-multi-key, multi-query and multi-value variants, `lcx/run/data/tasks.py`), tested on each variant.
+multi-key, multi-query and multi-value variants, `lcx/run/data/tasks/retrieval.py`), tested on
+each variant.
 
 Training documents hold 1..max_len filler sentences (max_len=8: up to 207 tokens) with two
 needles; evaluation draws up to 4x as many (buckets 1-8, 9-16, 17-32 sentences). Variants

@@ -329,7 +329,7 @@ def test_learned_table_refuses_lengths_past_it():
 
 
 def test_long_sequences_use_chosen_rows_in_blocks(monkeypatch):
-  monkeypatch.setattr(analysis, "ROW_BLOCK", 4)
+  monkeypatch.setattr(analysis.maps, "ROW_BLOCK", 4)  # read where it is defined
   model = _model("alibi")
   tokens = _tokens(b=1, t=40)
   maps = analysis.attention_maps(model, tokens, dense_max=32)

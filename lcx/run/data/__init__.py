@@ -2,7 +2,7 @@
 
 Start at `pipeline.py` (what training and evaluation call) and `config.py` (every
 field). Sources: `stdlib.py`, `books.py`, `text_files.py` (built with `corpus.py`), and
-TFDS datasets by name (`sources.py`); synthetic tasks in `tasks.py`.
+TFDS datasets by name (`sources.py`); synthetic tasks in `tasks/`.
 """
 
 import importlib
