@@ -34,9 +34,7 @@ def test_write_json_passes_json_dump_options(tmp_path):
 
 @pytest.mark.parametrize("earlier", [b'{"kept": true}', None])
 @pytest.mark.parametrize("failure", [TypeError, KeyboardInterrupt])
-def test_a_failure_mid_write_leaves_the_earlier_file_or_none_and_no_tmp(
-  tmp_path, earlier, failure
-):
+def test_a_failure_mid_write_leaves_the_earlier_file_or_none_and_no_tmp(tmp_path, earlier, failure):
   path = tmp_path / "r.json"
   if earlier is not None:
     path.write_bytes(earlier)
