@@ -20,7 +20,7 @@ import os
 
 import ml_collections
 
-from lcx import errors, protocols
+from lcx import errors, files, protocols
 from lcx.model import patterns
 from lcx.model.positions import fields as position_fields
 from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
@@ -364,5 +364,5 @@ def save(config, workdir: str) -> str:
   """Writes the resolved config to workdir/config.json (and .py-readable repr)."""
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "config.json")
-  errors.write_json(path, config.to_dict(), indent=2, sort_keys=True, default=list)
+  files.write_json(path, config.to_dict(), indent=2, sort_keys=True, default=list)
   return path

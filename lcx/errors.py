@@ -3,9 +3,7 @@ and lcx.tools.sweep), so a user reads one form whichever module found the mistak
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import errno
 import json
 import os
 from typing import Any, Iterable
@@ -53,26 +51,6 @@ def load_json(path: str, remedy: str = "") -> Any:
       return json.load(f)
   except (UnicodeDecodeError, json.JSONDecodeError) as error:
     raise ValueError(f"{path}: not JSON, truncated or corrupt ({error}){remedy and '; '}{remedy}")
-
-
-def write_json(path: str, data: Any, **dump) -> None:
-  """Writes `data` (json.dump's `dump` options) to `path` whole or not at all: into PATH.tmp,
-  then renamed over it, so a kill leaves the earlier file; a failed write removes PATH.tmp and
-  leaves `path` as it was, and a full disk is a RunFault naming the file."""
-  tmp = path + ".tmp"
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      json.dump(data, f, **dump)
-    os.replace(tmp, path)
-  except BaseException as error:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    if getattr(error, "errno", None) != errno.ENOSPC:
-      raise
-    raise RunFault(
-      f"no space left on the device of {os.path.dirname(os.path.abspath(path))} while "
-      f"writing {path}; removed its partial copy. Free space, then run the same command again"
-    ) from None
 
 
 def not_a_directory(field: str, path: str) -> ValueError | None:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from absl import flags, logging
 from tqdm import tqdm
 
-from lcx import errors
+from lcx import errors, files
 from lcx.run.progress import progress_text
 
 
@@ -100,9 +100,7 @@ def _run_id(path: str) -> str:
     with open(path) as f:
       return f.read().strip()
   run_id = secrets.token_hex(8)
-  with open(path + ".tmp", "w") as f:
-    f.write(run_id + "\n")
-  os.replace(path + ".tmp", path)
+  files.write_atomic(path, run_id + "\n")
   return run_id
 
 
@@ -242,9 +240,7 @@ def _keep_through(path: str, step: int) -> None:
           kept.append(line)
       except (ValueError, KeyError, TypeError):
         continue
-  with open(path + ".tmp", "w") as f:
-    f.writelines(kept)
-  os.replace(path + ".tmp", path)
+  files.write_atomic(path, "".join(kept))
 
 
 class MetricWriter:

@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from lcx import defaults, errors
+from lcx import defaults, errors, files
 
 FIXED, SCHEDULE, FREE = "fixed", "schedule", "free"
 
@@ -154,9 +154,7 @@ def record(workdir: str, entry: dict) -> bool:
   line = json.dumps({**entry, "time": now}, sort_keys=True, default=list)
   if lines and not lines[-1].endswith("\n"):
     lines[-1] += "\n"
-  with open(path + ".tmp", "w") as f:
-    f.writelines([*lines, line + "\n"])
-  os.replace(path + ".tmp", path)
+  files.write_atomic(path, "".join([*lines, line + "\n"]))
   return True
 
 

@@ -55,7 +55,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import cli, config as config_lib, errors, variants
+from lcx import cli, config as config_lib, errors, files, variants
 from lcx.model.positions import scaling
 from lcx.run import data, prepare as prepare_lib, progress, provenance
 from lcx.run.metrics import say
@@ -291,9 +291,7 @@ def _write_json(path: str, value: dict) -> None:
   if jax.process_index() != 0:
     return
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    json.dump(value, f, indent=1)
-  os.replace(path + ".tmp", path)
+  files.write_json(path, value, indent=1)
 
 
 def _settings(cfg, step: int) -> dict:

@@ -2,6 +2,7 @@
 
 import importlib.machinery
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -10,7 +11,7 @@ import types
 
 import pytest
 
-from lcx import config as config_lib, main
+from lcx import config as config_lib, errors, main
 from lcx.run import metrics, progress, train
 from lcx.tools import evaluate
 from tests.helpers import tiny_config
@@ -33,6 +34,20 @@ def test_logged_values_are_window_means_and_skip_compile_time(tmp_path, monkeypa
   assert logged["tokens_per_sec"] == pytest.approx(100.0)
   line = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
   assert line["step"] == 4 and line["loss"] == pytest.approx(2.5)
+
+
+def test_a_resumed_writer_drops_later_steps_whole_or_not_at_all(tmp_path):
+  """metrics.jsonl, cut back to the resumed step, went through its own PATH.tmp copy: a full
+  disk was an OSError traceback and left metrics.jsonl.tmp; now lcx.files' one RunFault."""
+  path = tmp_path / "metrics.jsonl"
+  earlier = '{"step": 1}\n{"step": 2}\n'
+  path.write_text(earlier)
+  os.symlink("/dev/full", f"{path}.tmp")  # its write meets ENOSPC, as on a full disk
+  with pytest.raises(errors.RunFault, match=rf"^no space left .* while writing {path}; "):
+    metrics.MetricWriter(str(tmp_path), total=4, initial=1, trackers="")
+  assert path.read_text() == earlier and os.listdir(tmp_path) == ["metrics.jsonl"]
+  metrics.MetricWriter(str(tmp_path), total=4, initial=1, trackers="").close()
+  assert path.read_text() == '{"step": 1}\n'
 
 
 def test_progress_text_gives_done_total_tokens_per_second_and_eta():

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from lcx import files
+
 
 def _as_bytes(text: str | bytes) -> bytes:
   return text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -134,7 +136,5 @@ def train_sentencepiece(
   )
   model_path = pathlib.Path(model_path)
   model_path.parent.mkdir(parents=True, exist_ok=True)
-  tmp_path = model_path.with_suffix(".tmp")
-  tmp_path.write_bytes(model_io.getvalue())
-  tmp_path.replace(model_path)
+  files.write_atomic(str(model_path), model_io.getvalue())
   return model_path

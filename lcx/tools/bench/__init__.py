@@ -19,7 +19,6 @@ compilation; programs that are compared run interleaved (measure.py). Results: o
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,7 @@ import time
 
 import jax
 
+from lcx import files
 from lcx.tools.bench import long_eval, overhead, peak, peers, throughput
 from lcx.tools.bench.measure import load_average
 from lcx.tools.bench.options import SECTION_NAMES
@@ -84,6 +84,4 @@ def format_report(results: dict) -> str:
 
 
 def write(results: dict, path: str) -> None:
-  with open(path + ".tmp", "w") as f:
-    json.dump(results, f, indent=2)
-  os.replace(path + ".tmp", path)
+  files.write_json(path, results, indent=2)

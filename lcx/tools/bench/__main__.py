@@ -8,7 +8,7 @@ import json
 
 from absl import app, flags
 
-from lcx import cli
+from lcx import cli, errors
 from lcx.tools import bench
 from lcx.tools.bench import device_check, long_eval, options
 
@@ -27,7 +27,10 @@ def main(argv):
     print(device_check.plan_text(device_check.plan_name(opts.quick, opts.device_plan)))
     return
   if opts.device_check:
-    results = device_check.run(opts.out, opts.quick, opts.deadline_s, opts.device_plan)
+    try:
+      results = device_check.run(opts.out, opts.quick, opts.deadline_s, opts.device_plan)
+    except errors.RunFault as error:  # a full disk while writing its files
+      cli.fail(str(error))
     print(device_check.table(results), flush=True)
     print(f"\nwrote {opts.out} and its .md", flush=True)
     return
@@ -40,7 +43,10 @@ def main(argv):
     return
   results = bench.run(opts)
   print(bench.format_report(results), flush=True)
-  bench.write(results, opts.out)
+  try:
+    bench.write(results, opts.out)
+  except errors.RunFault as error:  # a full disk: the earlier file as it was
+    cli.fail(str(error))
   print(f"\nwrote {opts.out}", flush=True)
 
 

@@ -44,6 +44,7 @@ import time
 
 import jax
 
+from lcx import files
 from lcx.model import cpu_tuned, kernels, positions
 from lcx.tools.bench import long_eval, mfu, peak, peers
 from lcx.tools.bench.measure import interleaved, ratio, ratio_ci, timed
@@ -678,10 +679,8 @@ def table(results: dict) -> str:
 
 
 def write(results: dict, out: str) -> None:
-  for path, text in ((out, json.dumps(results, indent=2)), (_md(out), table(results) + "\n")):
-    with open(path + ".tmp", "w") as f:
-      f.write(text)
-    os.replace(path + ".tmp", path)
+  files.write_json(out, results, indent=2)
+  files.write_atomic(_md(out), table(results) + "\n")
 
 
 def _md(out: str) -> str:

@@ -30,7 +30,7 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, errors, variants
+from lcx import config as config_lib, errors, files, variants
 from lcx.run import checkpoint, data, metrics, prepare as prepare_lib, provenance
 from lcx.run.data import pipeline
 from lcx.run.metrics import say
@@ -159,7 +159,7 @@ def _plain_positions(changes: dict, variant_cfg) -> tuple[dict, ml_collections.C
 
 def _write(path: str, result: dict) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  errors.write_json(path, result, indent=1, default=list)
+  files.write_json(path, result, indent=1, default=list)
 
 
 def record(

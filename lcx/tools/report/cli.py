@@ -71,7 +71,10 @@ def main(argv):
   for warning in filter(None, (corpus_warning(results), checkpoint_warning(results))):
     print(warning, file=sys.stderr, flush=True)
   print(format_tables(results, baseline, tolerance, claims), flush=True)
-  written = write(results, out, flags.FLAGS.title, baseline, tolerance, claims)
+  try:
+    written = write(results, out, flags.FLAGS.title, baseline, tolerance, claims)
+  except errors.RunFault as error:  # a full disk: report.md and results.csv as they were
+    cli.fail(str(error))
   print("\nwrote:\n" + "\n".join(f"  {p}" for p in written.values()), flush=True)
 
 

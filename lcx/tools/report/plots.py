@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
+from lcx import files
 from lcx.tools.report import lengths, tables, tasks
 
 
@@ -47,8 +49,12 @@ def _band_alpha(count: int) -> float:
 
 
 def _save(fig, path: str) -> str:
+  """The PNG whole or not at all, as report.md: a kill mid-savefig leaves the earlier plot."""
   fig.tight_layout()
-  fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")  # keeps outside legends
+  with files.atomic_open(path, "wb") as f:
+    kind = os.path.splitext(path)[1][1:] or None  # savefig cannot read it from a file object
+    # bbox_inches="tight" keeps outside legends
+    fig.savefig(f, format=kind, metadata={"Software": None}, bbox_inches="tight")
   _pyplot().close(fig)
   return path
 

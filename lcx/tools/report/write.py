@@ -7,6 +7,7 @@ import io
 import os
 from collections.abc import Sequence
 
+from lcx import files
 from lcx.tools.report import claims as claims_lib, kinds, tables
 from lcx.tools.report.load import SCHEMA, check
 
@@ -140,13 +141,7 @@ def write(
       if path:
         paths[plot.key] = path
   report = os.path.join(out_dir, "report.md")
-  _write_text(report, format_report(results, title, paths, baseline, tolerance, claims))
+  files.write_atomic(report, format_report(results, title, paths, baseline, tolerance, claims))
   table = os.path.join(out_dir, "results.csv")
-  _write_text(table, format_csv(results, baseline))
+  files.write_atomic(table, format_csv(results, baseline))
   return {"report": report, "csv": table, **paths}
-
-
-def _write_text(path: str, text: str) -> None:
-  with open(path + ".tmp", "w", newline="") as f:
-    f.write(text)
-  os.replace(path + ".tmp", path)

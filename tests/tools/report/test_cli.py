@@ -1,6 +1,7 @@
 """`python -m lcx.tools.report`: prints and writes, never imports jax; bad input is one error
 line."""
 
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,24 @@ def test_cli_prints_tables_and_never_imports_jax(tmp_path):
     timeout=120,
   )
   assert proc.returncode == 0 and proc.stdout.endswith("clean\n"), proc.stderr
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_earlier_report(tmp_path):
+  """report.md and results.csv went through their own PATH.tmp copy: an OSError traceback and
+  the .tmp left behind; now lcx.files' RunFault, one line."""
+  save(tmp_path / "in" / "rope.json", lengths_result())
+  out = tmp_path / "out"
+  assert _cli(tmp_path / "in", f"--out={out}", "--title=Earlier").returncode == 0
+  earlier = (out / "report.md").read_bytes()
+  os.symlink("/dev/full", out / "report.md.tmp")  # its write meets ENOSPC, as on a full disk
+  proc = _cli(tmp_path / "in", f"--out={out}", "--title=Later")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+    f"error: no space left on the device of {out} while writing {out / 'report.md'}; removed "
+    "its partial copy. Free space, then run the same command again"
+  )
+  assert (out / "report.md").read_bytes() == earlier
+  assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
 
 
 @pytest.mark.parametrize(

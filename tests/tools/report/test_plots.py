@@ -1,9 +1,11 @@
 """The plots: which are drawn, older results, crowded panels."""
 
 import math
+import os
 
 import pytest
 
+from lcx import errors
 from lcx.tools import report
 from tests.tools.report.results import PNG, lengths_result, tasks_result
 
@@ -160,3 +162,16 @@ def test_length_ticks_shorten_whole_kilotokens_so_neighbours_do_not_run_together
     plots.plot_perplexity(results, str(tmp_path / "p.png"))
   (ax,) = [a for a in figures[0].axes if a.get_visible()]
   assert [t.get_text() for t in ax.get_xticklabels()] == ["512", "1k", "2k"]
+
+
+def test_a_plot_is_written_whole_or_not_at_all(tmp_path):
+  """savefig wrote into the PNG itself: a kill or a full disk mid-write left a truncated plot."""
+  path = tmp_path / "t.png"
+  results = [tasks_result()]
+  report.plot_tasks(results, str(path))
+  earlier = path.read_bytes()
+  assert earlier[:8] == PNG and os.listdir(tmp_path) == ["t.png"]
+  os.symlink("/dev/full", f"{path}.tmp")  # its write meets ENOSPC, as on a full disk
+  with pytest.raises(errors.RunFault, match=rf"^no space left .* while writing {path}; "):
+    report.plot_tasks(results, str(path))
+  assert path.read_bytes() == earlier and os.listdir(tmp_path) == ["t.png"]
