@@ -447,7 +447,8 @@ def test_a_remap_given_by_flags_evaluates(run, tmp_path):
       "--config.eval.num_tokens=128",
     ]
   )
-  # the remap is in the variant's name and file (trust round 2, item 9): `none` is the run as trained
+  # the remap is in the variant's name and file (trust round 2, item 9): `none` is the run as
+  # trained
   (written,) = os.listdir(os.path.join(workdir, "eval"))
   assert written.startswith("none+rerope")
   with open(os.path.join(workdir, "eval", written)) as f:
