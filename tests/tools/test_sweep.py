@@ -250,6 +250,15 @@ def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, runs, args, 
   assert not (tmp_path / "runs").exists()
 
 
+def test_help_prints_the_usage_the_package_documents():
+  """absl's --help prints the main module's docstring: `python -m lcx.tools.sweep` runs the
+  package's __main__, which must show the package's usage, not its own one-line docstring."""
+  proc = _sweep("--help")
+  assert proc.stdout.startswith(sweep.__doc__.strip() + "\n"), proc.stdout[:300]
+  assert "python -m lcx.tools.sweep experiments/NAME[:ARG] [--dry_run]" in sweep.__doc__
+  assert "--[no]dry_run: Print each run's command; run and write nothing." in proc.stdout
+
+
 def test_missing_get_runs_is_an_error(tmp_path):
   (tmp_path / "exp").mkdir()
   (tmp_path / "exp" / "sweep.py").write_text("RUNS = {}\n")
