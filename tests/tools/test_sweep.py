@@ -250,6 +250,15 @@ def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, runs, args, 
   assert not (tmp_path / "runs").exists()
 
 
+def test_help_prints_the_usage_the_package_documents():
+  """absl's --help prints the main module's docstring: `python -m lcx.tools.sweep` runs the
+  package's __main__, which must show the package's usage, not its own one-line docstring."""
+  proc = _sweep("--help")
+  assert proc.stdout.startswith(sweep.__doc__.strip() + "\n"), proc.stdout[:300]
+  assert "python -m lcx.tools.sweep experiments/NAME[:ARG] [--dry_run]" in sweep.__doc__
+  assert "--[no]dry_run: Print each run's command; run and write nothing." in proc.stdout
+
+
 def test_missing_get_runs_is_an_error(tmp_path):
   (tmp_path / "exp").mkdir()
   (tmp_path / "exp" / "sweep.py").write_text("RUNS = {}\n")
@@ -436,7 +445,7 @@ def test_an_archive_over_the_limit_is_refused_and_nothing_is_written(tmp_path, m
   assert sweep.pack(loaded, ["a"], path) == ["results/a/none.json"]
   size = os.path.getsize(path)
   os.remove(path)
-  monkeypatch.setattr(sweep, "MAX_ARCHIVE_BYTES", size - 1)
+  monkeypatch.setattr(sweep.archive, "MAX_ARCHIVE_BYTES", size - 1)
   with pytest.raises(ValueError, match=r"over the 0 MiB one shard may bring back; split the"):
     sweep.pack(loaded, ["a"], path)
   assert not os.listdir(os.path.dirname(path))
@@ -513,8 +522,8 @@ def _side_by_side(tmp_path, monkeypatch, runs: str, jobs: int, polls=None, statu
     signals.children.add(child)
     return child
 
-  monkeypatch.setattr(sweep, "launch", launch)
-  monkeypatch.setattr(sweep.time, "sleep", lambda s: None)
+  monkeypatch.setattr(sweep.runner, "launch", launch)  # what run_side_by_side calls
+  monkeypatch.setattr(sweep.runner.time, "sleep", lambda s: None)
   signals = sweep._Signals()
   got = sweep.run_side_by_side(loaded, list(loaded.runs), jobs, False, signals)
   return log, got, loaded
@@ -754,7 +763,7 @@ def test_an_edited_config_file_is_a_changed_run(tmp_path, monkeypatch):
   """The command names a config file, whose edits the command does not show: the marker holds
   the resolved config's digest and fields, so an edit reruns a run without checkpoints, and
   refuses a trained one, naming the fields, as a changed command does."""
-  monkeypatch.setattr(sweep, "ROOT", tmp_path)  # config paths are relative to it
+  monkeypatch.setattr(sweep.plan, "ROOT", tmp_path)  # config paths are relative to it
   config_file = tmp_path / "configs" / "mine.py"
   _config_file(config_file, 0.001, 2)
   experiment = _experiment(tmp_path, "{'a': Run('configs/mine.py:size=tiny', TINY)}")
