@@ -11,6 +11,7 @@ import shutil
 import sys
 import tarfile
 
+from lcx import files
 from lcx.tools import report
 from lcx.tools.sweep.markers import done
 from lcx.tools.sweep.plan import Sweep
@@ -33,8 +34,8 @@ def collect(sweep: Sweep) -> list[str]:
     for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
       target = os.path.join(sweep.out_dir, "results", run, os.path.basename(source))
       os.makedirs(os.path.dirname(target), exist_ok=True)
-      shutil.copyfile(source, target + ".tmp")  # a killed copy leaves no truncated result
-      os.replace(target + ".tmp", target)
+      with open(source, "rb") as f, files.atomic_open(target, "wb") as out:  # whole or absent
+        shutil.copyfileobj(f, out)
       copied.append(target)
   return copied
 
@@ -76,23 +77,21 @@ def pack(sweep: Sweep, runs: list[str], path: str) -> list[str]:
     for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
       members.append((f"results/{run}/{os.path.basename(source)}", source))
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped:
-    with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
-      for name, source in members:
-        info = tar.gettarinfo(source, arcname=name)
-        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-        with open(source, "rb") as f:
-          tar.addfile(info, f)
-  size = os.path.getsize(tmp)
-  if size > MAX_ARCHIVE_BYTES:
-    os.remove(tmp)
-    raise ValueError(
-      f"{path}: {len(members)} results pack to {size / 2**20:.1f} MiB, over the "
-      f"{MAX_ARCHIVE_BYTES // 2**20} MiB one shard may bring back; split the sweep into more "
-      "shards (--shard=i/n with a larger n); the results are still in the runs' eval/"
-    )
-  os.replace(tmp, path)
+  with files.atomic_open(path, "wb") as raw:  # an archive over the limit is never written
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped:
+      with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, source in members:
+          info = tar.gettarinfo(source, arcname=name)
+          info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+          with open(source, "rb") as f:
+            tar.addfile(info, f)
+    size = raw.tell()
+    if size > MAX_ARCHIVE_BYTES:
+      raise ValueError(
+        f"{path}: {len(members)} results pack to {size / 2**20:.1f} MiB, over the "
+        f"{MAX_ARCHIVE_BYTES // 2**20} MiB one shard may bring back; split the sweep into more "
+        "shards (--shard=i/n with a larger n); the results are still in the runs' eval/"
+      )
   return [name for name, _ in members]
 
 
@@ -127,9 +126,8 @@ def unpack(sweep: Sweep) -> list[str]:
       for info in tar.getmembers():
         target = os.path.join(sweep.out_dir, info.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with tar.extractfile(info) as f, open(target + ".tmp", "wb") as out:
+        with tar.extractfile(info) as f, files.atomic_open(target, "wb") as out:
           shutil.copyfileobj(f, out)
-        os.replace(target + ".tmp", target)
         written.append(target)
   return written
 

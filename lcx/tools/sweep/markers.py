@@ -12,7 +12,7 @@ import warnings
 
 from absl import flags
 
-from lcx import cli
+from lcx import cli, files
 from lcx.tools.sweep import plan
 from lcx.tools.sweep.plan import TRAINS, Sweep, _shown, shards
 
@@ -272,6 +272,4 @@ def select(sweep: Sweep, only: list[str], shard: tuple[int, int]) -> list[str]:
 
 def _write_json(path: str, value: dict) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    json.dump(value, f, indent=2)
-  os.replace(path + ".tmp", path)
+  files.write_json(path, value, indent=2)
