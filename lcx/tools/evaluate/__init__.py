@@ -9,6 +9,8 @@ run's evaluator and writes `WORKDIR/eval/<variant>.json`:
 and, for a text run with `eval.passkey.lengths`, the passkey probe through generation
 (`passkey.py`) once per variant: `WORKDIR/eval/passkey@<variant>.json`, named by the variant's
 own result name behind `passkey@`, so each file holds one variant.
+Each of these is one record in `kinds.py` (which runs get it, its results, its settings, its
+body); evaluation iterates those records.
 A result for the same checkpoint (its fingerprint, `checkpoint.fingerprint`) and settings is
 reused unless `force`; a result it replaces that came from another checkpoint or other settings
 is kept in `WORKDIR/eval/history/` (`report` reads the newest, `eval/<name>.json`). The
@@ -38,11 +40,9 @@ from lcx.tools import report
 from lcx.tools.evaluate import (
   beta_fit,
   checks,
-  lengths as lengths_lib,
+  kinds,
   memory,
-  passkey,
   samples,
-  tasks as tasks_lib,
 )
 from lcx.tools.evaluate.runner import Runner
 
@@ -71,28 +71,10 @@ def _init_from(trained: dict) -> dict | None:
 def _settings(
   kind: str, cfg, spec: str, changes: dict, lengths: list[int], scored: str | None = None
 ) -> str:
-  """What makes two results of the same step interchangeable, as a hash: of eval.*, a passkey
-  result reads eval.passkey only, the others every field but a few (eval.passkey among them;
-  eval.beta_fit only where a variant fits, so results from before it existed keep their hash);
-  `scored`, a length sweep's `samples.fingerprint` of the tokens it scores."""
-  ev = cfg.eval.to_dict()
-  if kind == "passkey":
-    ev = {"passkey": ev["passkey"]}
-  else:
-    ev = {
-      k: v
-      for k, v in ev.items()
-      if k
-      not in (
-        "variants",
-        "named_variants",
-        "during_train",
-        "during_train_tokens",
-        "longrope",
-        "passkey",
-      )
-      and (k != "beta_fit" or v["fitted"])
-    }
+  """What makes two results of the same step interchangeable, as a hash: of eval.*, what the
+  kind's `settings` keeps (`kinds.Kind`); `scored`, a length sweep's `samples.fingerprint` of
+  the tokens it scores."""
+  ev = kinds.KINDS[kind].settings(cfg.eval.to_dict())
   what = {
     "kind": kind,
     "variant": spec,
@@ -140,21 +122,12 @@ def plan(prepared) -> list[tuple[str, str, dict, ml_collections.ConfigDict]]:
       out.append((name, spec, changes, combo_cfg))
   if not out:
     raise ValueError("eval.variants is empty; give at least one, e.g. 'none'")
-  passkey.check_lengths(cfg, prepared.tokenizer)
+  for kind in kinds.KINDS.values():
+    kind.check(cfg, prepared.tokenizer)
   if cfg.data.name != "task":
     for _, _, _, combo_cfg in out:  # before anything compiles: a length that cannot fit
       memory.check(combo_cfg, config_lib.eval_lengths(combo_cfg), prepared.mesh)
   return out
-
-
-def _plain_positions(changes: dict, variant_cfg) -> tuple[dict, ml_collections.ConfigDict]:
-  """A variant's overrides and config without eval.random_positions: the passkey probe generates
-  at plain positions, so the setting is not its own (nor may it skip its lengths)."""
-  if not variant_cfg.eval.random_positions:
-    return changes, variant_cfg
-  plain = ml_collections.ConfigDict(variant_cfg.to_dict())
-  plain.eval.random_positions = 0
-  return {k: v for k, v in changes.items() if k != "eval.random_positions"}, plain
 
 
 def _write(path: str, result: dict) -> None:
@@ -263,7 +236,6 @@ def evaluate(
   todo = todo or plan(prepared)
   step, params, meta = prepare_lib.restore(prepared, workdir, step, trained)
   checkpoint_id = checkpoint.fingerprint(workdir, step, meta)
-  kind = "tasks" if cfg.data.name == "task" else "lengths"
   train_len = cfg.model.max_len
   eval_lengths = config_lib.eval_lengths(cfg)
   sequences, byte_lengths = {}, prepared.tokenizer.byte_lengths()
@@ -284,41 +256,21 @@ def evaluate(
         say(f"warning: {short}")
     return sequences[ev.documents]
 
-  def main_body(runner):
-    if kind == "tasks":
-      return tasks_lib.sweep(runner, prepared.tokenizer)
-    scored = drawn(runner.config.eval)
-    return lengths_lib.sweep(runner, scored, eval_lengths, byte_lengths, train_len)
-
+  context = kinds.Context(prepared, eval_lengths, train_len, drawn, byte_lengths)
   jobs = [
-    (name, spec, changes, variant_cfg, kind, eval_lengths, main_body)
-    for name, spec, changes, variant_cfg in todo
+    (*planned, kind)
+    for kind in kinds.KINDS.values()
+    if kind.runs(cfg)
+    for planned in kind.results(todo)
   ]
-  passkey_lengths = sorted({int(n) for n in cfg.eval.passkey.lengths})
-  if kind == "lengths" and passkey_lengths:  # once per variant, whatever the protocols
-    first = {}
-    for name, spec, changes, variant_cfg in todo:
-      first.setdefault(spec, _plain_positions(changes, variant_cfg))
-    jobs += [
-      (
-        passkey.result_name(variants.file_name(spec)[: -len(".json")]),
-        spec,
-        changes,
-        variant_cfg,
-        "passkey",
-        passkey_lengths,
-        lambda runner: passkey.sweep(runner, prepared.tokenizer),
-      )
-      for spec, (changes, variant_cfg) in first.items()
-    ]
   results, trackers = {}, []  # the run's trackers, opened at the first new result
   fits = {}  # beta@fit: spec -> (C, the fit's record), fitted once per variant
   try:
-    for name, spec, changes, variant_cfg, what, lengths, body in jobs:
+    for name, spec, changes, variant_cfg, kind in jobs:
       path = os.path.join(workdir, "eval", name + ".json")
       # a length sweep's key holds the tokens it scores: edited validation files are new ones
-      scored = samples.fingerprint(drawn(variant_cfg.eval)) if what == "lengths" else None
-      key = _settings(what, variant_cfg, spec, changes, lengths, scored)
+      scored = samples.fingerprint(drawn(variant_cfg.eval)) if kind.scored else None
+      key = _settings(kind.name, variant_cfg, spec, changes, kind.lengths(cfg), scored)
       old = None if force else _reusable(path, step, key, checkpoint_id)
       if old is not None:
         say(f"{name}: reusing {path} (same checkpoint and settings; --force recomputes)")
@@ -333,11 +285,11 @@ def evaluate(
         c, fit = fits[spec]
         variant_cfg = beta_fit.with_c(variant_cfg, c)
       runner = Runner(prepare_lib.for_variant(prepared, variant_cfg), params)
-      body_result = body(runner)
+      body_result = kind.body(context, runner)
       if fit is not None:
         body_result = {**body_result, "beta_fit": fit}
       result = record(
-        what,
+        kind.name,
         body_result,
         workdir=workdir,
         spec=spec,
@@ -376,7 +328,7 @@ def _to_trackers(trackers: list, name: str, result: dict) -> None:
   """A length result's perplexity and loss per length at its step, beside training's curves
   in each of the run's trackers (train.trackers): `eval_final/<result name>/ppl_<length>` (and
   `loss_`; TensorBoard shows a name's @ as _)."""
-  if result["kind"] != "lengths":
+  if not kinds.KINDS[result["kind"]].tracked:
     return
   values = {}
   for n, entry in result["lengths"].items():

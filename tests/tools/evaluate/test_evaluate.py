@@ -14,7 +14,7 @@ import pytest
 from lcx.run import prepare, train
 from lcx.run.data import pipeline, tokenizers
 from lcx.tools import evaluate
-from lcx.tools.evaluate import lengths, runner as runner_lib, samples
+from lcx.tools.evaluate import kinds, lengths, runner as runner_lib, samples
 from tests.helpers import DATA_DIR, run_lcx, tiny_config
 
 
@@ -453,7 +453,7 @@ def test_eval_random_positions_name_the_results_and_enter_their_overrides():
   for _, _, changes, variant_cfg in todo:
     assert changes["eval.random_positions"] == 256
     assert variant_cfg.eval.random_positions == 256
-  changes, passkey_cfg = evaluate._plain_positions(todo[1][2], todo[1][3])
+  changes, passkey_cfg = kinds.plain_positions(todo[1][2], todo[1][3])
   assert "eval.random_positions" not in changes and passkey_cfg.eval.random_positions == 0
   assert changes[evaluate.variants.SCALING]["rope_type"] == "yarn"
   config.eval.random_positions = 0
