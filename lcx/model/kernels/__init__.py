@@ -4,7 +4,9 @@
 `model.attention.kind`) and `model.attention.impl`.
 `flash.py`: a Pallas flash attention (forward and backward) for every position scheme but the
 contextual ones (CoPE) and PaTH; FoX's prefix sums are kernel inputs. `model.attention.impl`
-(auto | xla | pallas) picks it (`resolve_impl`).
+(auto | xla | pallas) picks it (`resolve_impl`). Its parts, one concern each: `flash_plan.py`
+(each program's block ranges), `flash_tables.py` (the bias hook traced, the distance table),
+`flash_kernels.py` (the forward, dq and dk/dv kernels), `flash_specs.py` (block specs, inputs).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class Scheme(nnx.Module):
   # True where `bias` is a function of the distance i - j alone (ALiBi, T5, KERPLE, Sandwich):
   # randomized training then samples distances, as Ruoss et al. (lcx/model/positions/randomized.py),
   # and the flash kernel reads the bias from a table of H x distances computed once per call
-  # (`bias(d, 0)` for every d; lcx/model/kernels/flash.py), not from the hook on every block.
+  # (`bias(d, 0)` for every d; lcx/model/kernels/flash_tables.py), not from the hook on every block.
   # Every parameter must have a "heads" axis (head h's bias from head h's entries), else the
   # kernel keeps calling the hook.
   bias_of_distance = False
