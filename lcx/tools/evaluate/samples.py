@@ -10,7 +10,7 @@ validation split and shared by every eval length, so every length scores the sam
           documents) with positions from 0, and a document cut by a window edge starts again at
           position 0 in the next window. The stream is a whole number of the longest length.
           So that no one large file makes most of the sample, a document contributes at most
-          `stream_cap` pairs, a contiguous piece at a seeded offset (a piece starts at position
+          `stream_cap` pairs (1/32 of the stream, or 1/n of it from a split of n < 32), a contiguous piece at a seeded offset (a piece starts at position
           0, as a training row that continues a document does).
   long    only documents with at least as many pairs as the longest eval length, each truncated
           to that many pairs and cut into windows on its own (PI / YaRN / LongRoPE): at every
@@ -61,9 +61,12 @@ class Windows:
   doc_NxT: np.ndarray
 
 
-def stream_cap(budget: int, longest: int) -> int:
-  """The most pairs one document adds to a stream of `budget`: >= 32 documents in a sample."""
-  return max(longest, budget // 32)
+def stream_cap(budget: int, longest: int, documents: int = 32) -> int:
+  """The most pairs one document adds to a stream of `budget`: >= 32 documents in a sample, or
+  an equal share of the budget each where the split holds fewer (7 books): a small split is then
+  scored on every window it holds up to the budget, not on 1/32 of the budget per document."""
+  share = budget // 32 if documents >= 32 else -(-budget // max(1, documents))  # reach the budget
+  return max(longest, share)
 
 
 def _pairs(ids_N: np.ndarray, doc: int) -> Sequence:
@@ -118,7 +121,7 @@ def select(
     order = np.asarray([d for d in order if d in allowed], np.int64)
   if mode == "stream":
     budget, parts, have = max(1, num_tokens // longest) * longest, [], 0
-    cap = stream_cap(budget, longest)
+    cap = stream_cap(budget, longest, len(order))
     for d in order:
       if have >= budget:
         break

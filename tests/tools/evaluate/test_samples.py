@@ -84,6 +84,19 @@ def test_every_length_scores_the_same_tokens():
     assert got[0] == got[1] == got[2]
 
 
+def test_a_split_of_few_long_documents_is_scored_up_to_the_budget_in_equal_shares():
+  """Issue 59 item 3: 7 held-out books gave 7 x 1/32 of the budget (21 windows at 16x where 100
+  were asked); each now adds up to 1/7 of it, so the sample reaches what was asked when the
+  split holds it, and no document is more than its share."""
+  docs = [_doc(30_000, 0) for _ in range(7)]
+  (stream,) = samples.select(docs, "stream", longest=2048, num_tokens=204_800, seed=0)
+  assert len(stream.inputs_N) == 204_800  # 100 windows of 2048
+  assert np.bincount(stream.doc_N).max() <= samples.stream_cap(204_800, 2048, 7) == -(-204_800 // 7)
+  small = [_doc(3000, 0) for _ in range(7)]  # fewer tokens than asked: every window there is
+  (stream,) = samples.select(small, "stream", longest=2048, num_tokens=204_800, seed=0)
+  assert len(stream.inputs_N) == 7 * 3001 // 2048 * 2048  # 3001 pairs each
+
+
 def test_documents_are_drawn_across_the_split_and_no_one_dominates():
   rng = np.random.default_rng(0)
   sizes = rng.integers(10, 400, size=300)
