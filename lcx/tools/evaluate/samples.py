@@ -10,8 +10,9 @@ validation split and shared by every eval length, so every length scores the sam
           documents) with positions from 0, and a document cut by a window edge starts again at
           position 0 in the next window. The stream is a whole number of the longest length.
           So that no one large file makes most of the sample, a document contributes at most
-          `stream_cap` pairs (1/32 of the stream, or 1/n of it from a split of n < 32), a contiguous piece at a seeded offset (a piece starts at position
-          0, as a training row that continues a document does).
+          `stream_cap` pairs (1/32 of the stream, or 1/n of it from a split of n < 32), a
+          contiguous piece at a seeded offset (a piece starts at position 0, as a training row
+          that continues a document does).
   long    only documents with at least as many pairs as the longest eval length, each truncated
           to that many pairs and cut into windows on its own (PI / YaRN / LongRoPE): at every
           length the windows lie inside one document.
