@@ -141,14 +141,13 @@ def test_sweep_copies_results_atomically(evaluated, tmp_path, monkeypatch):
   shutil.copytree(evaluated, tmp_path / "run")
 
   def dies_halfway(source, target):
-    with open(source) as f, open(target, "w") as g:
-      g.write(f.read()[:100])
+    target.write(source.read()[:100])
     raise OSError(28, "No space left on device")
 
-  monkeypatch.setattr(shutil, "copyfile", dies_halfway)
-  with pytest.raises(OSError):
+  monkeypatch.setattr(shutil, "copyfileobj", dies_halfway)
+  with pytest.raises(errors.RunFault, match="no space left .* while writing .*none.json"):
     sweep.collect(spec)
-  assert not os.path.exists(out / "results" / "run" / "none.json")
+  assert os.listdir(out / "results" / "run") == []  # no result, no .tmp
   monkeypatch.undo()
   assert sweep.collect(spec) == [str(out / "results" / "run" / "none.json")]
   assert report.load(str(out / "results"))[0]["lengths"].keys() == {"32", "64"}
