@@ -114,24 +114,12 @@ def pytest_addoption(parser):
     metavar="PATH",
     help="write each test's seconds to PATH (tests/durations.json: run in a fresh clone)",
   )
-  parser.addoption(
-    "--store_compile",
-    metavar="PATH",
-    help="write each test's seconds and its tracing, lowering and XLA seconds to PATH (JSON)",
-  )
 
 
 def pytest_configure(config):
   path = config.getoption("store_durations")
   if path and not hasattr(config, "workerinput"):  # the controller sees every report
     config.pluginmanager.register(durations.Recorder(path), "lcx_durations")
-  path = config.getoption("store_compile")
-  if path:
-    runs_tests = hasattr(config, "workerinput") or not config.getoption("numprocesses", None)
-    if runs_tests:  # an xdist worker, or pytest without workers
-      config.pluginmanager.register(durations.CompileSeconds(), "lcx_compile_seconds")
-    if not hasattr(config, "workerinput"):
-      config.pluginmanager.register(durations.CompileRecorder(path), "lcx_compile")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

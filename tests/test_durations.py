@@ -1,13 +1,8 @@
 """The stored durations (tests/durations.py): units of work, the quick loop's slow marks, the
-longest-first order, the recorder that writes them, and the compile seconds' recorder."""
+longest-first order and the recorder that writes them."""
 
 import json
 import types
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
 
 from tests import durations
 
@@ -59,47 +54,3 @@ def test_this_session_marks_and_orders_by_the_stored_durations(request):
   ids = [item.nodeid for item in items]
   if not request.config.getoption("markexpr"):
     assert ids == durations.longest_first(ids, seconds)
-
-
-def test_compile_seconds_count_a_new_programs_stages_into_its_own_report():
-  seconds = durations.CompileSeconds()
-  seconds.pytest_runtest_logstart("t::a", None)
-  unique = float(np.random.default_rng().integers(1 << 30))  # a program no cache holds
-  jax.jit(lambda x: x * unique + 1.0)(jnp.ones(3)).block_until_ready()
-  seconds.on_event("/jax/checkpoint/write/duration", 100.0)  # not a compile stage
-  item = types.SimpleNamespace(user_properties=[("kept", 1)])
-  report = types.SimpleNamespace(user_properties=item.user_properties)
-  wrapper = seconds.pytest_runtest_makereport(item, None)
-  next(wrapper)
-  with pytest.raises(StopIteration) as done:
-    wrapper.send(report)
-  assert done.value.value is report
-  (name, stages), *_ = report.user_properties[1:]
-  assert name == "compile_seconds" and set(stages) == {"trace", "lower", "xla"}
-  assert all(0 < s < 100 for s in stages.values())
-  assert item.user_properties == [("kept", 1)]  # the next phase's report does not get them
-  assert not seconds.seconds
-
-
-def test_the_compile_recorder_sums_each_tests_phases_and_prints_totals(tmp_path):
-  recorder = durations.CompileRecorder(str(tmp_path / "c.json"))
-  phases = [
-    ("t::a", 0.5, {"xla": 0.25}),
-    ("t::a", 2.0, {"trace": 0.25, "lower": 0.75, "xla": 0.5}),
-    ("t::b", 1.25, None),  # no compile property (a report from before the option)
-  ]
-  for nodeid, duration, stages in phases:
-    props = [("compile_seconds", stages)] if stages else []
-    recorder.pytest_runtest_logreport(
-      types.SimpleNamespace(nodeid=nodeid, duration=duration, user_properties=props)
-    )
-  lines = []
-  recorder.pytest_terminal_summary(types.SimpleNamespace(write_line=lines.append))
-  recorder.pytest_sessionfinish(None)
-  assert json.loads((tmp_path / "c.json").read_text()) == {
-    "t::a": {"lower": 0.75, "seconds": 2.5, "trace": 0.25, "xla": 0.75},
-    "t::b": {"seconds": 1.25},
-  }
-  assert lines == [
-    f"compile: 2 of 4 s of test time trace 0 s, lower 1 s, xla 1 s -> {tmp_path}/c.json"
-  ]
