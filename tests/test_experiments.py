@@ -4,6 +4,7 @@ what one of the report commands the README quotes prints (`--baseline`, a glob o
 
 import importlib
 import json
+import math
 import pathlib
 import re
 import shlex
@@ -775,6 +776,72 @@ def test_drope_bases_pairs_each_matched_run_with_the_same_run_at_base_10000(tmp_
     f"rope/multivalue 17-32: 0.450 -> 0.600 {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]"
     " / examples differ / not run"
   )
+
+
+CONTEXT_ROWS = (
+  "rope",
+  "alibi",
+  "sinusoidal",
+  "trained_logn_p_rope",
+  "si_p_rope",
+  "nope",
+  "t5",
+  "kerple_log",
+  "fire",
+)
+
+
+@pytest.mark.parametrize("arg", ["", "full"])
+def test_context_table_is_both_papers_rows_in_the_context_regime_seed_0_first(arg):
+  """Issue 59 item 2: the ALiBi paper's rows with NoPE, KERPLE-log and FIRE, and the SI paper's,
+  3 seeds each, in regime=context (the CPU at its 2000 steps); every row's seed 0 before any
+  seed 1, the claims' rows first, so a sweep stopped across sessions has whole seeds."""
+  runs = sweep.load(str(ROOT / "experiments" / "context_table") + (f":{arg}" if arg else "")).runs
+  assert list(runs) == [f"{row}-s{seed}" for seed in (0, 1, 2) for row in CONTEXT_ROWS]
+  for name, run in runs.items():
+    config = _run_config(run)
+    assert "regime=context" in run.config and config.seed == int(name.rsplit("-s", 1)[1])
+    assert (config.data.seq_len, config.data.vocab_size) == (128, 1024)
+    assert config.train.steps == (4000 if arg else 2000)
+    assert config.model.d_model == (256 if arg else 128)
+    assert config.model.position.get("base", 1e4) == 1e4
+    assert config.eval.num_tokens == 100 * 16 * 128 and config.eval.multipliers[-1] == 16
+  t5 = _run_config(runs["t5-s0"])
+  assert t5.model.position.max_distance < t5.data.seq_len  # every bucket trains
+  for row, temperature in (("trained_logn_p_rope", "ssmax"), ("si_p_rope", "scale_invariant")):
+    config = _run_config(runs[f"{row}-s2"])
+    assert (config.model.position.name, config.model.attention.temperature) == (
+      "p_rope",
+      temperature,
+    )
+
+
+def test_context_table_trains_its_logn_row_with_the_scaling_and_declares_its_claims():
+  """The SI paper's LogN + p-RoPE is trained with its log-n factor; lcx's log_n is 1 inside L
+  (the network RoPE trains), ssmax is not. Each declared claim compares two of the sweep's rows
+  at a length it scores."""
+  import jax.numpy as jnp
+
+  from lcx.model import temperature
+  from lcx.tools.report import claims
+
+  inside_1xL = jnp.arange(128)[None, :]
+  assert bool((temperature.query_factor("log_n", inside_1xL, None, train_len=128) == 1).all())
+  s_H = jnp.full((4,), temperature.ssmax_init(128))
+  factor = temperature.query_factor("ssmax", inside_1xL, None, train_len=128, ssmax_H=s_H)
+  assert float(factor[0, 63, 0]) == pytest.approx(math.log(64) / math.log(128))
+  runs = sweep.load(str(ROOT / "experiments" / "context_table")).runs
+  declared = claims.read_claims("experiments/context_table")
+  assert {c.name for c in declared} == {
+    "alibi_below_rope_16x",
+    "alibi_below_sinusoidal_16x",
+    "si_below_trained_logn_16x",
+    "si_below_rope_16x",
+  }
+  for claim in declared:
+    assert {f"{claim.row}-s0", f"{claim.baseline}-s0"} <= set(runs), claim.name
+    assert claim.lengths == (16,) and claim.direction == "below"
+  assert runs["trained_logn_p_rope-s0"].overrides["model.attention.temperature"] == "ssmax"
 
 
 VERDICT_LABELS = ("reproduced", "not reproduced", "inconclusive", "underpowered", "untestable here")

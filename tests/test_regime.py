@@ -61,7 +61,32 @@ def test_the_extrapolation_config_selects_the_matched_regime():
   longer = extrapolation.get_config("pos=p_rope,regime=matched,seq_len=1024,base_len=256")
   assert longer.data.seq_len == 1024 and longer.model.position.base == new.model.position.base
   assert "base" not in extrapolation.get_config("pos=alibi,regime=matched").model.position
+  allowed = "bytes, matched, context"
   with pytest.raises(
-    ValueError, match=r"^config argument regime='big' is not allowed; allowed: bytes, matched$"
+    ValueError, match=rf"^config argument regime='big' is not allowed; allowed: {allowed}$"
   ):
     extrapolation.get_config("regime=big")
+
+
+@pytest.mark.parametrize("pos", ["rope", "p_rope", "sinusoidal", "alibi", "t5"])
+def test_the_context_regime_is_the_one_the_probe_measured(pos):
+  """experiments/context_probe's 1024-piece 2000-step row, where RoPE rose +0.364 at 16x: books,
+  L = 128, 16 rows, base 10^4 wherever the scheme has one, 100 windows at 16x."""
+  from configs import extrapolation
+  from lcx import config as config_lib
+
+  config = extrapolation.get_config(f"pos={pos},regime=context")
+  assert (config.data.name, config.data.seq_len, config.data.batch_size) == ("books", 128, 16)
+  assert (config.data.tokenizer, config.data.vocab_size) == ("sentencepiece", 1024)
+  assert config.model.position.get("base", None) == (None if pos in ("alibi", "t5") else 1e4)
+  assert config.train.steps == 2000
+  assert config.eval.multipliers == (1, 2, 4, 8, 16)
+  assert config.eval.num_tokens == 100 * 16 * 128
+  config_lib.check_fields(config)
+  # `steps` still overrides; the base stays 10^4 at another L (not matched to it).
+  other = extrapolation.get_config(f"pos={pos},regime=context,steps=3,seq_len=64")
+  assert other.train.steps == 3 and other.eval.num_tokens == 100 * 16 * 64
+  assert other.model.position.get("base", None) == config.model.position.get("base", None)
+  # The other regimes keep their 600 steps and 32768 tokens a length.
+  assert extrapolation.get_config(f"pos={pos},regime=matched").train.steps == 600
+  assert extrapolation.get_config(f"pos={pos}").eval.num_tokens == 32768
