@@ -157,12 +157,19 @@ def documents(entry: dict) -> tuple | None:
   return tuple(d["ids"]), np.asarray(d["loss"], np.float64), np.asarray(d["tokens"], np.float64)
 
 
+def _same_documents(da: tuple | None, db: tuple | None) -> bool:
+  """Two `documents` of the same documents and tokens per document (one run's lengths of the
+  windows protocol: the same tokens, scored with more context), so they pair document by
+  document."""
+  return da is not None and db is not None and da[0] == db[0] and np.array_equal(da[2], db[2])
+
+
 def paired(a: dict, b: dict, protocol: dict) -> tuple[float, list[float] | None] | None:
   """(A - B, its interval) in mean loss per token, paired over the documents of two length
   entries (a seeded bootstrap: the protocol's seed and resamples); None unless both hold
   per-document losses of the same documents and tokens."""
   da, db = documents(a), documents(b)
-  if da is None or db is None or da[0] != db[0] or not np.array_equal(da[2], db[2]):
+  if not _same_documents(da, db):
     return None
   weights_RxD = bootstrap.resample_weights(
     len(da[0]), protocol.get("bootstrap", 1000), protocol.get("seed", 0)
@@ -170,6 +177,17 @@ def paired(a: dict, b: dict, protocol: dict) -> tuple[float, list[float] | None]
   return bootstrap.paired_difference(
     da[1], da[2], db[1], db[2], weights_RxD, protocol.get("confidence", bootstrap.CONFIDENCE)
   )
+
+
+def minus(a: dict | None, b: dict | None) -> dict | None:
+  """A length entry holding each document's loss in `a` minus its loss in `b` (a rise: one run
+  at a length minus at 1x), for `paired` to compare two rises document by document; None
+  unless both hold per-document losses of the same documents and tokens."""
+  da, db = (None if e is None else documents(e) for e in (a, b))
+  if not _same_documents(da, db):
+    return None
+  ids, tokens_D = list(da[0]), [int(t) for t in da[2]]
+  return {"per_document": {"ids": ids, "loss": (da[1] - db[1]).tolist(), "tokens": tokens_D}}
 
 
 def paired_cell(a: dict, b: dict, protocol: dict) -> str:
@@ -397,7 +415,7 @@ def effective_length(r: dict, tolerance: float) -> tuple[int, list[int] | None] 
   diff_N = np.array([e["loss"] - entries[0]["loss"] for e in entries])
   point = int(_within(diff_N, lengths_N, tolerance))
   docs = [documents(e) for e in entries]
-  if any(d is None or d[0] != docs[0][0] or not np.array_equal(d[2], docs[0][2]) for d in docs):
+  if not all(_same_documents(d, docs[0]) for d in docs):
     return point, None
   p = r.get("protocol") or {}
   weights_RxD = bootstrap.resample_weights(

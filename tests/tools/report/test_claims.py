@@ -11,7 +11,7 @@ import pytest
 from lcx.tools import report
 from lcx.tools.report import claims
 from tests.helpers import ROOT, run_lcx
-from tests.tools.report.results import lengths_result, save
+from tests.tools.report.results import lengths_result, row_cells, save
 
 # t(0.975, df) for df = 1..30, three decimals, as printed in a statistics textbook's table.
 T_TABLE = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
@@ -285,3 +285,284 @@ def test_a_seed_agrees_only_where_the_t_interval_over_its_documents_agrees_too(m
   cells = _judge([-0.05, -0.06, -0.04], jitters=[0.002, 0.002, 0.002])
   assert cells[0].agree() == 0 and cells[0].verdict != "reproduced"
   assert all(ci == [-0.2, 0.1] for _, ci in cells[0].pairs)
+
+
+# Rises: one row's loss at a length minus its own at 1x, and the difference of two rows' rises.
+
+
+def _rising(stem, seed, rises, jitter=0.002, level=0.0):
+  """STEM-s<seed> at 1x, 2x, 4x on the same 20 documents of 100 tokens: each document's loss
+  at 1x is its difficulty + `level`, at m x that + rises[m] + jitter x (+1, -1, ...), so the
+  rise from 1x is rises[m] exactly and its interval about +- jitter / 2."""
+  r = lengths_result(f"{stem}-s{seed}", losses={1: 2.0, 2: 2.1, 4: 2.3})
+  hard = np.random.default_rng(99).normal(2.0, 0.5, DOCS)
+  for mult, n in ((1, "64"), (2, "128"), (4, "256")):
+    loss = hard + level + (rises.get(mult, 0.0) + jitter * PATTERN if mult > 1 else 0.0)
+    r["lengths"][n]["per_document"] = {
+      "ids": list(range(DOCS)),
+      "loss": [float(x) for x in loss],
+      "tokens": [100] * DOCS,
+    }
+  return r
+
+
+def _rise_results(rises, jitters=None, stem="alibi", lengths=(4,), level=0.0):
+  """Seeds 0..n-1 of STEM: rises[i] is seed i's rise at every multiple in `lengths` (a
+  number), or per multiple (a dict)."""
+  jitters = jitters or [0.002] * len(rises)
+  return [
+    _rising(stem, seed, r if isinstance(r, dict) else {m: r for m in lengths}, j, level)
+    for seed, (r, j) in enumerate(zip(rises, jitters))
+  ]
+
+
+def _rise(direction="within", min_effect=0.05, lengths=(4,), baseline=None):
+  return report.Claim("flat", "alibi", baseline, lengths, direction, min_effect, minus_length=1)
+
+
+def _judge_rise(rises, jitters=None, **claim):
+  results = _rise_results(rises, jitters, lengths=claim.get("lengths", (4,)))
+  return report.judge(results, [_rise(**claim)])
+
+
+def test_equivalence_p_by_hand():
+  # -0.01, 0, +0.01 within 0.05: mean 0, se 0.01 / sqrt(3); each one-sided t = 0.05 / se = 8.660
+  # with 2 degrees of freedom, one-sided p = (1 - t / sqrt(2 + t^2)) / 2; twice the larger.
+  t = 0.05 / (0.01 / math.sqrt(3))
+  p = claims.equivalence_p([-0.01, 0.0, 0.01], 0.05)
+  assert p == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)  # 0.0131
+  # p = 0.05 exactly where the 95% t interval touches the bound, on either side.
+  for values in ([0.02, 0.03, 0.04], [-0.05, -0.01, -0.03, -0.02]):
+    mean, half, _ = report.t_interval(values)
+    assert claims.equivalence_p(values, abs(mean) + half) == pytest.approx(0.05, rel=1e-6)
+  assert claims.equivalence_p([0.02, 0.02], 0.05) == 0.0  # identical seeds: exactly known
+  assert claims.equivalence_p([0.07, 0.07], 0.05) == 1.0
+
+
+@pytest.mark.parametrize(
+  "rises, jitters, direction, minimum, verdict, decided",
+  [
+    (
+      [0.01, -0.005, 0.0],
+      None,
+      "within",
+      0.05,
+      "reproduced",
+      "Holm equivalence t test, seeds within the bound 3/3",
+    ),
+    ([0.3, 0.35, 0.4], None, "within", 0.05, "not reproduced", "t interval outside the bound"),
+    (
+      [0.3, 0.35, 0.4],
+      None,
+      "above",
+      0.1,
+      "reproduced",
+      "Holm t test, mean past the minimum, seeds agreeing 3/3",
+    ),
+    (
+      [0.01, -0.005, 0.0],
+      None,
+      "above",
+      0.3,
+      "not reproduced",
+      "t interval excludes the minimum effect",
+    ),
+    (
+      [0.08, -0.07, 0.01],
+      None,
+      "within",
+      0.05,
+      "underpowered",
+      "MDE > the bound: the t interval cannot fit inside it",
+    ),
+    ([0.04, 0.05, 0.06], None, "within", 0.05, "inconclusive", "Holm equivalence p >= 0.05"),
+    (
+      [0.01, -0.005, 0.0],
+      [0.002, 0.002, 0.3],
+      "within",
+      0.05,
+      "inconclusive",
+      "seeds within the bound 2/3",
+    ),
+    ([0.01], None, "within", 0.05, "inconclusive", "one seed: no t interval"),
+  ],
+  ids=[
+    "flat",
+    "rising_not_flat",
+    "rising",
+    "flat_not_rising",
+    "too_noisy",
+    "at_the_bound",
+    "a_seed_too_noisy",
+    "one_seed",
+  ],
+)
+def test_each_verdict_of_a_rise(rises, jitters, direction, minimum, verdict, decided):
+  (cell,) = _judge_rise(rises, jitters, direction=direction, min_effect=minimum)
+  assert (cell.verdict, cell.decided) == (verdict, decided)
+  assert [d for d, _ in cell.pairs] == pytest.approx(rises, abs=1e-9)  # each seed's 4x - 1x
+  if len(rises) > 1:  # the direction's test: equivalence for "within", of mean 0 for "above"
+    tests = {"within": claims.equivalence_p, "above": lambda v, m: report.t_interval(v)[2]}
+    assert cell.p == pytest.approx(tests[direction](rises, minimum))
+
+
+def test_a_rise_is_paired_document_by_document():
+  """Documents of very different difficulty (sd 0.5 nats) that each rise by 0.01: the rise's
+  interval is as narrow as the documents' rises, not as wide as their losses."""
+  (cell,) = _judge_rise([0.01, 0.01, 0.01], jitters=[0.0, 0.0, 0.0])
+  assert all(ci == pytest.approx([0.01, 0.01]) for _, ci in cell.pairs)
+  assert cell.agree() == 3 and cell.verdict == "reproduced"
+
+
+def test_a_rise_claim_is_holm_adjusted_over_its_lengths():
+  at = {2: [0.01, 0.0, -0.01], 4: [0.02, 0.035, 0.01]}
+  rises = [{m: at[m][s] for m in at} for s in range(3)]
+  cells = _judge_rise(rises, lengths=(2, 4))
+  p = [claims.equivalence_p(at[m], 0.05) for m in (2, 4)]
+  assert [c.p for c in cells] == pytest.approx(p)
+  assert [c.holm for c in cells] == pytest.approx(report.holm(p))
+  assert p[0] < p[1] and cells[0].holm == pytest.approx(2 * p[0])  # 2x: the smaller, times 2
+  cells = _judge_rise(rises, lengths=(2, 4), direction="above", min_effect=0.001)
+  p = [report.t_interval(at[m])[2] for m in (2, 4)]
+  assert [c.holm for c in cells] == pytest.approx(report.holm(p))
+
+
+def _two_rises(a, b, jitter_a=0.002, jitter_b=-0.002, lengths=(4,)):
+  """si-s<seed> rising by a[seed], rope-s<seed> by b[seed]; si 0.2 nats worse at every length,
+  which a difference of rises cancels."""
+  return _rise_results(a, [jitter_a] * len(a), "si", lengths, level=0.2) + _rise_results(
+    b, [jitter_b] * len(b), "rope", lengths
+  )
+
+
+def _judge_two(a, b, direction="below", min_effect=0.01, **kwargs):
+  claim = report.Claim("si_less", "si", "rope", (4,), direction, min_effect, minus_length=1)
+  return report.judge(_two_rises(a, b, **kwargs), [claim])
+
+
+@pytest.mark.parametrize(
+  "a, b, direction, verdict, decided",
+  [
+    (
+      [0.01, 0.02, 0.0],
+      [0.3, 0.35, 0.32],
+      "below",
+      "reproduced",
+      "Holm t test, mean past the minimum, seeds agreeing 3/3",
+    ),
+    (
+      [0.3, 0.35, 0.32],
+      [0.01, 0.02, 0.0],
+      "below",
+      "not reproduced",
+      "t interval excludes the minimum effect",
+    ),
+    (
+      [0.30, 0.35, 0.32],
+      [0.302, 0.348, 0.32],
+      "within",
+      "reproduced",
+      "Holm equivalence t test, seeds within the bound 3/3",
+    ),
+    (
+      [0.1, 0.4, 0.2],
+      [0.2, 0.2, 0.2],
+      "below",
+      "underpowered",
+      "t interval holds 0, MDE > minimum effect",
+    ),
+  ],
+  ids=["rises_less", "rises_more", "rises_alike", "too_noisy"],
+)
+def test_each_verdict_of_a_difference_of_rises(a, b, direction, verdict, decided):
+  (cell,) = _judge_two(a, b, direction)
+  assert (cell.verdict, cell.decided) == (verdict, decided)
+  assert [d for d, _ in cell.pairs] == pytest.approx([x - y for x, y in zip(a, b)], abs=1e-9)
+
+
+def test_a_difference_of_rises_is_paired_document_by_document():
+  """Each seed's interval is over the documents' own differences of differences: the two rows'
+  jitters cancel where they match (zero width) and add where they oppose."""
+  (same,) = _judge_two([0.1] * 3, [0.2] * 3, jitter_a=0.05, jitter_b=0.05)
+  assert all(ci == pytest.approx([-0.1, -0.1]) for _, ci in same.pairs)
+  (opposed,) = _judge_two([0.1] * 3, [0.2] * 3, jitter_a=0.05, jitter_b=-0.05)
+  # per document -0.1 +- 0.1: the wider is the t interval over the 20 documents' differences of
+  # differences, -0.1 +- t(0.975, 19) x 0.1 / sqrt(19) = 0.0480
+  half = 2.093024 * 0.1 / math.sqrt(19)
+  assert all(ci == pytest.approx([-0.1 - half, -0.1 + half], abs=1e-6) for _, ci in opposed.pairs)
+
+
+def test_a_rise_needs_the_same_documents_at_both_lengths():
+  results = _rise_results([0.01, 0.0])
+  results[1]["lengths"]["64"]["per_document"]["ids"][0] = 99  # seed 1's 1x: another document
+  with pytest.raises(ValueError) as error:
+    report.judge(results, [_rise()])
+  assert str(error.value) == (
+    "claim 'flat': alibi-s1 at 256 tokens (4x) and 64 tokens (1x) cannot be paired: a length "
+    "missing, no per-document losses, or different documents"
+  )
+  with pytest.raises(ValueError, match=r"^claim 'flat': no seed with xpos-s<seed>/none among"):
+    report.judge(results, [report.Claim("flat", "xpos", None, (4,), "within", 0.05, "none", 1)])
+
+
+def test_the_table_prints_rise_cells_and_says_what_they_are():
+  results = _rise_results([0.01, -0.005, 0.0]) + _rise_results([0.3, 0.35, 0.4], stem="rope")
+  declared = [
+    _rise(),
+    report.Claim("rope_rises", "rope", None, (4,), "above", 0.3, minus_length=1),
+    report.Claim("less", "alibi", "rope", (4,), "below", 0.01, minus_length=1),
+  ]
+  table = report.claims_table(results, declared)
+  assert [row_cells(line)[1] for line in table.splitlines()[-3:]] == [
+    "-0.050 < alibi/none - 1x < +0.050",
+    "rope/none - 1x > +0.300",
+    "(alibi/none - 1x) - (rope/none - 1x) < -0.010",
+  ]
+  assert [row_cells(line)[8] for line in table.splitlines()[-3:]] == [
+    "**reproduced**",
+    "**reproduced**",
+    "**reproduced**",
+  ]
+  assert claims.RISES_NOTE in table and claims.WITHIN_NOTE in table
+  plain = report.claims_table(_results([-0.05, -0.06, -0.04]), [_claim()])
+  assert claims.RISES_NOTE not in plain and claims.WITHIN_NOTE not in plain
+
+
+@pytest.mark.parametrize(
+  "fields, error",
+  [
+    ({"minus_length": 4}, "Claim('c').minus_length=4 is not allowed; allowed: None, or a"),
+    ({"minus_length": 0}, "Claim('c').minus_length=0 is not allowed"),
+    ({"baseline": None}, "Claim('c').baseline=None is not allowed; allowed: a row's name, or"),
+    (
+      {"direction": "within", "min_effect": 0.0},
+      "Claim('c').min_effect=0.0 is not allowed; allowed: > 0 with \"within\"",
+    ),
+  ],
+)
+def test_a_bad_rise_claim_names_its_field_and_the_allowed(fields, error):
+  declared = {"baseline": "rope", "lengths": (4,), "direction": "below", "min_effect": 0.01}
+  with pytest.raises(ValueError) as raised:
+    report.Claim("c", "alibi", **{**declared, **fields})
+  assert str(raised.value).startswith(error)
+
+
+def test_cli_judges_a_rise_claim_and_rejects_unpaired_lengths(tmp_path):
+  for r in _rise_results([0.01, -0.005, 0.0]):
+    save(tmp_path / "in" / f"{r['run']}.json", r)
+  exp = _experiment(tmp_path, '[Claim("flat", "alibi", None, (4,), "within", 0.05, "none", 1)]')
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out'}", f"--claims={exp}")
+  assert proc.returncode == 0, proc.stderr
+  table = report.claims_table(report.load(str(tmp_path / "in")), [_rise()])
+  assert f"## Claims (pre-declared)\n\n{table}\n" in proc.stdout
+  assert "**reproduced**" in table
+  bad = _rise_results([0.01, -0.005, 0.0])[2]
+  del bad["lengths"]["64"]["per_document"]  # seed 2's 1x: no per-document losses
+  save(tmp_path / "in" / "alibi-s2.json", bad)
+  proc = _cli(tmp_path / "in", f"--out={tmp_path / 'out2'}", f"--claims={exp}")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+    "error: claim 'flat': alibi-s2 at 256 tokens (4x) and 64 tokens (1x) cannot be paired: a "
+    "length missing, no per-document losses, or different documents"
+  )
+  assert not (tmp_path / "out2").exists()
