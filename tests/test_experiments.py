@@ -9,6 +9,7 @@ import pathlib
 import re
 import shlex
 
+import numpy as np
 import pytest
 
 from lcx import variants
@@ -832,16 +833,50 @@ def test_context_table_trains_its_logn_row_with_the_scaling_and_declares_its_cla
   assert float(factor[0, 63, 0]) == pytest.approx(math.log(64) / math.log(128))
   runs = sweep.load(str(ROOT / "experiments" / "context_table")).runs
   declared = claims.read_claims("experiments/context_table")
-  assert {c.name for c in declared} == {
-    "alibi_below_rope_16x",
-    "alibi_below_sinusoidal_16x",
-    "si_below_trained_logn_16x",
-    "si_below_rope_16x",
-  }
+  assert {c.name: c.declared() for c in declared} == CONTEXT_CLAIMS
   for claim in declared:
-    assert {f"{claim.row}-s0", f"{claim.baseline}-s0"} <= set(runs), claim.name
-    assert claim.lengths == (16,) and claim.direction == "below"
+    assert {f"{stem}-s0" for stem in claim.stems()} <= set(runs), claim.name
+    assert claim.lengths == (16,)
   assert runs["trained_logn_p_rope-s0"].overrides["model.attention.temperature"] == "ssmax"
+
+
+# context_table's claims, each as the report's "declared" column prints it.
+CONTEXT_CLAIMS = {
+  "alibi_below_rope_16x": "alibi/none - rope/none < -0.050",
+  "alibi_below_sinusoidal_16x": "alibi/none - sinusoidal/none < -0.050",
+  "si_below_trained_logn_16x": "si_p_rope/none - trained_logn_p_rope/none < -0.010",
+  "si_below_rope_16x": "si_p_rope/none - rope/none < -0.010",
+  "alibi_flat_16x": "-0.050 < alibi/none - 1x < +0.050",
+  "rope_rises_16x": "rope/none - 1x > +0.300",
+  "sinusoidal_rises_16x": "sinusoidal/none - 1x > +0.300",
+  "si_rises_less_than_trained_logn_16x": (
+    "(si_p_rope/none - 1x) - (trained_logn_p_rope/none - 1x) < -0.010"
+  ),
+  "si_rises_less_than_rope_16x": "(si_p_rope/none - 1x) - (rope/none - 1x) < -0.010",
+}
+
+
+def test_context_table_claims_judge_results_named_and_scored_as_its_runs_write_them():
+  """Seeds 0-2 of the claims' rows at L = 128 and 16x on the same 7 documents (as context_probe's
+  results hold them), in the papers' shapes: ALiBi flat, RoPE and sinusoidal rising, scale-
+  invariant p-RoPE rising least. Every declared claim is judged, and each is reproduced."""
+  rises = {"rope": 0.4, "alibi": -0.01, "sinusoidal": 1.0, "trained_logn_p_rope": 0.06}
+  rises["si_p_rope"] = 0.003
+  hard_D = np.random.default_rng(99).normal(4.0, 0.3, 7)
+  results = []
+  for seed in (0, 1, 2):
+    for i, (row, rise) in enumerate(rises.items()):
+      r = lengths_result(f"{row}-s{seed}", train_len=128, losses={1: 4.0, 16: 4.0 + rise})
+      noise_D = np.random.default_rng([seed, i]).normal(0, 0.005, 7)
+      for n, loss_D in (("128", hard_D), ("2048", hard_D + rise + noise_D)):
+        r["lengths"][n]["per_document"] = {
+          "ids": [0, 1, 2, 3, 5, 7, 8],
+          "loss": [float(x) for x in loss_D],
+          "tokens": [29258] * 7,
+        }
+      results.append(r)
+  cells = report.judge(results, report.read_claims("experiments/context_table"))
+  assert {c.claim.name: c.verdict for c in cells} == dict.fromkeys(CONTEXT_CLAIMS, "reproduced")
 
 
 VERDICT_LABELS = ("reproduced", "not reproduced", "inconclusive", "underpowered", "untestable here")

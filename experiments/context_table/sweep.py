@@ -41,20 +41,38 @@ SHARDS = 9  # :full: one row's three seeds a shard, 60 + 3 x 125 s by tests/test
 
 # Claims, judged by `./launch.sh report experiments/context_table/results
 # --claims=experiments/context_table` (the rules: lcx/tools/report/claims.py), declared on
-# 2026-12-02 before any run of this experiment; each compares two rows of the same seed at 16x L.
-# The ALiBi paper's: ALiBi below RoPE and below sinusoidal at 16x, by at least 0.05 nats, the
-# tolerance within which the regime's target counts a curve as flat (a gap smaller than that
-# would not tell an extrapolating scheme from a rising one; the probe's RoPE rose seven times
-# it). The SI paper's: scale-invariant p-RoPE below LogN + p-RoPE (published -0.070 at 16x) and
-# below RoPE (-2.0), by at least 0.01 nats (1% perplexity, experiments/schemes' minimum: the
-# paper's LogN margin is seven times it). Whether a row's own 16x - 1x stays flat or rises is a
-# judgment of one run's curve, which the engine does not make: the README judges those from the
-# report's "Each length against 1x" table with the criteria it states.
+# 2026-12-02 before any run of this experiment, each in every seed at 16x L.
+# The first four compare two rows of the same seed. The ALiBi paper's: ALiBi below RoPE and below
+# sinusoidal at 16x, by at least 0.05 nats, the tolerance within which the regime's target counts
+# a curve as flat (a gap smaller than that would not tell an extrapolating scheme from a rising
+# one; the probe's RoPE rose seven times it). The SI paper's: scale-invariant p-RoPE below LogN +
+# p-RoPE (published -0.070 at 16x) and below RoPE (-2.0), by at least 0.01 nats (1% perplexity,
+# experiments/schemes' minimum: the paper's LogN margin is seven times it).
+# The other five, added 2026-12-02 at 04:20 UTC when the engine learned rises (`minus_length`),
+# still before any run, judge each row's own 16x - 1x on the same documents: the papers' shapes,
+# which the first four judge only through the gap at 16x. The ALiBi paper's: ALiBi flat, its
+# 16x - 1x within +-0.05 (the same tolerance); RoPE and sinusoidal rising by at least 0.3 nats
+# (the probe's RoPE: +0.364 at seed 0; published at 10.8x: +0.765 and +2.484). The SI paper's:
+# scale-invariant p-RoPE's 16x - 1x below LogN + p-RoPE's and RoPE's (published +0.003 against
+# +0.061 and +2.0) by at least 0.01 nats, a difference of differences per seed and per document.
 CLAIMS = [
   Claim("alibi_below_rope_16x", "alibi", "rope", (16,), "below", 0.05),
   Claim("alibi_below_sinusoidal_16x", "alibi", "sinusoidal", (16,), "below", 0.05),
   Claim("si_below_trained_logn_16x", "si_p_rope", "trained_logn_p_rope", (16,), "below", 0.01),
   Claim("si_below_rope_16x", "si_p_rope", "rope", (16,), "below", 0.01),
+  Claim("alibi_flat_16x", "alibi", None, (16,), "within", 0.05, minus_length=1),
+  Claim("rope_rises_16x", "rope", None, (16,), "above", 0.3, minus_length=1),
+  Claim("sinusoidal_rises_16x", "sinusoidal", None, (16,), "above", 0.3, minus_length=1),
+  Claim(
+    "si_rises_less_than_trained_logn_16x",
+    "si_p_rope",
+    "trained_logn_p_rope",
+    (16,),
+    "below",
+    0.01,
+    minus_length=1,
+  ),
+  Claim("si_rises_less_than_rope_16x", "si_p_rope", "rope", (16,), "below", 0.01, minus_length=1),
 ]
 
 
