@@ -91,10 +91,9 @@ class Claim:
       raise errors.not_allowed(f"{where}.direction", self.direction, DIRECTIONS)
     if not self.lengths or not all(isinstance(n, int) and n >= 1 for n in self.lengths):
       raise errors.not_allowed(f"{where}.lengths", self.lengths, "integers >= 1 (multiples of L)")
-    if not self.min_effect >= 0:
-      raise errors.not_allowed(f"{where}.min_effect", self.min_effect, ">= 0 (nats/token)")
-    if self.direction == "within" and not self.min_effect > 0:  # |mean| < 0 never holds
-      raise errors.not_allowed(f"{where}.min_effect", self.min_effect, '> 0 with "within"')
+    direction = DIRECTIONS[self.direction]
+    if not direction.allows(self.min_effect):
+      raise errors.not_allowed(f"{where}.min_effect", self.min_effect, direction.allowed)
     minus = self.minus_length
     if minus is not None and (not isinstance(minus, int) or minus < 1 or minus in self.lengths):
       raise errors.not_allowed(
@@ -255,6 +254,11 @@ class Side:
   effect on that side of 0, by the t test of mean 0."""
 
   sign: float
+  allowed: str = ">= 0 (nats/token)"  # the min_effect allowed
+  note: str = ""  # what the section's note adds for it
+
+  def allows(self, minimum: float) -> bool:
+    return minimum >= 0
 
   def declared(self, quantity: str, minimum: float) -> str:
     return f"{quantity} {'<' if self.sign < 0 else '>'} {tables.signed(self.sign * minimum)}"
@@ -285,6 +289,16 @@ class Side:
 class Within:
   """Direction "within": |mean| below the minimum effect m (a flat curve, or two equal rows),
   by the equivalence test (`equivalence_p`)."""
+
+  allowed: str = '> 0 (nats/token) with "within": |mean| < 0 never holds'
+  note: str = (
+    " -m < ... < +m: flat, or equal (an equivalence claim): its p is twice the larger of the two"
+    " one-sided t tests of mean <= -m and mean >= m (TOST), below 0.05 exactly where the 95% t"
+    " interval lies inside (-m, m); a seed agrees where its interval lies inside (-m, m)."
+  )
+
+  def allows(self, minimum: float) -> bool:
+    return minimum > 0
 
   def declared(self, quantity: str, minimum: float) -> str:
     return f"{tables.signed(-minimum)} < {quantity} < {tables.signed(minimum)}"
@@ -431,17 +445,12 @@ def _p(p: float | None) -> str:
   return "-" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-# What the section's note adds for the claims that use them.
+# What the section's note adds where a claim takes rises.
 RISES_NOTE = (
   " X - 1x: a row's loss at the cell's length minus its own loss at 1x (a rise: the same "
   "documents and tokens at every length), and (A - 1x) - (B - 1x): A's rise minus B's, each "
   "document's own difference of differences; both paired per seed and per document as a "
   "difference of rows is."
-)
-WITHIN_NOTE = (
-  " -m < ... < +m: flat, or equal (an equivalence claim): its p is twice the larger of the two "
-  "one-sided t tests of mean <= -m and mean >= m (TOST), below 0.05 exactly where the 95% t "
-  "interval lies inside (-m, m); a seed agrees where its interval lies inside (-m, m)."
 )
 
 
@@ -473,11 +482,8 @@ def claims_table(results: Sequence[dict], claims: Sequence[Claim]) -> str:
     "interval over documents) excludes 0 on the claim's side; MDE: the t interval's "
     "half-width. The rules: lcx/tools/report/claims.py."
   )
-  for used, text in (
-    (any(c.minus_length is not None for c in claims), RISES_NOTE),
-    (any(c.direction == "within" for c in claims), WITHIN_NOTE),
-  ):
-    note += text if used else ""
+  note += RISES_NOTE if any(c.minus_length is not None for c in claims) else ""
+  note += "".join(dict.fromkeys(DIRECTIONS[c.direction].note for c in claims))
   return (
     note
     + "\n\n"

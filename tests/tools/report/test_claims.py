@@ -523,9 +523,9 @@ def test_the_table_prints_rise_cells_and_says_what_they_are():
     "**reproduced**",
     "**reproduced**",
   ]
-  assert claims.RISES_NOTE in table and claims.WITHIN_NOTE in table
+  assert claims.RISES_NOTE in table and claims.Within.note in table
   plain = report.claims_table(_results([-0.05, -0.06, -0.04]), [_claim()])
-  assert claims.RISES_NOTE not in plain and claims.WITHIN_NOTE not in plain
+  assert claims.RISES_NOTE not in plain and claims.Within.note not in plain
 
 
 @pytest.mark.parametrize(
@@ -536,7 +536,7 @@ def test_the_table_prints_rise_cells_and_says_what_they_are():
     ({"baseline": None}, "Claim('c').baseline=None is not allowed; allowed: a row's name, or"),
     (
       {"direction": "within", "min_effect": 0.0},
-      "Claim('c').min_effect=0.0 is not allowed; allowed: > 0 with \"within\"",
+      "Claim('c').min_effect=0.0 is not allowed; allowed: > 0 (nats/token) with \"within\"",
     ),
   ],
 )
