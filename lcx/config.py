@@ -20,7 +20,7 @@ import os
 
 import ml_collections
 
-from lcx import errors, files, protocols
+from lcx import data, errors, files, protocols
 from lcx.model import patterns
 from lcx.model.positions import fields as position_fields
 from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
@@ -35,7 +35,7 @@ from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   TEMPERATURES,
   is_block_size,
 )
-from lcx.run import data, metrics, resume
+from lcx.run import metrics, resume
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")

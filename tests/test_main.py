@@ -59,9 +59,9 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   checks the fields once more before it imports prepare (a bad value is refused before
   checkpointing and the data pipeline load; the check reads nothing and traces nothing: ~2 ms)."""
   from lcx import config as config_lib, main
+  from lcx.data import pipeline
   from lcx.model import decoder as model
   from lcx.run import checkpoint
-  from lcx.run.data import pipeline
   from lcx.tools.evaluate import checks as eval_checks
 
   calls = collections.Counter()

@@ -22,12 +22,12 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import config as config_lib, errors, variants
+from lcx import config as config_lib, data, errors, variants
+from lcx.data import tokenizers
 from lcx.model import decoder as model_lib
 from lcx.model.decoder import is_variable
 from lcx.model.positions import scaling as scaling_lib
-from lcx.run import checkpoint, data, resume, sharding
-from lcx.run.data import tokenizers
+from lcx.run import checkpoint, resume, sharding
 from lcx.run.metrics import say
 from lcx.run.run_config import run_config as run_config  # was defined here: callers keep the name
 

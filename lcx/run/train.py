@@ -21,10 +21,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import config as config_lib, errors
+from lcx import config as config_lib, data, errors
 from lcx.model import positions
 from lcx.model.decoder import Decoder
-from lcx.run import checkpoint, data, prepare as prepare_lib, resume, sharding
+from lcx.run import checkpoint, prepare as prepare_lib, resume, sharding
 from lcx.run.metrics import MetricWriter, say
 from lcx.run.prepare import abstract_sharded
 from lcx.tools.evaluate import during_train

@@ -55,9 +55,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import cli, config as config_lib, errors, files, variants
+from lcx import cli, config as config_lib, data, errors, files, variants
 from lcx.model.positions import scaling
-from lcx.run import data, prepare as prepare_lib, progress, provenance
+from lcx.run import prepare as prepare_lib, progress, provenance
 from lcx.run.metrics import say
 from lcx.tools import longrope_cli
 from lcx.tools.evaluate import samples

@@ -175,7 +175,7 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
 def long_documents(config, length: int, count: int = 1, seed: int = 0) -> np.ndarray:
   """count x length tokens: the first `length` tokens of validation documents at least that
   long (the evaluation's `documents=long` draw), one document per row."""
-  from lcx.run import data
+  from lcx import data
   from lcx.tools.evaluate import samples
 
   chosen = samples.select(
