@@ -89,6 +89,7 @@ def run(
     fail(str(error))
   from lcx.run import prepare, train  # orbax, grain, TFDS: seconds
   from lcx.tools import evaluate
+  from lcx.tools.evaluate import during_train
 
   try:
     prepared = prepare.prepare(config, workdir if trains else None)  # + init_from
@@ -99,7 +100,11 @@ def run(
     "interrupted (SIGINT): run the same command to resume from the checkpoint just saved"
   )
   try:
-    outcome = train.train(config, workdir, prepared) if trains else None
+    outcome = None
+    if trains:
+      outcome = train.train(
+        config, workdir, prepared, evaluate_during_train=during_train.DuringTrain
+      )
   except errors.RunFault as error:  # a held workdir, a diverged loss, an unreadable checkpoint
     fail(str(error))
   except KeyboardInterrupt:  # a second Ctrl-C just after train's handler was put back: saved
