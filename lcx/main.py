@@ -84,7 +84,7 @@ def run(
   plan of the evaluations, both before anything is written; a bad value exits via `fail`."""
   trains, evaluates = MODES[mode]
   try:  # the fields first: a bad value is refused before the modules below are imported
-    config_lib.check_fields(config)
+    config_lib.check_code(config)  # main ran check_declared, before jax
   except ValueError as error:
     fail(str(error))
   from lcx.run import prepare, train  # orbax, grain, TFDS: seconds
@@ -92,7 +92,7 @@ def run(
   from lcx.tools.evaluate import during_train
 
   try:
-    prepared = prepare.prepare(config, workdir if trains else None)  # + init_from
+    prepared = prepare.prepare(config, workdir if trains else None, checked=True)  # + init_from
     todo = evaluate.plan(prepared) if evaluates else None  # every variant checked
   except (ValueError, errors.RunFault) as error:
     fail(str(error))

@@ -348,7 +348,7 @@ def search(config, workdir: str) -> dict:
   FileNotFoundError (no checkpoint) come before anything is written.
   """
   validate(config)
-  prepared = prepare_lib.prepare(config)
+  prepared = prepare_lib.prepare(config, checked=True)  # validate ran check_fields
   cfg = prepared.config
   lr, train_len = cfg.eval.longrope, cfg.model.max_len
   scale = lr.target_len / train_len

@@ -45,7 +45,8 @@ def main(argv):
   try:  # and every one prepared (the model traced) before the first one trains
     for scheme, config in configs:
       workdir = os.path.join(FLAGS.workdir, scheme)
-      runs.append((scheme, config, workdir, prepare.prepare(config, workdir)))
+      config_lib.check_code(config)  # check_declared ran above, before jax
+      runs.append((scheme, config, workdir, prepare.prepare(config, workdir, checked=True)))
   except ValueError as error:
     cli.fail(str(error))
   for i, (scheme, config, workdir, prepared) in enumerate(runs, 1):
