@@ -4,7 +4,6 @@ file is written; config-specific messages are in test_config.py."""
 import collections
 import json
 import time
-import types
 
 import pytest
 
@@ -55,15 +54,15 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, args, message):
 def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_model_once(
   tmp_path, monkeypatch
 ):
-  """One command (lcx.main's `main`, its flags parsed) checks the config once: check_declared
-  before jax is imported, check_code before prepare's module (a bad value is refused before
-  checkpointing and the data pipeline load), and prepare repeats neither. prepare loads the
-  tokenizer and traces the abstract model; the mesh check, training, the evaluation plan and the
-  `none` variant reuse what it built."""
+  """One command (lcx.main's `run`, once main parsed the flags) checks the config once:
+  check_declared before jax is imported, check_code before prepare's module (a bad value is
+  refused before checkpointing and the data pipeline load), and prepare repeats neither.
+  prepare loads the tokenizer and traces the abstract model; the mesh check, training, the
+  evaluation plan and the `none` variant reuse what it built."""
   from lcx import config as config_lib, main
   from lcx.data import pipeline
   from lcx.model import decoder as model
-  from lcx.run import checkpoint, metrics
+  from lcx.run import checkpoint
   from lcx.tools.evaluate import checks as eval_checks
 
   calls = collections.Counter()
@@ -91,20 +90,7 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   )
   config = tiny_config(steps=2, checkpoint_every=2)
   workdir = tmp_path / "run"
-  flags = types.SimpleNamespace(  # the command line's flags, as absl parsed them
-    config=config,
-    workdir=str(workdir),
-    mode="train_and_eval",
-    eval_step=None,
-    force=False,
-    distributed="off",
-    coordinator_address="",
-    num_processes=0,
-    process_id=-1,
-  )
-  monkeypatch.setattr(main, "FLAGS", flags)
-  monkeypatch.setattr(metrics, "quiet_libraries", lambda: None)  # process-wide log filters
-  main.main(["lcx.main"])
+  main.run(config, str(workdir), "train_and_eval")
   assert (workdir / "eval" / "none.json").exists()  # it trained and evaluated
   assert calls == {
     "check_declared": 1,
