@@ -130,7 +130,7 @@ case "$cmd" in
   sweep) exec "$PY" -m lcx.tools.sweep "$@" ;;
   longrope) exec "$PY" -m lcx.tools.longrope "$@" ;;
   bench) exec "$PY" -m lcx.tools.bench "$@" ;;
-  data) exec "$PY" -m lcx.run.data.stats "$@" ;;
+  data) exec "$PY" -m lcx.data.stats "$@" ;;
   config) exec "$PY" -m lcx.fields "$@" ;;
   export) exec "$PY" -m lcx.tools.export "$@" ;;
   test)

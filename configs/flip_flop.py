@@ -7,7 +7,7 @@ tests longer sequences (up to factor x 256 instructions). Usage:
 """
 
 from lcx import defaults
-from lcx.run.data import tasks
+from lcx.data import tasks
 
 
 def get_config(arg=None):

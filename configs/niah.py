@@ -1,5 +1,5 @@
 """Needle retrieval past the training length: a byte model trained on the NIAH mix (RULER's
-multi-key, multi-query and multi-value variants, `lcx/run/data/tasks/retrieval.py`), tested on
+multi-key, multi-query and multi-value variants, `lcx/data/tasks/retrieval.py`), tested on
 each variant.
 
 Training documents hold 1..max_len filler sentences (max_len=8: up to 207 tokens) with two
@@ -12,7 +12,7 @@ unless eval.variants names them). Usage:
 """
 
 from lcx import defaults
-from lcx.run.data import tasks
+from lcx.data import tasks
 
 NIAH = ("multikey", "multiquery", "multivalue")
 

@@ -20,7 +20,7 @@ COMMANDS = {
   "longrope": ("lcx.tools.longrope", ()),
   "config": ("lcx.fields", ()),
   "bench": ("lcx.tools.bench", ()),
-  "data": ("lcx.run.data.stats", ()),
+  "data": ("lcx.data.stats", ()),
   "export": ("lcx.tools.export", ()),
 }
 # glibc's malloc on transparent huge pages: XLA:CPU steps 1.3x faster (docs/performance.md,

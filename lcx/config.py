@@ -20,7 +20,7 @@ import os
 
 import ml_collections
 
-from lcx import errors, files, protocols
+from lcx import data, errors, files, protocols
 from lcx.model import patterns
 from lcx.model.positions import fields as position_fields
 from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
@@ -35,7 +35,7 @@ from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   TEMPERATURES,
   is_block_size,
 )
-from lcx.run import data, metrics, resume
+from lcx.run import metrics, resume
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
@@ -222,8 +222,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
 def check_fields(config: ml_collections.ConfigDict) -> None:
   """Every check but the mesh's: ranges, cross-field rules and each section's own (no I/O,
   no model trace). Those that need no model code come first, so a bad value is refused before
-  jax is imported."""
+  jax is imported. A command runs the two parts apart (check_declared before importing jax,
+  check_code after jax.distributed is up), each once."""
   check_declared(config)
+  check_code(config)
+
+
+def check_code(config: ml_collections.ConfigDict) -> None:
+  """The checks that need the data's and the model's code, once `check_declared` passed."""
   data.validate(config.data)  # the global batch split across jax.process_count() processes
   from lcx.model import decoder as model  # jax: imported once the declared fields passed
 

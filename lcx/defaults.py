@@ -7,10 +7,9 @@ every field and default.
 
 import ml_collections
 
-from lcx import errors
+from lcx import data, errors
 from lcx.model import patterns
 from lcx.model.positions import fields  # the schemes' and remaps' fields, declared without jax
-from lcx.run import data
 
 # Sections picked whole by name, replaced by that name's fields and defaults: on the command line
 # (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.variants).
@@ -46,7 +45,7 @@ def get_config(arg=None):
 
   config = ml_collections.ConfigDict()
   config.seed = 0  # parameter init and sampled training positions (data.seed: data order)
-  config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/run/data/config.py)
+  config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/data/config.py)
 
   # The decoder: every field but the eval-time ones (lcx/variants.py) is trained.
   config.model = ml_collections.ConfigDict()

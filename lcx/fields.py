@@ -1,7 +1,7 @@
 """`./launch.sh config [--config=...]` (`python -m lcx.fields`): every config field with its
 default, what the checks allow and a one-line description, read from the declarations
 themselves so the list cannot drift from them: the defaults and their comments (lcx/defaults.py,
-lcx/run/data/config.py), the allowed values from lcx/config.py's RANGES and OPTIONS, and the
+lcx/data/config.py), the allowed values from lcx/config.py's RANGES and OPTIONS, and the
 scheme's and remap's fields from their records (lcx/model/positions/fields.py). No jax is imported.
 """
 
@@ -15,8 +15,8 @@ import tokenize
 import ml_collections
 
 from lcx import cli, config as config_lib, defaults
+from lcx.data import config as data_config
 from lcx.model.positions import fields as position_fields
-from lcx.run.data import config as data_config
 
 # The modules whose assignments declare the fields, with the section each one fills.
 DECLARATIONS = ((defaults, ""), (data_config, "data."))

@@ -62,36 +62,47 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics.quiet_libraries()
+  cluster = dict(
+    mode=FLAGS.distributed,
+    coordinator_address=FLAGS.coordinator_address,
+    num_processes=FLAGS.num_processes,
+    process_id=FLAGS.process_id,
+  )
+  run(FLAGS.config, FLAGS.workdir, FLAGS.mode, FLAGS.eval_step, force=FLAGS.force, cluster=cluster)
+
+
+def run(
+  config,
+  workdir: str,
+  mode: str,
+  eval_step: int | None = None,
+  *,
+  force: bool = False,
+  cluster: dict | None = None,
+) -> None:
+  """The command: the config checked once (its declared fields before jax is imported, the
+  rest before the modules below are), the cluster joined (`cluster`: initialize_distributed's
+  arguments, from the flags; None: one process), then the mode's work, from one `prepare` (the
+  model traced once) and one plan of the evaluations, both before anything is written; a bad
+  value exits via `fail`."""
+  trains, evaluates = MODES[mode]
   try:  # a bad value is refused before jax is imported (lcx.config imports none)
-    config_lib.check_declared(FLAGS.config)
+    config_lib.check_declared(config)
   except ValueError as error:
     fail(str(error))
   from lcx.run import sharding  # jax
 
   try:
-    sharding.initialize_distributed(
-      FLAGS.distributed, FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id
-    )
-  except ValueError as error:
-    fail(str(error))
-  run(FLAGS.config, FLAGS.workdir, FLAGS.mode, FLAGS.eval_step, force=FLAGS.force)
-
-
-def run(
-  config, workdir: str, mode: str, eval_step: int | None = None, *, force: bool = False
-) -> None:
-  """The mode's work, from one `prepare` (the config checked, the model traced once) and one
-  plan of the evaluations, both before anything is written; a bad value exits via `fail`."""
-  trains, evaluates = MODES[mode]
-  try:  # the fields first: a bad value is refused before the modules below are imported
-    config_lib.check_fields(config)
+    sharding.initialize_distributed(**(cluster or {"mode": "off"}))
+    config_lib.check_code(config)  # after the join: the batch splits across its processes
   except ValueError as error:
     fail(str(error))
   from lcx.run import prepare, train  # orbax, grain, TFDS: seconds
   from lcx.tools import evaluate
+  from lcx.tools.evaluate import during_train
 
   try:
-    prepared = prepare.prepare(config, workdir if trains else None)  # + init_from
+    prepared = prepare.prepare(config, workdir if trains else None, checked=True)  # + init_from
     todo = evaluate.plan(prepared) if evaluates else None  # every variant checked
   except (ValueError, errors.RunFault) as error:
     fail(str(error))
@@ -99,7 +110,11 @@ def run(
     "interrupted (SIGINT): run the same command to resume from the checkpoint just saved"
   )
   try:
-    outcome = train.train(config, workdir, prepared) if trains else None
+    outcome = None
+    if trains:
+      outcome = train.train(
+        config, workdir, prepared, evaluate_during_train=during_train.DuringTrain
+      )
   except errors.RunFault as error:  # a held workdir, a diverged loss, an unreadable checkpoint
     fail(str(error))
   except KeyboardInterrupt:  # a second Ctrl-C just after train's handler was put back: saved

@@ -154,7 +154,7 @@ def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
 def default_dataset():
   """Builds the default dataset once, whichever worker gets the lock first."""
   from configs import base
-  from lcx.run import data
+  from lcx import data
 
   os.makedirs(DATA_DIR, exist_ok=True)
   cfg = base.get_config("size=tiny").data

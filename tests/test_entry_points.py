@@ -44,7 +44,7 @@ CASES = {
     "--schemes='rope,spiral' is not allowed; allowed: comma lists of ",
   ),
   "data_build": (
-    "lcx.run.data.build",
+    "lcx.data.build",
     [
       "--config=configs/base.py",
       "--config.data.data_dir={tmp}/data",
@@ -54,7 +54,7 @@ CASES = {
     "data.text_files='/nonexistent/dir' matches no .txt or .jsonl file",
   ),
   "data_stats": (
-    "lcx.run.data.stats",
+    "lcx.data.stats",
     ["--config=configs/base.py", "--config.data.name=wikipedia"],
     "data.name='wikipedia' is not allowed; allowed: stdlib, books, ",
   ),

@@ -120,7 +120,7 @@ def test_flip_flop_has_every_row_of_path_table_1_with_three_seeds(arg):
 @pytest.mark.parametrize("arg", ["", "full"])
 def test_nope_tasks_is_its_13_tasks_by_8_schemes_by_3_seeds(arg):
   """A task registered later (its own experiment) does not join the table unrun."""
-  from lcx.run.data import tasks
+  from lcx.data import tasks
 
   runs = sweep.load(str(ROOT / "experiments" / "nope_tasks") + (f":{arg}" if arg else "")).runs
   named = {name.split("-")[0] for name in runs}

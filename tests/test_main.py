@@ -54,14 +54,15 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, args, message):
 def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_model_once(
   tmp_path, monkeypatch
 ):
-  """prepare checks the fields, loads the tokenizer and traces the abstract model; the mesh
-  check, training, the evaluation plan and the `none` variant reuse what it built. lcx.main
-  checks the fields once more before it imports prepare (a bad value is refused before
-  checkpointing and the data pipeline load; the check reads nothing and traces nothing: ~2 ms)."""
+  """One command (lcx.main's `run`, once main parsed the flags) checks the config once:
+  check_declared before jax is imported, check_code before prepare's module (a bad value is
+  refused before checkpointing and the data pipeline load), and prepare repeats neither.
+  prepare loads the tokenizer and traces the abstract model; the mesh check, training, the
+  evaluation plan and the `none` variant reuse what it built."""
   from lcx import config as config_lib, main
+  from lcx.data import pipeline
   from lcx.model import decoder as model
   from lcx.run import checkpoint
-  from lcx.run.data import pipeline
   from lcx.tools.evaluate import checks as eval_checks
 
   calls = collections.Counter()
@@ -74,7 +75,7 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
 
     return wrapper
 
-  for name in ("check_fields", "validate"):
+  for name in ("check_declared", "check_code", "check_fields", "validate"):
     monkeypatch.setattr(config_lib, name, counted(name, getattr(config_lib, name)))
   monkeypatch.setattr(eval_checks, "validate", counted("validate_eval", eval_checks.validate))
   monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
@@ -91,7 +92,13 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   workdir = tmp_path / "run"
   main.run(config, str(workdir), "train_and_eval")
   assert (workdir / "eval" / "none.json").exists()  # it trained and evaluated
-  assert calls == {"check_fields": 2, "abstract": 1, "tokenizer byte": 1, "open": 1}, calls
+  assert calls == {
+    "check_declared": 1,
+    "check_code": 1,
+    "abstract": 1,
+    "tokenizer byte": 1,
+    "open": 1,
+  }, calls
   in_memory = json.loads((workdir / "eval" / "none.json").read_text())
   # Evaluating the checkpoint from disk (one reader, one restore) gives the same result.
   calls.clear()

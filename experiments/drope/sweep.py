@@ -20,7 +20,7 @@ Published at 2x (multi-query / multi-key / multi-value): DroPE 28.0 / 41.6 / 23.
 """
 
 from lcx import errors, regime
-from lcx.run.data import tasks
+from lcx.data import tasks
 from lcx.tools.sweep import Run
 
 NIAH = "multikey,multiquery,multivalue"

@@ -17,7 +17,7 @@ Published error rates (ID / sparse / dense): RoPE 6.9 / 40.3 / 0.01 %, stick-bre
 """
 
 from lcx import errors, regime
-from lcx.run.data import tasks
+from lcx.data import tasks
 from lcx.tools.sweep import Run
 
 SCHEMES = {  # label -> (configs/flip_flop.py pos, overrides)

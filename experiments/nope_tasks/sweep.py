@@ -12,7 +12,7 @@ Published mean reciprocal rank: NoPE 0.69 > T5 0.55 > ALiBi 0.50 > RoPE 0.33 > A
 """
 
 from lcx import errors, regime
-from lcx.run.data import tasks
+from lcx.data import tasks
 from lcx.tools.sweep import Run
 
 SCHEMES = {

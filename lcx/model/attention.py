@@ -421,7 +421,7 @@ def attend_chunked(
   and only those from the start of its first query's document (packed documents: far less). It
   visits them from the diagonal outward (i, i-1, ..): the online softmax does not mind the
   order, and a contextual hook (CoPE) then carries a sum over the nearer keys from block to block.
-  Segments must be contiguous runs of a row, as packing makes them (`lcx.run.data.pipeline`).
+  Segments must be contiguous runs of a row, as packing makes them (`lcx.data.pipeline`).
   A sink logit (`sink_H`) starts the online softmax: running max = sink, sum = 1, no value.
   `prefix_BxSxH` (a scheme's `from_input` prefix sums c, or None): each block of logits gets
   the query block's c minus the key block's.

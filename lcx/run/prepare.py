@@ -22,12 +22,12 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import config as config_lib, errors, variants
+from lcx import config as config_lib, data, errors, variants
+from lcx.data import tokenizers
 from lcx.model import decoder as model_lib
 from lcx.model.decoder import is_variable
 from lcx.model.positions import scaling as scaling_lib
-from lcx.run import checkpoint, data, resume, sharding
-from lcx.run.data import tokenizers
+from lcx.run import checkpoint, resume, sharding
 from lcx.run.metrics import say
 from lcx.run.run_config import run_config as run_config  # was defined here: callers keep the name
 
@@ -80,15 +80,24 @@ def abstract_sharded(tree, mesh, rules):
   return jax.tree.map(one, tree, is_leaf=is_variable)
 
 
-def prepare(config: ml_collections.ConfigDict, workdir: str | None = None) -> Prepared:
+def prepare(
+  config: ml_collections.ConfigDict, workdir: str | None = None, *, checked: bool = False
+) -> Prepared:
   """Validates `config` (ValueError naming the field), then builds tokenizer, mesh and model.
 
   `workdir`: the run to train; with it a `train.init_from` is resolved (`_init_from`) and
   checked against its source, and `init_from` of the result says where parameters come from.
+  `checked`: the command's entry already ran config_lib.check_fields' two parts on `config`
+  (check_declared before importing jax, check_code before importing this module), so that
+  each runs once a command; prepare then checks only the mesh (and a train.scaling_file's
+  config).
   """
-  config = with_scaling_file(config)
-  # config_lib.validate's checks, before any data is read, sharing the one model trace
-  config_lib.check_fields(config)
+  scaled = with_scaling_file(config)
+  # config_lib.validate's checks, before any data is read, sharing the one model trace; a
+  # scaling file's factors are values no entry has checked yet
+  if not checked or scaled is not config:
+    config_lib.check_fields(scaled)
+  config = scaled
   config = config_lib.resolve(config, data.vocab_size(config.data))  # the tokenizer's, unloaded
   # A resume's changed fields, refused before a corpus is built or a model traced.
   resumed = _resumed(config, workdir) if workdir is not None else None

@@ -13,7 +13,7 @@ import fcntl
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +21,12 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import config as config_lib, errors
+from lcx import config as config_lib, data, errors
 from lcx.model import positions
 from lcx.model.decoder import Decoder
-from lcx.run import checkpoint, data, prepare as prepare_lib, resume, sharding
+from lcx.run import checkpoint, prepare as prepare_lib, resume, sharding
 from lcx.run.metrics import MetricWriter, say
 from lcx.run.prepare import abstract_sharded
-from lcx.tools.evaluate import during_train
 
 
 class NonFiniteLossError(errors.RunFault):
@@ -272,30 +271,45 @@ def workdir_lock(workdir: str):
     os.close(fd)  # releases the lock
 
 
-def train(config, workdir: str, prepared=None) -> Outcome:
+# Builds the evaluation during training (train.eval_every) from the prepared run, before
+# anything is written: `evaluator(params) -> {metric: value}`, logged with the step's metrics.
+MakeEvaluator = Callable[[Any], Callable[[Any], dict[str, float]]]
+
+
+def train(
+  config, workdir: str, prepared=None, *, evaluate_during_train: MakeEvaluator | None = None
+) -> Outcome:
   """Trains to config.train.steps, resuming from workdir if a checkpoint is there.
 
   Returns the metrics of the last logged step and whether a SIGTERM, SIGINT or preemption cut
   it short. The handlers come first, so a signal during setup also ends the call cleanly.
   `prepared`: `prepare(config, workdir)` (which resolves train.init_from), if already built.
+  `evaluate_during_train`: what train.eval_every runs, given by the command that trains
+  (lcx.tools.evaluate.during_train.DuringTrain), so that run/ imports nothing of tools/;
+  ValueError when train.eval_every asks for it and there is none.
   Raises errors.RunFault for a workdir another process trains in, or a non-finite step.
   """
+  if config.train.eval_every and evaluate_during_train is None:
+    raise ValueError(
+      f"train.eval_every={config.train.eval_every}: this caller of lcx.run.train.train gives "
+      "no evaluate_during_train (lcx.tools.evaluate.during_train.DuringTrain)"
+    )
   stop = _install_stop_flag()
   try:
     prepared = prepared or prepare_lib.prepare(config, workdir)
     with workdir_lock(workdir):
-      outcome = _train(prepared, workdir, stop)
+      outcome = _train(prepared, workdir, stop, evaluate_during_train)
     return dataclasses.replace(outcome, signal=stop["stop"] if outcome.interrupted else "")
   finally:
     for s, handler in stop["previous"].items():
       signal.signal(s, handler)
 
 
-def _train(prepared, workdir: str, stop: dict) -> Outcome:
+def _train(prepared, workdir: str, stop: dict, make_evaluator: MakeEvaluator | None) -> Outcome:
   # --- Setup: the prepared config (validated, tokenizer, mesh, abstract model), state. ---
   config, tokenizer, mesh = prepared.config, prepared.tokenizer, prepared.mesh
   # The validation sample of evaluation during training, drawn before anything is written.
-  evaluator = during_train.DuringTrain(prepared) if config.train.eval_every else None
+  evaluator = make_evaluator(prepared) if config.train.eval_every else None
   if jax.process_index() == 0:
     _record_changes(prepared.changed, workdir)  # before config.json claims them
     config_lib.save(config, workdir)

@@ -199,13 +199,13 @@ def main(
   from lcx.run.metrics import say
 
   try:
-    config_lib.check_fields(config)
+    config_lib.check_code(config)  # generate_cli ran check_declared, before jax
   except ValueError as error:
     fail(str(error))
   from lcx.run import prepare  # orbax, grain, TFDS: seconds
 
   try:
-    prepared = prepare.prepare(config)
+    prepared = prepare.prepare(config, checked=True)
     cfg, tokenizer = prepared.config, prepared.tokenizer
     if top_k > cfg.model.vocab_size:
       raise errors.not_allowed(

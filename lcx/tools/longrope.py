@@ -55,9 +55,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import cli, config as config_lib, errors, files, variants
+from lcx import cli, config as config_lib, data, errors, files, variants
 from lcx.model.positions import scaling
-from lcx.run import data, prepare as prepare_lib, progress, provenance
+from lcx.run import prepare as prepare_lib, progress, provenance
 from lcx.run.metrics import say
 from lcx.tools import longrope_cli
 from lcx.tools.evaluate import samples
@@ -348,7 +348,7 @@ def search(config, workdir: str) -> dict:
   FileNotFoundError (no checkpoint) come before anything is written.
   """
   validate(config)
-  prepared = prepare_lib.prepare(config)
+  prepared = prepare_lib.prepare(config, checked=True)  # validate ran check_fields
   cfg = prepared.config
   lr, train_len = cfg.eval.longrope, cfg.model.max_len
   scale = lr.target_len / train_len

@@ -141,6 +141,7 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
   from lcx import variants as variants_lib
   from lcx.run import prepare, train
   from lcx.tools import evaluate
+  from lcx.tools.evaluate import during_train
 
   workdir = runs_dir() / scheme
   if not has_checkpoint(workdir):
@@ -151,8 +152,8 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
       flush=True,
     )
     with _at_repo_root(workdir) as where:
-      interrupted = train.train(config, where).interrupted
-    if interrupted:
+      outcome = train.train(config, where, evaluate_during_train=during_train.DuringTrain)
+    if outcome.interrupted:
       raise RuntimeError(f"training {scheme} was interrupted; run the cell again to resume")
   missing = [
     v
@@ -175,7 +176,7 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
 def long_documents(config, length: int, count: int = 1, seed: int = 0) -> np.ndarray:
   """count x length tokens: the first `length` tokens of validation documents at least that
   long (the evaluation's `documents=long` draw), one document per row."""
-  from lcx.run import data
+  from lcx import data
   from lcx.tools.evaluate import samples
 
   chosen = samples.select(

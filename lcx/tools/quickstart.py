@@ -40,11 +40,13 @@ def main(argv):
     cli.fail(str(error))
   from lcx.run import prepare, train  # jax, orbax, grain: seconds
   from lcx.tools import evaluate
+  from lcx.tools.evaluate import during_train
 
   try:  # and every one prepared (the model traced) before the first one trains
     for scheme, config in configs:
       workdir = os.path.join(FLAGS.workdir, scheme)
-      runs.append((scheme, config, workdir, prepare.prepare(config, workdir)))
+      config_lib.check_code(config)  # check_declared ran above, before jax
+      runs.append((scheme, config, workdir, prepare.prepare(config, workdir, checked=True)))
   except ValueError as error:
     cli.fail(str(error))
   for i, (scheme, config, workdir, prepared) in enumerate(runs, 1):
@@ -54,7 +56,7 @@ def main(argv):
       "so far)",
       flush=True,
     )
-    outcome = train.train(config, workdir, prepared)
+    outcome = train.train(config, workdir, prepared, evaluate_during_train=during_train.DuringTrain)
     if outcome.interrupted:
       print("== stopped early (SIGTERM): run the same command again to resume", flush=True)
       return

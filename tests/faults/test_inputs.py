@@ -203,7 +203,7 @@ def _build(data_dir, text_files):
       f"--config.data.text_files={text_files}",
     ],
     check=False,
-    module="lcx.run.data.build",
+    module="lcx.data.build",
   )
 
 

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from lcx import errors, main
+from lcx.data import corpus
 from lcx.run import checkpoint, metrics, prepare, resume, train
-from lcx.run.data import corpus
 from lcx.tools import evaluate, report, sweep
 from lcx.tools.evaluate import memory
 from tests.helpers import ROOT, TINY_FLAGS, read_metrics, run_lcx, tiny_config

@@ -117,8 +117,8 @@ def test_bad_gate_names_the_field_and_the_choices():
 def test_gated_llama4_model_trains_evaluates_and_generates(tmp_path):
   """Elementwise gates, a NoPE block tempered as Llama 4: train, restore, score at 4 L with
   both kernels (the same loss), generate greedily."""
+  from lcx.data import pipeline
   from lcx.run import prepare, train
-  from lcx.run.data import pipeline
   from lcx.tools import generate
   from lcx.tools.evaluate import lengths, runner as runner_lib, samples
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx.run import checkpoint, data, prepare, sharding, train
+from lcx import data
+from lcx.run import checkpoint, prepare, sharding, train
 from lcx.tools import evaluate
 from tests.helpers import TINY_FLAGS, read_metrics, run_lcx, tiny_config
 

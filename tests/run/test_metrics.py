@@ -14,6 +14,7 @@ import pytest
 from lcx import config as config_lib, errors, main
 from lcx.run import metrics, progress, train
 from lcx.tools import evaluate
+from lcx.tools.evaluate import during_train
 from tests.helpers import tiny_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -132,7 +133,7 @@ def test_wandb_gets_training_and_final_evaluation_in_one_run(tmp_path, fake_wand
   config.eval.multipliers = config.eval.during_train = (1,)
   config.eval.during_train_tokens = 1024
   workdir = str(tmp_path / "run")
-  train.train(config, workdir)
+  train.train(config, workdir, evaluate_during_train=during_train.DuringTrain)
   (run,) = fake_wandb.runs
   run_id = (tmp_path / "run" / "wandb" / "lcx_run_id").read_text().strip()
   assert run.kwargs["id"] == run_id and run.kwargs["resume"] == "allow"

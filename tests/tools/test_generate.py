@@ -11,11 +11,11 @@ import pytest
 from flax import nnx
 
 from lcx import config as config_lib
+from lcx.data import tasks
 from lcx.model import patterns, positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps
 from lcx.run import prepare
-from lcx.run.data import tasks
 from lcx.tools import generate
 from lcx.tools.evaluate import runner as runner_lib, tasks as task_eval
 from tests import pairwise

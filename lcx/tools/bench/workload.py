@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lcx import config as config_lib, defaults
+from lcx import config as config_lib, data, defaults
 from lcx.model import positions
-from lcx.run import data, prepare, sharding, train
+from lcx.run import prepare, sharding, train
 from lcx.tools.bench.measure import Program
 
 

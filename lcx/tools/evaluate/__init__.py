@@ -32,9 +32,9 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, errors, files, variants
-from lcx.run import checkpoint, data, metrics, prepare as prepare_lib, provenance
-from lcx.run.data import pipeline
+from lcx import config as config_lib, data, errors, files, variants
+from lcx.data import pipeline
+from lcx.run import checkpoint, metrics, prepare as prepare_lib, provenance
 from lcx.run.metrics import say
 from lcx.tools import report
 from lcx.tools.evaluate import (

@@ -16,7 +16,8 @@ from __future__ import annotations
 import ml_collections
 import numpy as np
 
-from lcx.run import data, prepare as prepare_lib
+from lcx import data
+from lcx.run import prepare as prepare_lib
 from lcx.run.metrics import say
 from lcx.tools.evaluate import lengths as lengths_lib, samples, tasks as tasks_lib
 from lcx.tools.report import tasks as report_tasks

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lcx.run import data
+from lcx import data
 from lcx.run.metrics import say
 from lcx.tools.evaluate import samples, stats
 from lcx.tools.evaluate.runner import Runner

@@ -1,6 +1,6 @@
 """The task sweep: exact match of a synthetic task per size bucket (and per needle depth).
 
-Sizes are drawn uniformly up to task_eval_factor x task_max_len (`lcx.run.data.tasks`); each bucket
+Sizes are drawn uniformly up to task_eval_factor x task_max_len (`lcx.data.tasks`); each bucket
 is scored at its own width, so short sizes do not pay for the longest, and a bucket the scheme
 cannot score (a learned table too short) is reported as skipped with the reason. Exact match is
 scored by teacher forcing in one forward pass: the argmax answer equals the greedy decode
@@ -13,8 +13,8 @@ import hashlib
 
 import numpy as np
 
+from lcx.data import tasks
 from lcx.run import timing
-from lcx.run.data import tasks
 from lcx.run.metrics import say
 from lcx.tools.evaluate import stats
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lcx import variants
-from lcx.run.data import tasks
+from lcx.data import tasks
 from lcx.tools import evaluate
 from lcx.tools.evaluate import beta_fit, samples
 from tests.helpers import tiny_config

@@ -25,7 +25,7 @@ def _config(**train_fields):
 def runs(tmp_path_factory):
   plain, evaluated = tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("evaluated")
   train.train(_config(), str(plain))
-  train.train(_config(eval_every=5), str(evaluated))
+  train.train(_config(eval_every=5), str(evaluated), evaluate_during_train=during_train.DuringTrain)
   return plain, evaluated
 
 
@@ -84,3 +84,12 @@ def test_task_runs_refuse_eval_every():
   config.data.name = "task"
   with pytest.raises(ValueError, match=r"^train\.eval_every=5 scores validation text"):
     config_lib.validate(config)
+
+
+def test_train_without_the_evaluator_eval_every_asks_for_refuses_before_writing(tmp_path):
+  """run/ imports nothing of tools/: the command that trains passes the evaluator in, and a
+  caller that passes none is refused, not trained silently without its evaluation."""
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match=r"^train\.eval_every=5: .* no evaluate_during_train"):
+    train.train(_config(eval_every=5), str(workdir))
+  assert not workdir.exists()

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
+from lcx.data import pipeline, tokenizers
 from lcx.run import prepare, train
-from lcx.run.data import pipeline, tokenizers
 from lcx.tools import evaluate
 from lcx.tools.evaluate import kinds, lengths, runner as runner_lib, samples
 from tests.helpers import DATA_DIR, run_lcx, tiny_config

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from lcx import config as config_lib
+from lcx.data.tokenizers import ByteTokenizer
 from lcx.run import train
-from lcx.run.data.tokenizers import ByteTokenizer
 from lcx.tools import evaluate
 from lcx.tools.evaluate import checks as eval_checks, passkey
 from tests.helpers import run_lcx, tiny_config

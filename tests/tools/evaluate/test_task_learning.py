@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from lcx.data import tasks
 from lcx.run import prepare, train
-from lcx.run.data import tasks
 from lcx.tools.evaluate import runner as runner_lib, tasks as task_eval
 from tests.helpers import tiny_config
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from lcx.data import tasks
 from lcx.run import prepare, train
-from lcx.run.data import tasks
 from lcx.tools import evaluate
 from lcx.tools.evaluate import runner as runner_lib, tasks as task_eval
 from tests.helpers import tiny_config
