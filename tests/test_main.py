@@ -3,7 +3,6 @@ file is written; config-specific messages are in test_config.py."""
 
 import collections
 import json
-import time
 
 import pytest
 
@@ -132,11 +131,6 @@ def test_a_bad_field_is_refused_before_jax_is_imported(tmp_path, override, messa
   """The config file, the flags and the field checks load no jax (6-7 s of a typo's wait
   before): the module list Python prints under PYTHONPROFILEIMPORTTIME has no jax or flax."""
   workdir = tmp_path / "run"
-  start = time.monotonic()
   error = refused_before_jax(["--config=configs/base.py", override, f"--workdir={workdir}"])
-  seconds = time.monotonic() - start
   assert error.startswith("error: " + message), error
-  # 0.6-0.8 s at load 6 on the shared 2-core machine (2.9-4.0 s with jax), 2.4-3.8 s at load 12
-  # (12-24 s with jax): the bound leaves room for load; the import list above is the strict part.
-  assert seconds < 6, seconds
   assert not workdir.exists()
