@@ -234,6 +234,7 @@ def flash_attention(
   interpret: bool | None = None,
   backend: str | None = None,
   kernel=None,
+  max_table: int | None = None,
 ) -> jax.Array:
   """-> out_BxHxTxE; the inputs of `reference.attention_reference` (q, k already rotated).
 
@@ -249,7 +250,8 @@ def flash_attention(
   positions. `prefix_BxSxH`: an input hook's prefix sums c (FoX), or None.
   `backend` (default: jax's) is the platform lowered for: interpret mode on CPU unless
   `interpret` says. `kernel`: the custom_vjp run on the prepared inputs (default this
-  module's; the TPU's: mosaic.py).
+  module's; the TPU's: mosaic.py). `max_table`: the largest table half N a kernel reads (None:
+  any); past it the hook kernels run.
   """
   b, t, h, e = qk_pairs[0][0].shape
   g = qk_pairs[0][1].shape[2]
@@ -275,9 +277,8 @@ def flash_attention(
   # kernel's business, and on a GPU an input of another size than a power of two fails.
   leaves, head_axes = (jax.tree.leaves(state), _head_axes(state)) if bias is not None else ([], ())
   half = pl.next_power_of_2(tp)
-  found = (
-    _distance_table(scheme, half, h) if bias is not None and _int_positions(branches) else None
-  )
+  tabled = bias is not None and _int_positions(branches) and half <= (max_table or half)
+  found = _distance_table(scheme, half, h) if tabled else None
   table, table_params = None, []
   if found is not None:  # evaluated once here; its gradient comes back through `leaves`
     table, table_fn = found

@@ -23,6 +23,7 @@ blocks are at least 128 tokens on a TPU (or the padded T, when shorter): a row's
 lane dimension. The backward kernels are the GPU's (recompute p from the saved logsumexp);
 the distance table's parameter gradient is summed against its Jacobian in the dq kernel and
 routed to the parameters in XLA (`flash_specs._dleaves`), as there.
+A distance table longer than `TABLE_HALF` (a whole head row is a block) gives way to the hook.
 `mosaic_attention` is `flash.flash_attention` running these kernels; interpret mode on CPU.
 """
 
@@ -42,6 +43,10 @@ from lcx.model.kernels.flash_specs import _dleaves, _kernel_inputs
 F32 = jnp.float32
 LANES = 128  # a row block's minimum on a TPU (the lane dimension)
 SEMANTICS = ("parallel", "parallel", "parallel", "arbitrary")
+# The largest distance table (half N) these kernels read: head h's 2N row sits in VMEM and the
+# gather broadcasts it to a block's query rows (128 x 8192 f32: 4 MiB). Longer rows (long
+# evaluations) take the hook kernels, which read the scheme's parameters alone.
+TABLE_HALF = 4096
 
 
 def _flat(x, axis):
@@ -296,4 +301,6 @@ def mosaic_attention(*args, block_q: int = flash.BLOCK, block_k: int = flash.BLO
   interpret = kw.get("interpret")
   if not (backend == "cpu" if interpret is None else interpret):
     block_q, block_k = max(block_q, LANES), max(block_k, LANES)
-  return flash.flash_attention(*args, block_q=block_q, block_k=block_k, kernel=_mosaic, **kw)
+  return flash.flash_attention(
+    *args, block_q=block_q, block_k=block_k, kernel=_mosaic, max_table=TABLE_HALF, **kw
+  )

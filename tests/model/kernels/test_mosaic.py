@@ -143,3 +143,12 @@ def test_tpu_blocks_are_at_least_a_lane_row_of_128(monkeypatch):
   assert _mosaic_calls(cfg) > 0
   assert set(seen) == {(128, 128, 256)}
   assert flash.BLOCK >= mosaic.LANES
+
+
+def test_a_table_past_tpu_table_half_gives_way_to_the_hook(monkeypatch):
+  """Head h's whole table row is a VMEM block: past `TABLE_HALF` (here 128, below T = 256's
+  256) only the hook kernels lower, three a layer, not six."""
+  _as_on(monkeypatch, TPU)
+  cfg = _gqa_config("alibi")
+  monkeypatch.setattr(mosaic, "TABLE_HALF", 128)
+  assert _mosaic_calls(cfg) == 3 * cfg.num_layers
