@@ -20,11 +20,14 @@ are scalar-prefetched (SMEM), so each program's block ranges are the GPU kernel'
 (`flash_plan._key_ranges`, `_query_ranges`): a step outside them runs nothing and its index
 map clamps to the range's end (no new copy); only edge blocks are masked. Key and query
 blocks are at least 128 tokens on a TPU (or the padded T, when shorter): a row's block is a
-lane dimension. The backward kernels are the GPU's (recompute p from the saved logsumexp);
-the distance table's parameter gradient is summed against its Jacobian in the dq kernel and
-routed to the parameters in XLA (`flash_specs._dleaves`), as there.
-A distance table longer than `TABLE_HALF` (a whole head row is a block) gives way to the hook.
+lane dimension. The backward kernels follow the GPU's (p recomputed from the saved
+logsumexp); the distance table's parameter gradient is summed against its Jacobian in the dq
+kernel and routed to the parameters in XLA (`flash_specs._dleaves`), as there. A distance
+table longer than `TABLE_HALF` (a whole head row is a block) gives way to the hook.
 `mosaic_attention` is `flash.flash_attention` running these kernels; interpret mode on CPU.
+Checked by interpret mode against the dense path and by jax's Mosaic lowering on CPU
+(tests/model/kernels/test_mosaic.py); Mosaic's own compiler (its layouts of the 1-D rows,
+the lane gather) runs only on a TPU, where no run has been made yet.
 """
 
 from __future__ import annotations
