@@ -201,11 +201,17 @@ def _flash_bwd(st, res, do_BxHxTxE):
   dks = [dk.reshape(b, tp, g, st.per, e).sum(3) for dk in dkv_out[:n]]
   dv = dkv_out[n].reshape(b, g, st.per, tp, e).sum(2)
   dprefix = dq_out[-1] + dkv_out[-1] if st.has_prefix else None
-  dsink = None
-  if st.has_sink:  # the sink's weight exp(sink - lse), times -delta (attention._softmax_bwd)
-    weight_BxHxT = jnp.exp(sink[None, :, None] - lse_BxHxT)
-    dsink = -jnp.sum(weight_BxHxT * delta_BxHxT, (0, 2)).astype(sink.dtype)
+  dsink = sink_grad(st, sink, lse_BxHxT, delta_BxHxT)
   return (dqs, dks, dv, dleaves, dsink, dprefix), None
+
+
+def sink_grad(st, sink_H, lse_BxHxT, delta_BxHxT):
+  """The sink's gradient (None without one): its weight exp(sink - lse), times -delta
+  (attention._softmax_bwd)."""
+  if not st.has_sink:
+    return None
+  weight_BxHxT = jnp.exp(sink_H[None, :, None] - lse_BxHxT)
+  return -jnp.sum(weight_BxHxT * delta_BxHxT, (0, 2)).astype(sink_H.dtype)
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -227,6 +233,8 @@ def flash_attention(
   block_k: int = BLOCK,
   interpret: bool | None = None,
   backend: str | None = None,
+  kernel=None,
+  max_table: int | None = None,
 ) -> jax.Array:
   """-> out_BxHxTxE; the inputs of `reference.attention_reference` (q, k already rotated).
 
@@ -241,7 +249,9 @@ def flash_attention(
   biases (FIRE, fractional remaps) call the scheme's `kernel_bias` hook per block on float32
   positions. `prefix_BxSxH`: an input hook's prefix sums c (FoX), or None.
   `backend` (default: jax's) is the platform lowered for: interpret mode on CPU unless
-  `interpret` says.
+  `interpret` says. `kernel`: the custom_vjp run on the prepared inputs (default this
+  module's; the TPU's: mosaic.py). `max_table`: the largest table half N a kernel reads (None:
+  any); past it the hook kernels run.
   """
   b, t, h, e = qk_pairs[0][0].shape
   g = qk_pairs[0][1].shape[2]
@@ -267,9 +277,8 @@ def flash_attention(
   # kernel's business, and on a GPU an input of another size than a power of two fails.
   leaves, head_axes = (jax.tree.leaves(state), _head_axes(state)) if bias is not None else ([], ())
   half = pl.next_power_of_2(tp)
-  found = (
-    _distance_table(scheme, half, h) if bias is not None and _int_positions(branches) else None
-  )
+  tabled = bias is not None and _int_positions(branches) and half <= (max_table or half)
+  found = _distance_table(scheme, half, h) if tabled else None
   table, table_params = None, []
   if found is not None:  # evaluated once here; its gradient comes back through `leaves`
     table, table_fn = found
@@ -318,7 +327,7 @@ def flash_attention(
       head_consts + hook_consts,
       table_params if table is not None else [],  # the table, its Jacobian or None
     )
-    return _flash(st, diff, nondiff)
+    return (_flash if kernel is None else kernel)(st, diff, nondiff)
 
   if table is None:
     out = run(None)

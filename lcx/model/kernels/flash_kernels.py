@@ -41,10 +41,10 @@ def _eval_primal(jaxpr, consts, *args):
   return [read(v) for v in jaxpr.outvars]
 
 
-def _head_bias(st, r: _Refs, leaves, q_pos_Q, k_pos_S, h, *, evaluate=_eval_primal):
+def _head_bias(st, consts, leaves, q_pos_Q, k_pos_S, h, *, evaluate=_eval_primal):
   """Head h's bias on one block: the scheme's `kernel_bias` hook on the block's positions, QxS
-  f32. `evaluate`: `jax.core.eval_jaxpr` where the hook is differentiated (its custom rules)."""
-  consts = [c[...] for c in r.consts]
+  f32 (`consts`: the per-head constants, then the captured ones, as values). `evaluate`:
+  `jax.core.eval_jaxpr` where the hook is differentiated (its custom rules)."""
   head_consts, consts = consts[: st.num_head_consts], consts[st.num_head_consts :]
   (bias,) = evaluate(st.bias, consts, *leaves, *head_consts, q_pos_Q[None], k_pos_S[None])
   bias = bias[0]  # NxQxS, N = 1 (shared, or head h's from per-head parameters) or H
@@ -63,25 +63,60 @@ class _Block:
   vjps: list
 
 
+class _Slices:
+  """A block pair's rows as slices of whole-row refs (this kernel's layout): `q(name)` the
+  query block's, `k(name)` the key block's (`b`: a branch's position row); `lookup` reads the
+  distance table at indices. The TPU kernel (mosaic_kernels.py) reads its blocks instead."""
+
+  def __init__(self, st, r: _Refs, i, j):
+    self.r, self.qs = r, pl.ds(i * st.block_q, st.block_q)
+    self.ks = pl.ds(j * st.block_k, st.block_k)
+    self.q_idx = i * st.block_q + jnp.arange(st.block_q)
+    self.k_idx = j * st.block_k + jnp.arange(st.block_k)
+    self.consts = [c[...] for c in r.consts] if st.bias is not None else []
+
+  def _row(self, name, b):
+    ref = getattr(self.r, name)
+    return ref if b is None else ref[b]
+
+  def q(self, name, b=None):
+    return self._row(name, b)[self.qs]
+
+  def k(self, name, b=None):
+    return self._row(name, b)[self.ks]
+
+  def lookup(self, idx):
+    return self.r.params[0][idx]
+
+
 def _scores(st, r: _Refs, leaves, h, i, j, q_blocks, *, masked=True, want_vjps=False):
-  """Query block i (its q blocks per branch, scaled) against key block j for head h.
-  `masked`: apply causality, documents and the pattern (an edge block); an interior block
-  (`_ranges`) is all visible."""
-  qs, ks = pl.ds(i * st.block_q, st.block_q), pl.ds(j * st.block_k, st.block_k)
+  """Query block i (its q blocks per branch, scaled) against key block j for head h, read
+  from whole-row refs (`_Slices`)."""
+  ks = pl.ds(j * st.block_k, st.block_k)
+  k_blocks = [k[ks, :] for k in r.ks]
+  rows = _Slices(st, r, i, j)
+  return _block_scores(st, rows, leaves, h, q_blocks, k_blocks, masked=masked, want_vjps=want_vjps)
+
+
+def _block_scores(st, rows, leaves, h, q_blocks, k_blocks, *, masked=True, want_vjps=False):
+  """A query block's q blocks (per branch, scaled) against a key block's k blocks for head h,
+  their rows read through `rows` (`_Slices`, or the TPU kernel's blocks). `masked`: apply
+  causality, documents and the pattern (an edge block); an interior block (`_ranges`) is all
+  visible."""
   logits, idxs, vjps = [], [], []
-  for b, q in enumerate(q_blocks):
-    s_QxS = jnp.einsum("qe,se->qs", q, r.ks[b][ks, :], preferred_element_type=F32)
+  for b, (q, k) in enumerate(zip(q_blocks, k_blocks)):
+    s_QxS = jnp.einsum("qe,se->qs", q, k, preferred_element_type=F32)
     idx = None
     if st.table is not None:  # the head's row of the distance table at q - k
-      idx = r.q_pos[b][qs][:, None] - r.k_pos[b][ks][None, :] + st.table.half
-      s_QxS = s_QxS + r.params[0][idx]
+      idx = rows.q("q_pos", b)[:, None] - rows.k("k_pos", b)[None, :] + st.table.half
+      s_QxS = s_QxS + rows.lookup(idx)
     elif st.bias is not None:
-      q_pos, k_pos = r.q_pos[b][qs], r.k_pos[b][ks]
+      q_pos, k_pos = rows.q("q_pos", b), rows.k("k_pos", b)
       if not want_vjps:
-        bias_QxS = _head_bias(st, r, leaves, q_pos, k_pos, h)
+        bias_QxS = _head_bias(st, rows.consts, leaves, q_pos, k_pos, h)
       else:
         bias_QxS, vjp = jax.vjp(
-          lambda lv: _head_bias(st, r, lv, q_pos, k_pos, h, evaluate=jax.core.eval_jaxpr),
+          lambda lv: _head_bias(st, rows.consts, lv, q_pos, k_pos, h, evaluate=jax.core.eval_jaxpr),
           leaves,
         )
         vjps.append(vjp)
@@ -91,7 +126,7 @@ def _scores(st, r: _Refs, leaves, h, i, j, q_blocks, *, masked=True, want_vjps=F
   sels = [None] * st.branches
   s_QxS = logits[-1]
   if st.branches > 1:  # the first branch whose `use` holds wins (attention.scores)
-    pos_q, pos_k = r.pos[qs], r.pos[ks]
+    pos_q, pos_k = rows.q("pos"), rows.k("pos")
     taken = jnp.zeros(s_QxS.shape, bool)
     for b, use in enumerate(st.uses[:-1]):
       sels[b] = use(pos_q[:, None], pos_k[None, :]) & ~taken
@@ -100,13 +135,16 @@ def _scores(st, r: _Refs, leaves, h, i, j, q_blocks, *, masked=True, want_vjps=F
     for b in range(st.branches - 1):
       s_QxS = jnp.where(sels[b], logits[b], s_QxS)
   if st.has_prefix:  # c_i - c_j (FoX), on the merged logits as attention.logits
-    s_QxS = s_QxS + (r.prefix[qs][:, None] - r.prefix[ks][None, :])
+    s_QxS = s_QxS + (rows.q("prefix")[:, None] - rows.k("prefix")[None, :])
   if masked:
-    q_idx = i * st.block_q + jnp.arange(st.block_q)
-    k_idx = j * st.block_k + jnp.arange(st.block_k)
-    seg_q, seg_k, doc_q, doc_k = r.seg[qs], r.seg[ks], r.doc[qs], r.doc[ks]
     mask_QxS = attention.visible(
-      q_idx, k_idx, seg_q[None], seg_k[None], doc_q[None], doc_k[None], st.pattern
+      rows.q_idx,
+      rows.k_idx,
+      rows.q("seg")[None],
+      rows.k("seg")[None],
+      rows.q("doc")[None],
+      rows.k("doc")[None],
+      st.pattern,
     )[0]
     s_QxS = jnp.where(mask_QxS, s_QxS, NEG_INF)
   return _Block(s_QxS, sels, idxs, vjps)
@@ -150,13 +188,13 @@ def _fwd_kernel(*refs, st: _Static):
 
 def _jac_sums(st, jac, blk: _Block, ds_QxS, dtheta_P):
   """dtheta + each parameter's sum of ds times the table's derivative in it at q - k (`jac`:
-  head h's row of the Jacobian, num_jac x 2 half flat)."""
+  indices -> head h's row of the Jacobian, num_jac x 2 half flat, at them)."""
   n = 2 * st.table.half
   p_P = jnp.arange(st.table.num_jac)
   for idx, sel in zip(blk.idxs, blk.sels):
     ds = _picked(ds_QxS, sel)
     for p in range(st.table.num_jac):
-      dtheta_P = dtheta_P + jnp.where(p_P == p, jnp.sum(ds * jac[idx + p * n]), 0.0)
+      dtheta_P = dtheta_P + jnp.where(p_P == p, jnp.sum(ds * jac(idx + p * n)), 0.0)
   return dtheta_P
 
 
@@ -194,7 +232,7 @@ def _dq_kernel(*refs, st: _Static):
       (grads,) = vjp(_picked(ds_QxS, sel))
       dleaves = [a + g.astype(F32) for a, g in zip(dleaves, grads)]
     if table_grad:
-      dleaves = [_jac_sums(st, jac_ref, blk, ds_QxS, dleaves[0])]
+      dleaves = [_jac_sums(st, jac_ref.__getitem__, blk, ds_QxS, dleaves[0])]
     return dqs, dleaves, dprefix_Q + ds_QxS.sum(-1)
 
   dleaf_init = [jnp.zeros(x.shape, F32) for x in leaves]

@@ -87,8 +87,14 @@ def _split(refs, st: _Static) -> tuple[_Refs, list]:
   return common, list(it)
 
 
+def _div(a, b):
+  """a // b on non-negative indices, truncating (lax.div): jnp's floor division adds a sign
+  correction, whose Mosaic lowering asks the TPU's generation (none when lowering on CPU)."""
+  return jax.lax.div(a, b)
+
+
 def _cdiv(a, b):
-  return (a + b - 1) // b
+  return _div(a + b - 1, b)
 
 
 def _ranges(lo, interior_lo, interior_hi, hi):
@@ -120,13 +126,13 @@ def _key_ranges(st, r: _Refs, i):
   bq, bk = st.block_q, st.block_k
   first, last = i * bq, i * bq + bq - 1
   start_first, start_last = first - r.doc[first], last - r.doc[last]
-  lo, hi = start_first // bk, last // bk + 1
+  lo, hi = _div(start_first, bk), _div(last, bk) + 1
   if st.pattern is not None:  # every block masked: one loop, from the window's first key
     window = _window(st.pattern)
     if window is not None:
-      lo = jnp.maximum(lo, jnp.maximum(first - window + 1, 0) // bk)
+      lo = jnp.maximum(lo, _div(jnp.maximum(first - window + 1, 0), bk))
     return ((lo, hi, True),)
-  interior_hi = jnp.where(start_first == start_last, (first + 1) // bk, 0)
+  interior_hi = jnp.where(start_first == start_last, _div(first + 1, bk), 0)
   return _ranges(lo, _cdiv(start_last, bk), interior_hi, hi)
 
 
@@ -137,13 +143,13 @@ def _query_ranges(st, r: _Refs, j):
   bq, bk = st.block_q, st.block_k
   first, last = j * bk, j * bk + bk - 1
   end_first, end_last = r.end[first], r.end[last]
-  lo, hi = first // bq, end_last // bq + 1
+  lo, hi = _div(first, bq), _div(end_last, bq) + 1
   if st.pattern is not None:  # every block masked: one loop, up to the window's last query
     window = _window(st.pattern)
     if window is not None:
-      hi = jnp.minimum(hi, (last + window - 1) // bq + 1)
+      hi = jnp.minimum(hi, _div(last + window - 1, bq) + 1)
     return ((lo, hi, True),)
-  interior_hi = jnp.where(end_first == end_last, (end_first + 1) // bq, 0)
+  interior_hi = jnp.where(end_first == end_last, _div(end_first + 1, bq), 0)
   return _ranges(lo, _cdiv(last, bq), interior_hi, hi)
 
 

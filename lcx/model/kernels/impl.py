@@ -1,13 +1,14 @@
 """`model.attention.impl`: which attention implementation a model runs.
 
-auto    the Pallas kernel on GPU, the XLA kernels (lcx.model.attention) on CPU and TPU; a model
-        the kernel cannot run (CoPE's contextual hook, PaTH's Householders,
-        stick-breaking attention) falls back to XLA
+auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.model.attention) on CPU; a
+        model the kernel cannot run (CoPE's contextual hook, PaTH's Householders,
+        stick-breaking attention, a scheme's platform blocker: `SCHEME_BLOCKERS`) falls back
+        to XLA
 xla     lcx.model.attention's dense and chunked kernels, everywhere
-pallas  `flash.flash_attention` for training and evaluation (interpret mode on CPU: exact,
-        slow, for tests); generation's cached steps stay on the XLA path. Refused on a TPU:
-        the kernel's blocks cut one head out of a token-major array, which Mosaic (the TPU
-        lowering) refuses for every model (`PLATFORM_BLOCKERS`)
+pallas  the platform's Pallas kernel (`KERNELS`: `mosaic.mosaic_attention` on a TPU, whose
+        blocks Mosaic accepts; `flash.flash_attention`, through Triton, elsewhere) for
+        training and evaluation (interpret mode on CPU: exact, slow, for tests); generation's
+        cached steps stay on the XLA path. Refused with a model the kernel cannot run there
 
 The XLA kernels of each `model.attention.kind` (`get_kernel`): softmax (lcx.model.attention) and
 stick-breaking (lcx.model.stick_breaking, built on lcx.model.attention's logits), which share the
@@ -24,16 +25,21 @@ from flax import nnx
 
 from lcx import errors, options
 from lcx.model import attention, cpu_tuned, stick_breaking
-from lcx.model.kernels import flash
+from lcx.model.kernels import flash, mosaic
 from lcx.model.positions import base as positions_base
 
 FIELD = "model.attention.impl"
 GPUS = flash.GPUS  # backends where the kernel lowers through Triton
 ACCELERATORS = GPUS + ("tpu",)  # jax.default_backend() names where auto may pick a kernel
-# Backends where no model lowers through the kernel, and why (tests/model/kernels/
-# test_platform_lowering.py lowers a whole model for each platform on CPU).
-PLATFORM_BLOCKERS = {
-  "tpu": "on a TPU (its block shapes, one head of a token-major array, do not lower through Mosaic)"
+# Platforms with a Pallas kernel of their own (head-major blocks, which Mosaic accepts; the
+# Triton kernel's, one head of a token-major array, it refuses); elsewhere flash.flash_attention.
+KERNELS = {"tpu": mosaic.mosaic_attention}
+# Per platform: why a scheme's bias keeps its kernel off it (the scheme's declared blocker) and
+# the platform's name in the message (tests/model/kernels/test_triton_lowering.py and
+# test_mosaic.py lower every scheme for each on CPU).
+SCHEME_BLOCKERS = {
+  **{gpu: (positions_base.gpu_kernel_blocker, "a GPU") for gpu in GPUS},
+  "tpu": (positions_base.tpu_kernel_blocker, "a TPU"),
 }
 
 
@@ -82,13 +88,13 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
     return f"model.position.name={model_cfg.position.name!r} (Householder transforms, PaTH)"
   if model_cfg.attention.temperature == "scale_invariant":
     return "model.attention.temperature='scale_invariant' (a (scale, shift) logit transform)"
-  blocker = positions_base.gpu_kernel_blocker(model_cfg.position.name, model_cfg.position)
   backend = jax.default_backend() if backend is None else backend
-  if backend in PLATFORM_BLOCKERS:
-    return PLATFORM_BLOCKERS[backend]
-  if blocker and backend in GPUS:
-    return f"model.position.name={model_cfg.position.name!r} on a GPU ({blocker})"
-  return None
+  if backend not in SCHEME_BLOCKERS:  # interpret mode (CPU) runs any hook
+    return None
+  blocker_of, where = SCHEME_BLOCKERS[backend]
+  name = model_cfg.position.name
+  blocker = blocker_of(name, model_cfg.position)
+  return f"model.position.name={name!r} on {where} ({blocker})" if blocker else None
 
 
 def check_impl(model_cfg, backend: str | None = None) -> None:
@@ -121,6 +127,7 @@ def attend_flash(
   sink_H=None,
   prefix_BxSxH=None,
   block=flash.BLOCK,
+  platform=None,
 ):
   """An `attention.Kernel.attend` over a chunked plan: rotate per branch, then the kernel
   (`prefix_BxSxH`: an input hook's prefix sums, FoX's, read by the kernel); under forward mode
@@ -141,7 +148,8 @@ def attend_flash(
       sink_H=sink_H,
       prefix_BxSxH=prefix_BxSxH,
     )
-  return flash.flash_attention(
+  run = KERNELS.get(platform or jax.default_backend(), flash.flash_attention)
+  return run(
     attention.rotate(q_BxTxHxE, k_BxTxGxE, plan, scheme),
     v_BxGxTxE,
     plan.branches,
@@ -157,6 +165,8 @@ def attend_flash(
   )
 
 
-def flash_kernel(block: int = flash.BLOCK) -> attention.Kernel:
-  """The Pallas kernel as an `attention.Kernel`: the chunked kernel's plan (positions only)."""
-  return attention.Kernel(attention.prepare_chunked, functools.partial(attend_flash, block=block))
+def flash_kernel(block: int = flash.BLOCK, platform: str | None = None) -> attention.Kernel:
+  """The Pallas kernel as an `attention.Kernel`: the chunked kernel's plan (positions only).
+  `platform`: whose kernel (`KERNELS`; default jax's backend), in interpret mode on CPU."""
+  attend = functools.partial(attend_flash, block=block, platform=platform)
+  return attention.Kernel(attention.prepare_chunked, attend)

@@ -117,6 +117,11 @@ class Scheme(nnx.Module):
   # hook. `model.attention.impl=auto` then keeps the XLA path on a GPU; tests/model/kernels checks
   # every scheme's `bias` lowers for CUDA exactly when this is None.
   gpu_kernel_blocker: str | None = None
+  # Why the TPU (Mosaic) flash kernel cannot evaluate this scheme's `kernel_bias` or its
+  # parameter gradient on a block, or None when it can (lcx/model/kernels/mosaic.py). Mosaic
+  # lowers a matmul contracting one axis; tests/model/kernels/test_mosaic.py lowers every
+  # scheme's model for TPU on CPU, exactly when this is None.
+  tpu_kernel_blocker: str | None = None
   # Why `impl=auto` keeps the XLA path on a GPU although the kernel runs the scheme there (a
   # measurement: the kernel was slower), or None. `impl=pallas` still runs the kernel.
   gpu_auto_xla: str | None = None
@@ -211,6 +216,13 @@ def gpu_kernel_blocker(name: str, cfg=None) -> str | None:
   (`Scheme.gpu_kernel_blocker_of`)."""
   cls = spec(name).cls
   return cls.gpu_kernel_blocker if cfg is None else cls.gpu_kernel_blocker_of(cfg)
+
+
+def tpu_kernel_blocker(name: str, cfg=None) -> str | None:
+  """Why the TPU flash kernel cannot run the scheme (its class's `tpu_kernel_blocker`); `cfg`
+  (a `model.position` section) as `gpu_kernel_blocker`'s, no field value blocks one yet."""
+  del cfg
+  return spec(name).cls.tpu_kernel_blocker
 
 
 def power_of_two_blocker(cfg, field: str, size: int, what: str) -> str | None:

@@ -228,6 +228,9 @@ class FIRE(Scheme):
   """
 
   gpu_kernel_blocker = "its bias MLP is a 4-D matmul (Triton lowers 2-D matmuls)"
+  tpu_kernel_blocker = (
+    "its bias MLP's weight gradient is a matmul contracting 3 axes (Mosaic contracts one)"
+  )
 
   def __init__(self, *, dims, rngs, hidden, c_init, threshold_init, init):
     def normal(shape, fan_in):

@@ -66,10 +66,12 @@ def _compare(
   scheme_fields=None,
   inputs=None,
   table=None,
+  platform=None,
 ):
   """attend_flash == attend_dense in value and in every gradient (q, k, v, sink, parameters).
   `table`: whether the kernels must read a distance table (True) or call the hook (False)
-  on these positions (`flash._distance_table`, `flash._in_table`); None: either."""
+  on these positions (`flash._distance_table`, `flash._in_table`); None: either. `platform`:
+  whose kernel (`impl.KERNELS`: "tpu", the Mosaic one), default this one."""
   cfg = positions.default_config(scheme_name)
   for field, value in (scheme_fields or {}).items():
     cfg[field] = value
@@ -93,7 +95,7 @@ def _compare(
     return out_BxHxTxE, jnp.sum(out_BxHxTxE * x["w"])
 
   results = []
-  for kernel in (impl.get_kernel("dense", 512), impl.flash_kernel(BLOCK)):
+  for kernel in (impl.get_kernel("dense", 512), impl.flash_kernel(BLOCK, platform)):
 
     def loss(*args, kernel=kernel):
       out_BxHxTxE, value = run(kernel, *args)

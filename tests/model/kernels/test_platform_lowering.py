@@ -1,7 +1,7 @@
 """`model.attention.impl=auto` never picks a kernel that cannot lower on the platform it runs on:
 a whole multi-head GQA model, built as on that platform (jax.default_backend() reports it), lowers
-its gradient for cpu, cuda and tpu here on CPU. `pallas` where the kernel cannot lower is refused
-with the field named, before anything compiles."""
+its gradient for cpu, cuda (the Triton kernel) and tpu (the Mosaic one) here on CPU. `pallas`
+where the kernel cannot lower is refused with the field named, before anything compiles."""
 
 from __future__ import annotations
 
@@ -49,19 +49,20 @@ def test_auto_lowers_a_multi_head_gqa_model_on_every_platform(monkeypatch, platf
   cfg = _gqa_config(pos)
   assert cfg.attention.impl == "auto"
   hlo = _lowered_model_grad(cfg, platform)
-  assert ("__gpu$xla.gpu.triton" in hlo) == (platform == "cuda")  # the kernel on a GPU only
-  assert "tpu_custom_call" not in hlo
+  assert ("__gpu$xla.gpu.triton" in hlo) == (platform == "cuda")  # the Triton kernel on a GPU
+  assert ("tpu_custom_call" in hlo) == (platform == "tpu")  # the Mosaic one on a TPU
 
 
-def test_the_kernel_does_not_lower_for_tpu_so_pallas_is_refused_there(monkeypatch):
-  """Why auto keeps XLA on a TPU: the kernel's Mosaic lowering fails for any model. When a
-  kernel lowers there this test fails, and PLATFORM_BLOCKERS should lose its entry."""
+def test_pallas_runs_on_a_tpu_and_is_refused_only_for_a_blocked_scheme(monkeypatch):
+  """impl=pallas on a TPU runs the Mosaic kernel (tests/model/kernels/test_mosaic.py lowers
+  every scheme); a scheme whose bias it cannot lower (FIRE's MLP) is refused, field named."""
   _as_on(monkeypatch, "tpu")
   cfg = _gqa_config("alibi")
   cfg.attention.impl = "pallas"
-  with pytest.raises(ValueError, match="Pallas TPU lowering"):
-    _lowered_model_grad(cfg, "tpu")
-  with pytest.raises(ValueError, match=r"model.attention.impl='pallas'.*on a TPU"):
-    impl.check_impl(cfg)
-  assert impl.resolve_impl(cfg, "gpu") == "pallas"
-  impl.check_impl(cfg, "gpu")
+  impl.check_impl(cfg)
+  assert "tpu_custom_call" in _lowered_model_grad(cfg, "tpu")
+  fire = _gqa_config("fire")
+  fire.attention.impl = "pallas"
+  with pytest.raises(ValueError, match=r"model.attention.impl='pallas'.*'fire' on a TPU"):
+    impl.check_impl(fire)
+  impl.check_impl(fire, "cpu")  # interpret mode runs any hook
