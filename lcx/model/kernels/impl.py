@@ -1,9 +1,11 @@
 """`model.attention.impl`: which attention implementation a model runs.
 
-auto    the Pallas kernel on GPU and TPU, the XLA kernels (lcx.model.attention) on CPU; a
+auto    the Pallas kernel on a GPU, the XLA kernels (lcx.model.attention) on CPU and TPU; a
         model the kernel cannot run (CoPE's contextual hook, PaTH's Householders,
         stick-breaking attention, a scheme's platform blocker: `SCHEME_BLOCKERS`) falls back
-        to XLA
+        to XLA. On a TPU `auto` waits for a device check: the Mosaic kernel lowers through
+        jax's Mosaic lowering on CPU (tests), but Mosaic's own compiler runs only on a TPU, and
+        a default that may not compile is what issue 58 item 1 removed
 xla     lcx.model.attention's dense and chunked kernels, everywhere
 pallas  the platform's Pallas kernel (`KERNELS`: `mosaic.mosaic_attention` on a TPU, whose
         blocks Mosaic accepts; `flash.flash_attention`, through Triton, elsewhere) for
@@ -30,7 +32,9 @@ from lcx.model.positions import base as positions_base
 
 FIELD = "model.attention.impl"
 GPUS = flash.GPUS  # backends where the kernel lowers through Triton
-ACCELERATORS = GPUS + ("tpu",)  # jax.default_backend() names where auto may pick a kernel
+# jax.default_backend() names where auto may pick a kernel: where it has compiled and been
+# measured (experiments/bench's device checks). "tpu" joins once a TPU device check has run.
+AUTO_PLATFORMS = GPUS
 # Platforms with a Pallas kernel of their own (head-major blocks, which Mosaic accepts; the
 # Triton kernel's, one head of a token-major array, it refuses); elsewhere flash.flash_attention.
 KERNELS = {"tpu": mosaic.mosaic_attention}
@@ -114,7 +118,8 @@ def resolve_impl(model_cfg, backend: str | None = None) -> str:
   backend = jax.default_backend() if backend is None else backend
   if backend in GPUS and positions_base.spec(model_cfg.position.name).cls.gpu_auto_xla:
     return "xla"  # the kernel runs it, but was measured slower there
-  return "pallas" if backend in ACCELERATORS and unsupported(model_cfg, backend) is None else "xla"
+  runs = backend in AUTO_PLATFORMS and unsupported(model_cfg, backend) is None
+  return "pallas" if runs else "xla"
 
 
 def attend_flash(

@@ -75,6 +75,9 @@ def test_fox_prefix_sums_in_the_tpu_kernel_equal_the_reference():
 
 
 def _mosaic_calls(cfg) -> int:
+  """Mosaic calls in the model's gradient lowered for TPU under impl=pallas (auto keeps XLA
+  on a TPU until a TPU device check: impl.AUTO_PLATFORMS)."""
+  cfg.attention.impl = "pallas"
   return _lowered_model_grad(cfg, TPU).count(MOSAIC)
 
 
@@ -83,19 +86,21 @@ def test_every_kernel_scheme_runs_the_mosaic_kernel_on_a_tpu_unless_it_says_why_
   monkeypatch, name
 ):
   """A 2-layer GQA model's gradient, lowered for TPU: forward, dq and dk/dv are Mosaic calls
-  in every layer (twice for a table scheme: the hook kernels positions past the table take).
+  in every layer (twice for a table scheme: the hook kernels positions past the table take)
+  under impl=pallas; auto keeps XLA on a TPU until a TPU device check (impl.AUTO_PLATFORMS).
   A scheme with a `tpu_kernel_blocker` still fails to lower (else the blocker should go), and
-  keeps XLA under auto and is refused under pallas."""
+  is refused under pallas."""
   _as_on(monkeypatch, TPU)
   cfg = _gqa_config(name)
+  assert impl.resolve_impl(cfg) == "xla"
   blocker = base.tpu_kernel_blocker(name)
   if blocker is None:
+    cfg.attention.impl = "pallas"
     assert impl.resolve_impl(cfg) == "pallas"
     impl.check_impl(cfg)
     calls = 3 * cfg.num_layers * (2 if positions.spec(name).cls.bias_of_distance else 1)
     assert _mosaic_calls(cfg) == calls
     return
-  assert impl.resolve_impl(cfg) == "xla"
   assert MOSAIC not in _lowered_model_grad(cfg, TPU)
   cfg.attention.impl = "pallas"
   with pytest.raises(ValueError, match=f"model.attention.impl='pallas'.*on a TPU.*{blocker[:20]}"):
