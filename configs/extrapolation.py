@@ -26,7 +26,8 @@ Usage: --config=configs/extrapolation.py:pos=alibi,data=books[,regime=matched]. 
 import dataclasses
 from typing import Callable
 
-from lcx import defaults, errors, regime
+from lcx import errors, regime
+from lcx.config import defaults
 
 
 @dataclasses.dataclass(frozen=True)

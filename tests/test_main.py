@@ -58,9 +58,10 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   check, training, the evaluation plan and the `none` variant reuse what it built. lcx.main
   checks the fields once more before it imports prepare (a bad value is refused before
   checkpointing and the data pipeline load; the check reads nothing and traces nothing: ~2 ms)."""
-  from lcx import config as config_lib, main
+  from lcx import main
+  from lcx.config import checks as config_lib
   from lcx.model import decoder as model
-  from lcx.run import checkpoint
+  from lcx.run import checkpoint, sharding
   from lcx.run.data import pipeline
   from lcx.tools.evaluate import checks as eval_checks
 
@@ -74,8 +75,8 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
 
     return wrapper
 
-  for name in ("check_fields", "validate"):
-    monkeypatch.setattr(config_lib, name, counted(name, getattr(config_lib, name)))
+  monkeypatch.setattr(config_lib, "check_fields", counted("check_fields", config_lib.check_fields))
+  monkeypatch.setattr(sharding, "validate", counted("validate", sharding.validate))
   monkeypatch.setattr(eval_checks, "validate", counted("validate_eval", eval_checks.validate))
   monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
   for kind, load in list(pipeline.TOKENIZERS.items()):  # every load, whoever asks for it

@@ -46,7 +46,7 @@ def test_bad_arguments_name_the_field():
 
 def test_the_extrapolation_config_selects_the_matched_regime():
   from configs import extrapolation
-  from lcx import config as config_lib
+  from lcx.config import checks as config_lib
 
   old = extrapolation.get_config("pos=rope")
   assert (old.data.seq_len, old.data.tokenizer, old.model.position.base) == (64, "byte", 1e4)

@@ -22,14 +22,14 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import config as config_lib, errors, variants
+from lcx import errors
+from lcx.config import checks as config_lib, variants
 from lcx.model import decoder as model_lib
 from lcx.model.decoder import is_variable
 from lcx.model.positions import scaling as scaling_lib
 from lcx.run import checkpoint, data, resume, sharding
 from lcx.run.data import tokenizers
 from lcx.run.metrics import say
-from lcx.run.run_config import run_config as run_config  # was defined here: callers keep the name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,8 @@ from typing import Callable, NamedTuple
 import jax
 from flax import nnx
 
-from lcx import errors, options
-from lcx.model import attention, cpu_tuned, stick_breaking
+from lcx import errors
+from lcx.model import attention, cpu_tuned, options, stick_breaking
 from lcx.model.kernels import flash
 from lcx.model.positions import base as positions_base
 
@@ -48,7 +48,7 @@ ATTENDS = {
   "softmax": Attends(attention.attend_dense, attention.attend_chunked),
   "stick_breaking": Attends(stick_breaking.attend_dense, stick_breaking.attend_chunked),
 }
-KINDS = options.KINDS  # model.attention.kind's values (lcx/options.py, checked before jax)
+KINDS = options.KINDS  # model.attention.kind's values (lcx/model/options.py, checked before jax)
 
 
 def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
@@ -67,7 +67,7 @@ def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.K
   return kernels[name]
 
 
-# model.attention.impl's values and block_size's test (lcx/options.py, checked before jax).
+# model.attention.impl's values and block_size's test (lcx/model/options.py, checked before jax).
 IMPLS, is_block_size = options.IMPLS, options.is_block_size
 
 

@@ -1,5 +1,5 @@
-"""Every position scheme's and remap's config fields, declared once and without jax: the
-defaults (lcx/defaults.py), the field checks that run before jax loads (lcx/config.py),
+"""Every position scheme's and remap's config fields, declared once and without jax: the defaults
+(lcx/config/defaults.py), the field checks that run before jax loads (lcx/config/checks.py),
 `./launch.sh config` and docs/schemes.md's scheme table read these records, and the flax modules
 register their classes under these names (lcx/model/positions/base.py, remaps.py) with no defaults
 of their own. A check that needs the model's dimensions (an even d_model, the rotary dim, the

@@ -1,6 +1,6 @@
 """The data section of the experiment config: every field, its default, and its checks.
 
-lcx/defaults.py does `config.data = data.default_config()`; command-line
+lcx/config/defaults.py does `config.data = data.default_config()`; command-line
 overrides arrive as `--config.data.<field>=<value>`. `validate` turns a bad value into a
 `ValueError` that names the field and the allowed values, before any data is touched.
 """

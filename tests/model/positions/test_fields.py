@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lcx import config as config_lib, defaults, fields as fields_cli
+from lcx.config import checks as config_lib, defaults, listing as fields_cli
 from lcx.model import decoder as model, gating
 from lcx.model.kernels import impl as kernel_impl
 from lcx.model.positions import absolute, fields, remaps, rotary
@@ -77,8 +77,8 @@ def test_launch_config_lists_each_scheme_field_with_its_record():
 
 def test_the_declarations_defaults_and_field_checks_import_no_jax():
   code = (
-    "import sys; from lcx import config, defaults; "
-    "config.check_declared(defaults.get_config('pos=cope')); "
+    "import sys; from lcx.config import checks, defaults; "
+    "checks.check_declared(defaults.get_config('pos=cope')); "
     "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax')))"
   )
   out = subprocess.run(

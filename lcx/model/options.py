@@ -1,4 +1,4 @@
-"""The model options' allowed values, declared without jax: lcx.config checks a run's fields
+"""The model options' allowed values, declared without jax: lcx.config.checks checks a run's fields
 against them before jax is imported, and the modules that implement each option (attention,
 temperature, gating, kernels, model) read them from here, below both, so no import cycle forms."""
 

@@ -15,15 +15,16 @@ implement them import them), and the schemes' fields in lcx/model/positions/fiel
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 
 import ml_collections
 
-from lcx import errors, files, protocols
+from lcx import errors, files
+from lcx.config import changes, protocols
 from lcx.model import patterns
-from lcx.model.positions import fields as position_fields
-from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
+from lcx.model.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   DTYPES,
   GATES,
   IMPLS,
@@ -35,11 +36,15 @@ from lcx.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
   TEMPERATURES,
   is_block_size,
 )
-from lcx.run import data, metrics, resume
+from lcx.model.positions import fields as position_fields
+from lcx.run import data
 
 MLPS = ("gelu", "swiglu")
 DOCUMENTS = ("stream", "long")
 DECAYS = ("cosine", "linear", "constant")
+# train.trackers' names (lcx/run/metrics.py's WRITERS open them; metrics.jsonl is always written)
+# -> the package each needs beyond lcx's own, which the pip extra of that name installs.
+TRACKERS = {"tensorboard": "", "wandb": "wandb"}
 RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/model/positions/randomized.py)
 # (field, predicate, what is allowed)
 RANGES = [
@@ -153,13 +158,13 @@ OPTIONS = [
   ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
   (
     "train.allow_changes",
-    lambda v: set(items(v)) <= set(resume.SCHEDULE_FIELDS),
-    f"comma-separated names from {', '.join(resume.SCHEDULE_FIELDS)}, or '' (none)",
+    lambda v: set(items(v)) <= set(changes.SCHEDULE_FIELDS),
+    f"comma-separated names from {', '.join(changes.SCHEDULE_FIELDS)}, or '' (none)",
   ),
   (
     "train.trackers",
-    lambda v: set(metrics.tracker_names(v)) <= set(metrics.TRACKERS),
-    f"comma-separated names from {', '.join(metrics.TRACKERS)}, or '' (metrics.jsonl only)",
+    lambda v: set(items(v)) <= set(TRACKERS),
+    f"comma-separated names from {', '.join(TRACKERS)}, or '' (metrics.jsonl only)",
   ),
 ]
 
@@ -190,6 +195,19 @@ def items(text: str) -> list[str]:
   return [x.strip() for x in str(text).split(",") if x.strip()]
 
 
+def check_trackers(text: str) -> None:
+  """Raises ValueError naming train.trackers for a tracker whose package is not installed (and
+  how to install it), before anything is built; OPTIONS refuse unknown names."""
+  for name in items(text):
+    package = TRACKERS[name]
+    if package and importlib.util.find_spec(package) is None:
+      raise ValueError(
+        f"train.trackers={text!r}: {name} needs the {package} package, which is not "
+        f"installed: pip install 'lcx[{package}]' (launch.sh: LCX_EXTRAS={package})"
+        f", or leave {name} out of train.trackers"
+      )
+
+
 def eval_combos(eval_cfg) -> list[tuple[str, str]]:
   """(protocol, documents) pairs that eval.protocol x eval.documents ask for, in order; each
   protocol only with the documents it runs on (last_k, the end of long documents: 'long')."""
@@ -205,18 +223,6 @@ def _get(config, dotted):
   for key in dotted.split("."):
     config = config[key]
   return config
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError on the first bad field; call before building anything, and after
-  jax.distributed.initialize (the mesh is checked against the global device count).
-  `lcx.run.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
-  import jax
-
-  from lcx.run import sharding  # the mesh check is the mesh's owner's
-
-  check_fields(config)
-  sharding.check_mesh(resolve(config, data.vocab_size(config.data)), jax.device_count())
 
 
 def check_fields(config: ml_collections.ConfigDict) -> None:
@@ -244,7 +250,7 @@ def check_declared(config: ml_collections.ConfigDict) -> None:
     value = _get(config, field)
     if not ok(value):
       raise errors.not_allowed(field, value, allowed)
-  metrics.check_trackers(config.train.trackers)  # each one's package installed
+  check_trackers(config.train.trackers)  # each one's package installed
   m = config.model
   _check_position_fields(m)
   position_fields.check(m.position, position_fields.SCHEMES, position_fields.SCHEME_PREFIX)

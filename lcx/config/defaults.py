@@ -13,7 +13,7 @@ from lcx.model.positions import fields  # the schemes' and remaps' fields, decla
 from lcx.run import data
 
 # Sections picked whole by name, replaced by that name's fields and defaults: on the command line
-# (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.variants).
+# (`--config.model.remap.name=X`, lcx.cli.select_sections) and by a variant (lcx.config.variants).
 SECTIONS = {
   "model.remap": fields.remap_config,
   "model.attention.pattern": patterns.default_config,
@@ -48,7 +48,7 @@ def get_config(arg=None):
   config.seed = 0  # parameter init and sampled training positions (data.seed: data order)
   config.data = data.default_config()  # the corpus, tokenizer and rows (lcx/run/data/config.py)
 
-  # The decoder: every field but the eval-time ones (lcx/variants.py) is trained.
+  # The decoder: every field but the eval-time ones (lcx/config/variants.py) is trained.
   config.model = ml_collections.ConfigDict()
   config.model.vocab_size = 0  # 0: the tokenizer's vocabulary size
   config.model.d_model = d_model  # residual width (size=)
@@ -179,7 +179,7 @@ def get_config(arg=None):
   config.eval.batch_tokens = 16384  # tokens per forward pass
   config.eval.chunked_from = 4096  # lengths >= this use the chunked kernel
   # Comma list of extension methods evaluated on one checkpoint in one process
-  # (lcx/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
+  # (lcx/config/variants.py): none, linear@F, ntk@F, dynamic@F, yarn@F, llama3@F,
   # longrope@PATH.json, hf@PATH.json, self_extend@W/G, rerope@W, beta@C, beta@fit, sink@S/W, or
   # a name from named_variants.
   config.eval.variants = "none"

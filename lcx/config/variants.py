@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import ml_collections
 
-from lcx import defaults, errors
+from lcx import errors
+from lcx.config import defaults
 from lcx.model.positions.registry import Unset, plain
 from lcx.model.positions.scaling import SCALING_DEFAULTS
 

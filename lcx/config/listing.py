@@ -1,7 +1,7 @@
-"""`./launch.sh config [--config=...]` (`python -m lcx.fields`): every config field with its
-default, what the checks allow and a one-line description, read from the declarations
-themselves so the list cannot drift from them: the defaults and their comments (lcx/defaults.py,
-lcx/run/data/config.py), the allowed values from lcx/config.py's RANGES and OPTIONS, and the
+"""`./launch.sh config [--config=...]` (`python -m lcx.config.listing`): every config field with its
+default, what the checks allow and a one-line description, read from the declarations themselves so
+the list cannot drift from them: the defaults and their comments (lcx/config/defaults.py,
+lcx/run/data/config.py), the allowed values from lcx/config/checks.py's RANGES and OPTIONS, and the
 scheme's and remap's fields from their records (lcx/model/positions/fields.py). No jax is imported.
 """
 
@@ -14,7 +14,8 @@ import tokenize
 
 import ml_collections
 
-from lcx import cli, config as config_lib, defaults
+from lcx import cli
+from lcx.config import checks as config_lib, defaults
 from lcx.model.positions import fields as position_fields
 from lcx.run.data import config as data_config
 
