@@ -1,16 +1,18 @@
 """Config checks that run before any compilation, each naming the field and what is allowed.
 
 ml_collections already rejects unknown fields and wrong types on the command line (lcx.cli
-words its errors with `field_path_error`); this module checks ranges and cross-field rules from
-the declarations, and delegates each sub-dict to the package that owns it. The checks that need
+words its errors with `field_path_error`); this module checks each field against its record
+(lcx/config/fields.py's CONFIG: what it allows, one wording for all), the rules across fields,
+and delegates each sub-dict to the package that owns it. The checks that need
 other code live with it: the model's (a scheme's hooks and dimensions, remaps, kernels) in
 `lcx.model.decoder.check_config`, the mesh's in `lcx.run.sharding.check_mesh`, the evaluation's in
 `lcx.tools.evaluate.checks`, the LongRoPE search's in `lcx.tools.longrope.validate`.
 
-Importing it loads no jax: the allowed values of the model options live here (the modules that
-implement them import them), and the schemes' fields in lcx/model/positions/fields.py, so that
-`check_declared` refuses a bad value before the entry points import jax. `check_fields` and
-`validate` then import the model's and the mesh's checks when they run.
+Importing it loads no jax: the records are declared without it (the model's in
+lcx/model/options.py, whose modules read their allowed values there; the schemes' in
+lcx/model/positions/fields.py), so that `check_declared` refuses a bad value before the entry
+points import jax. `check_fields` then imports the model's checks when it runs (and
+`lcx.run.sharding.validate` adds the mesh's).
 """
 
 from __future__ import annotations
@@ -22,156 +24,15 @@ import os
 import ml_collections
 
 from lcx import errors, files
-from lcx.config import changes, protocols
+from lcx.config import fields, protocols
 from lcx.model import patterns
-from lcx.model.options import (  # noqa: F401  (lcx.config.GATES etc. stay importable)
-  DTYPES,
-  GATES,
-  IMPLS,
-  KINDS,
-  QK_NORM_OVER,
-  REMATS,
-  SINKS,
-  SSMAX_N,
-  TEMPERATURES,
-  is_block_size,
-)
 from lcx.model.positions import fields as position_fields
 from lcx.run import data
-
-MLPS = ("gelu", "swiglu")
-DOCUMENTS = ("stream", "long")
-DECAYS = ("cosine", "linear", "constant")
-# train.trackers' names (lcx/run/metrics.py's WRITERS open them; metrics.jsonl is always written)
-# -> the package each needs beyond lcx's own, which the pip extra of that name installs.
-TRACKERS = {"tensorboard": "", "wandb": "wandb"}
-RANDOM_BIAS = ("distances", "positions")  # train.random_bias (lcx/model/positions/randomized.py)
-# (field, predicate, what is allowed)
-RANGES = [
-  ("seed", lambda v: v >= 0, ">= 0"),
-  ("model.vocab_size", lambda v: v >= 0, ">= 0 (0: the tokenizer's)"),
-  ("model.d_model", lambda v: v >= 1, ">= 1"),
-  ("model.num_layers", lambda v: v >= 1, ">= 1"),
-  ("model.num_heads", lambda v: v >= 1, ">= 1"),
-  ("model.num_kv_heads", lambda v: v >= 1, ">= 1"),
-  ("model.head_dim", lambda v: v >= 1, ">= 1"),
-  ("model.mlp", lambda v: v in MLPS, MLPS),
-  ("model.mlp_dim", lambda v: v >= 1, ">= 1"),
-  ("model.dtype", lambda v: v in DTYPES, tuple(DTYPES)),
-  ("model.remat", lambda v: v in REMATS, tuple(REMATS)),
-  ("model.norm_eps", lambda v: v > 0, "> 0"),
-  ("model.attention.chunk_size", lambda v: v >= 1, ">= 1"),
-  # One range for every mode: a run trains at least one step (--mode=eval trains none).
-  ("train.steps", lambda v: v >= 1, ">= 1 to train (--mode=eval evaluates alone)"),
-  ("train.stop_after", lambda v: v >= 0, ">= 0 (0: run to train.steps)"),
-  ("train.resume_step", lambda v: v >= 0, ">= 0 (0: the latest checkpoint)"),
-  ("train.lr", lambda v: v > 0, "> 0"),
-  ("train.min_lr", lambda v: v >= 0, ">= 0"),
-  ("train.warmup_steps", lambda v: v >= 0, ">= 0"),
-  ("train.decay", lambda v: v in DECAYS, DECAYS),
-  ("train.b1", lambda v: 0 <= v < 1, "in [0, 1)"),
-  ("train.b2", lambda v: 0 <= v < 1, "in [0, 1)"),
-  ("train.weight_decay", lambda v: v >= 0, ">= 0"),
-  ("train.clip_norm", lambda v: v >= 0, ">= 0 (0: no clipping)"),
-  ("train.random_positions", lambda v: v >= 0, ">= 0 (0: off)"),
-  ("train.random_bias", lambda v: v in RANDOM_BIAS, f"one of {RANDOM_BIAS}"),
-  ("train.log_every", lambda v: v >= 1, ">= 1"),
-  ("train.checkpoint_every", lambda v: v >= 1, ">= 1"),
-  ("train.keep_checkpoints", lambda v: v >= 1, ">= 1"),
-  ("eval.multipliers", lambda v: _numbers(v, lambda m: m > 0), "positive numbers"),
-  ("eval.lengths", lambda v: _numbers(v, lambda n: n >= 1), ">= 1 each"),
-  ("eval.num_tokens", lambda v: v >= 1, ">= 1"),
-  ("eval.batch_tokens", lambda v: v >= 1, ">= 1"),
-  ("eval.chunked_from", lambda v: v >= 1, ">= 1"),
-  (
-    "eval.protocol",
-    lambda v: items(v) and set(items(v)) <= set(protocols.PROTOCOLS),
-    f"{', '.join(protocols.PROTOCOLS)}, or several comma-separated",
-  ),
-  (
-    "eval.documents",
-    lambda v: items(v) and set(items(v)) <= set(DOCUMENTS),
-    f"{', '.join(DOCUMENTS)}, or both comma-separated",
-  ),
-  ("eval.stride", lambda v: v >= 0, ">= 0 (0: the training length)"),
-  ("eval.last_k", lambda v: v >= 0, ">= 0 (0: a quarter of the training length)"),
-  ("eval.sample_seed", lambda v: v >= 0, ">= 0"),
-  ("eval.bootstrap", lambda v: v >= 0, ">= 0 (0: no confidence intervals)"),
-  ("eval.buckets_per_octave", lambda v: v >= 1, ">= 1"),
-  ("eval.during_train", lambda v: _numbers(v, lambda m: m > 0), "positive numbers"),
-  ("eval.during_train_tokens", lambda v: v >= 1, ">= 1"),
-  ("train.eval_every", lambda v: v >= 0, ">= 0 (0: off)"),
-  ("eval.longrope.target_len", lambda v: v >= 0, ">= 0 (0: off)"),
-  ("eval.longrope.documents", lambda v: v >= 1, ">= 1"),
-  ("eval.longrope.seed", lambda v: v >= 0, ">= 0"),
-  ("eval.longrope.population", lambda v: v >= 3, ">= 3 (the seeds PI, NTK and YaRN)"),
-  ("eval.longrope.parents", lambda v: v >= 1, ">= 1"),
-  ("eval.longrope.mutations", lambda v: v >= 0, ">= 0"),
-  ("eval.longrope.crossovers", lambda v: v >= 0, ">= 0"),
-  ("eval.longrope.generations", lambda v: v >= 0, ">= 0"),
-  ("eval.longrope.mutation_rate", lambda v: 0 < v <= 1, "in (0, 1]"),
-  ("eval.longrope.crossover_rate", lambda v: 0 < v < 1, "in (0, 1)"),
-  ("eval.longrope.step", lambda v: v > 0, "> 0"),
-  ("eval.longrope.max_factor", lambda v: v == 0 or v >= 1, "0 (1.25 x the scale) or >= 1"),
-  (
-    "eval.passkey.lengths",
-    lambda v: _numbers(v, lambda n: n >= 1),
-    "prompt lengths in tokens, >= 1 (empty: off)",
-  ),
-  (
-    "eval.passkey.depths",
-    lambda v: len(v) >= 1 and _numbers(v, lambda d: 0 <= d <= 1),
-    "at least one depth, each in [0, 1]",
-  ),
-  (
-    "eval.beta_fit.grid",
-    lambda v: len(v) >= 1 and all(isinstance(c, (int, float)) and c >= 0 for c in v),
-    "a tuple of one or more numbers >= 0 (the values of C tried)",
-  ),
-  ("eval.beta_fit.seed", lambda v: v >= 0, ">= 0"),
-  ("eval.passkey.examples", lambda v: v >= 1, ">= 1"),
-  ("eval.passkey.digits", lambda v: 1 <= v <= 18, "in [1, 18]"),
-  ("eval.passkey.seed", lambda v: v >= 0, ">= 0"),
-]
-
-
-def _count(value) -> bool:
-  """An int >= 0 (not a bool): a layer period or a window, 0 for off."""
-  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-# (field, predicate, the allowed values): the options, worded "F=V is not allowed; allowed: A".
-OPTIONS = [
-  ("model.nope_every", _count, "an int >= 0 (0: every block has positions)"),
-  ("model.position_window", _count, "an int >= 0 (0: no window)"),
-  ("model.qk_norm", lambda v: isinstance(v, bool), "True or False"),
-  ("model.qk_norm_over", lambda v: v in QK_NORM_OVER, f"one of {QK_NORM_OVER}"),
-  ("model.attention.temperature", lambda v: v in TEMPERATURES, f"one of {TEMPERATURES}"),
-  ("model.attention.beta_c", lambda v: v >= 0, "a number >= 0 (0: off)"),
-  ("model.attention.si_tau", lambda v: v > 0, "a number > 0 (scale-invariant attention's tau)"),
-  ("model.attention.ssmax_n", lambda v: v in SSMAX_N, f"one of {SSMAX_N}"),
-  ("model.attention.sink", lambda v: v in SINKS, f"one of {SINKS}"),
-  ("model.attention.gate", lambda v: v in GATES, f"one of {GATES}"),
-  ("model.attention.kind", lambda v: v in KINDS, f"one of {KINDS}"),
-  ("model.attention.impl", lambda v: v in IMPLS, IMPLS),
-  ("model.attention.block_size", is_block_size, "a power of two >= 1"),
-  ("model.attention.remainder_bias", lambda v: isinstance(v, bool), "True or False"),
-  (
-    "train.allow_changes",
-    lambda v: set(items(v)) <= set(changes.SCHEDULE_FIELDS),
-    f"comma-separated names from {', '.join(changes.SCHEDULE_FIELDS)}, or '' (none)",
-  ),
-  (
-    "train.trackers",
-    lambda v: set(items(v)) <= set(TRACKERS),
-    f"comma-separated names from {', '.join(TRACKERS)}, or '' (metrics.jsonl only)",
-  ),
-]
 
 
 def _non_finite(tree, prefix: str = ""):
   """(field, value) of the first float in `tree` (a config as dicts, tuples inside) that is NaN
-  or infinite, else None: every range check above passes inf (`lr > 0`), and a NaN makes any
+  or infinite, else None: every range check passes inf (`lr > 0`), and a NaN makes any
   result NaN, so no float field may hold either."""
   items = tree.items() if isinstance(tree, dict) else enumerate(tree)
   for key, value in items:
@@ -185,21 +46,11 @@ def _non_finite(tree, prefix: str = ""):
   return None
 
 
-def _numbers(values, ok) -> bool:
-  """Every item a number (not a bool, not a string such as 'inf') for which ok(item) holds."""
-  return all(isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v) for v in values)
-
-
-def items(text: str) -> list[str]:
-  """'windows, sliding' -> ['windows', 'sliding']: a comma list field's names."""
-  return [x.strip() for x in str(text).split(",") if x.strip()]
-
-
 def check_trackers(text: str) -> None:
   """Raises ValueError naming train.trackers for a tracker whose package is not installed (and
-  how to install it), before anything is built; OPTIONS refuse unknown names."""
-  for name in items(text):
-    package = TRACKERS[name]
+  how to install it), before anything is built; its record refuses unknown names."""
+  for name in fields.items(text):
+    package = fields.TRACKERS[name]
     if package and importlib.util.find_spec(package) is None:
       raise ValueError(
         f"train.trackers={text!r}: {name} needs the {package} package, which is not "
@@ -213,16 +64,10 @@ def eval_combos(eval_cfg) -> list[tuple[str, str]]:
   protocol only with the documents it runs on (last_k, the end of long documents: 'long')."""
   return [
     (p, d)
-    for d in items(eval_cfg.documents)
-    for p in items(eval_cfg.protocol)
+    for d in fields.items(eval_cfg.documents)
+    for p in fields.items(eval_cfg.protocol)
     if d in protocols.PROTOCOLS[p].documents
   ]
-
-
-def _get(config, dotted):
-  for key in dotted.split("."):
-    config = config[key]
-  return config
 
 
 def check_fields(config: ml_collections.ConfigDict) -> None:
@@ -237,19 +82,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
 
 
 def check_declared(config: ml_collections.ConfigDict) -> None:
-  """The checks that read only the declarations (RANGES, OPTIONS, each scheme's and remap's
-  records, the data and pattern sections): no jax is imported."""
+  """The checks that read only the declarations (every field's record, each scheme's and remap's,
+  the data and pattern sections) and the rules across fields: no jax is imported."""
   found = _non_finite(config.to_dict())
   if found:
     raise errors.not_allowed(*found, "a finite number")
-  for field, ok, allowed in RANGES:
-    value = _get(config, field)
-    if not ok(value):
-      raise errors.not_allowed(field, value, allowed)
-  for field, ok, allowed in OPTIONS:
-    value = _get(config, field)
-    if not ok(value):
-      raise errors.not_allowed(field, value, allowed)
+  fields.CONFIG.check(config, "")
   check_trackers(config.train.trackers)  # each one's package installed
   m = config.model
   _check_position_fields(m)

@@ -29,7 +29,7 @@ from lcx.model import attention, cpu_tuned, gating, kernels, patterns, positions
 from lcx.model.model_config import ModelConfig
 from lcx.model.positions import path, randomized, remaps
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.config.DTYPES
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.model.options.DTYPES
 
 
 def is_variable(x) -> bool:

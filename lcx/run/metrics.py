@@ -22,7 +22,7 @@ from absl import flags, logging
 from tqdm import tqdm
 
 from lcx import errors, files
-from lcx.config import checks
+from lcx.config import fields
 from lcx.run.progress import progress_text
 
 
@@ -104,13 +104,13 @@ def _run_id(path: str) -> str:
 
 
 # train.trackers' writers, each `open(workdir, config as a dict)` with scalars(step, values) and
-# close(); the names and the packages they need are the config's (lcx.config.checks.TRACKERS).
+# close(); the names and the packages they need are the config's (lcx.config.fields.TRACKERS).
 WRITERS = {"tensorboard": TensorBoard, "wandb": WandB}
 
 
 def open_trackers(workdir: str, text: str, config: dict) -> list:
   """The writers train.trackers names, opened on `workdir` (`config`: the run's, as a dict)."""
-  return [WRITERS[name](workdir, config) for name in checks.items(text)]
+  return [WRITERS[name](workdir, config) for name in fields.items(text)]
 
 
 NO_SPACE = "No space left on device"  # how the OS, and TensorStore inside Orbax, say ENOSPC

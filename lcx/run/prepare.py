@@ -23,7 +23,7 @@ import ml_collections
 from flax import nnx
 
 from lcx import errors
-from lcx.config import checks as config_lib, variants
+from lcx.config import checks as config_lib, fields, variants
 from lcx.model import decoder as model_lib
 from lcx.model.decoder import is_variable
 from lcx.model.positions import scaling as scaling_lib
@@ -354,7 +354,7 @@ def _resumed(config, workdir: str) -> tuple[int, dict | None] | None:
     _adopt_init_from(given, trained)
   entry = resume.check(
     variants.differences(given.to_dict(), trained),
-    config_lib.items(config.train.allow_changes),
+    fields.items(config.train.allow_changes),
     _holds(workdir, step),
     step,
   )

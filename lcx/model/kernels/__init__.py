@@ -12,21 +12,15 @@ contextual ones (CoPE) and PaTH; FoX's prefix sums are kernel inputs. `model.att
 from __future__ import annotations
 
 from lcx.model.kernels.impl import (
-  IMPLS,
-  KINDS,
   check_impl,
   flash_kernel,
   get_kernel,
-  is_block_size,
   resolve_impl,
 )
 
 __all__ = [
-  "IMPLS",
-  "KINDS",
   "check_impl",
   "flash_kernel",
   "get_kernel",
-  "is_block_size",
   "resolve_impl",
 ]

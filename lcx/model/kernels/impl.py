@@ -48,13 +48,12 @@ ATTENDS = {
   "softmax": Attends(attention.attend_dense, attention.attend_chunked),
   "stick_breaking": Attends(stick_breaking.attend_dense, stick_breaking.attend_chunked),
 }
-KINDS = options.KINDS  # model.attention.kind's values (lcx/model/options.py, checked before jax)
 
 
 def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
   """The XLA kernel `name` (dense | chunked) running attention `kind`."""
   if kind not in ATTENDS:
-    raise errors.not_allowed("model.attention.kind", kind, KINDS)
+    raise errors.not_allowed("model.attention.kind", kind, options.KINDS)
   attends = ATTENDS[kind]
   kernels = {
     "dense": attention.Kernel(attention.prepare_dense, attends.dense),
@@ -65,10 +64,6 @@ def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.K
   if name not in kernels:
     raise errors.not_allowed("kernel", name, sorted(kernels))
   return kernels[name]
-
-
-# model.attention.impl's values and block_size's test (lcx/model/options.py, checked before jax).
-IMPLS, is_block_size = options.IMPLS, options.is_block_size
 
 
 def unsupported(model_cfg, backend: str | None = None) -> str | None:
@@ -93,7 +88,7 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
 
 def check_impl(model_cfg, backend: str | None = None) -> None:
   """Raises ValueError naming the field for `pallas` with a model the kernel cannot run (the
-  values themselves are checked with the other options, lcx.config.OPTIONS)."""
+  values themselves by its record, lcx.model.options.ATTENTION)."""
   impl = model_cfg.attention.impl
   why = unsupported(model_cfg, backend)
   if impl == "pallas" and why:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lcx.config import checks as config_lib, protocols, variants
+from lcx.config import checks as config_lib, fields, protocols, variants
 from lcx.run import sharding
 
 
@@ -44,5 +44,5 @@ def check(config: ml_collections.ConfigDict) -> None:
         else ""
       )
     )
-  for name in config_lib.items(ev.protocol):
+  for name in fields.items(ev.protocol):
     protocols.PROTOCOLS[name].check(ev, lengths)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from lcx.config import checks as config_lib, defaults, listing as fields_cli
-from lcx.model import decoder as model, gating
+from lcx.model import decoder as model, gating, options
 from lcx.model.kernels import impl as kernel_impl
 from lcx.model.positions import absolute, fields, remaps, rotary
 from lcx.model.positions.registry import Unset
@@ -61,9 +61,9 @@ def test_every_scheme_validates_its_defaults_and_refuses_a_bad_value_naming_the_
 def test_the_code_agrees_with_the_declared_values():
   assert tuple(sorted(rotary.PAIRINGS)) == fields.PAIRINGS
   assert tuple(sorted(absolute.MAX_LEN_POLICIES)) == fields.MAX_LEN_POLICIES
-  assert ("none", *gating.GATES) == config_lib.GATES
-  assert tuple(model.DTYPES) == config_lib.DTYPES
-  assert tuple(kernel_impl.ATTENDS) == config_lib.KINDS  # every declared kind has its kernels
+  assert ("none", *gating.GATES) == options.GATES
+  assert tuple(model.DTYPES) == options.DTYPES
+  assert tuple(kernel_impl.ATTENDS) == options.KINDS  # every declared kind has its kernels
 
 
 def test_launch_config_lists_each_scheme_field_with_its_record():
