@@ -7,6 +7,7 @@ import pytest
 from lcx import cli
 from lcx.config import checks, defaults, fields, listing
 from lcx.field import Field
+from tests.helpers import run_lcx
 
 SHAPES = ("linear", "cosine")
 RECORD = Field("warmup_shape", "linear", "the warmup's curve", allowed=SHAPES)
@@ -53,3 +54,27 @@ def test_a_nested_section_takes_a_record_too(monkeypatch):
   config.eval.passkey.tries = 0
   with pytest.raises(ValueError, match=r"^eval.passkey.tries=0 is not allowed; allowed: >= 1$"):
     checks.check_declared(config)
+
+
+def test_launch_config_markdown_prints_the_records_table():
+  """`./launch.sh config --markdown`: the table the documentation can paste, one row a field."""
+  proc = run_lcx(["--markdown"], module="lcx.config.listing")
+  assert proc.stdout == listing.markdown() + "\n"
+  assert "| `model.attention.impl` | `'auto'` | auto, xla, pallas |" in proc.stdout
+
+
+def test_the_tables_keyed_by_field_name_declared_fields():
+  """What a resume may change (lcx/config/changes.py) and what a variant may (lcx/config/
+  variants.py) name fields by their dotted names: each is a declared record (a field renamed in
+  its record and not there would silently count as fixed, or as never eval-time)."""
+  from lcx.config import changes, variants
+  from lcx.model.positions import fields as position_fields
+
+  declared = set(fields.CONFIG.records())
+  scheme_fields = {
+    f"{position_fields.SCHEME_PREFIX}.{f.name}"
+    for section in position_fields.SCHEMES.values()
+    for f in section.fields
+  }
+  assert set(changes.KINDS) <= declared
+  assert set(variants.VARIANT_FIELDS) <= declared | scheme_fields
