@@ -9,9 +9,9 @@ from ml_collections import config_flags
 
 from lcx import cli
 from lcx.config import checks as config_lib, defaults
+from lcx.field import Unset
 from lcx.model import patterns
 from lcx.model.positions import remaps
-from lcx.model.positions.registry import Unset
 from lcx.run import sharding
 from lcx.tools.evaluate import checks as eval_checks
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config

@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from lcx.config import checks as config_lib, defaults, listing as fields_cli
+from lcx.field import Unset
 from lcx.model import decoder as model, gating, options
 from lcx.model.kernels import impl as kernel_impl
 from lcx.model.positions import absolute, fields, remaps, rotary
-from lcx.model.positions.registry import Unset
 from tests.helpers import ROOT, tiny_config
 
 # Values tried, in order, until the field's own check refuses one (of the field's type).
