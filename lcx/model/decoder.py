@@ -29,7 +29,7 @@ from lcx.model import attention, cpu_tuned, gating, kernels, patterns, positions
 from lcx.model.model_config import ModelConfig
 from lcx.model.positions import path, randomized, remaps
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.config.DTYPES
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.model.options.DTYPES
 
 
 def is_variable(x) -> bool:
@@ -548,7 +548,7 @@ def abstract(model_cfg):
 
 
 def check_config(config, train_len: int) -> None:
-  """The config checks that need the model's code, after lcx.config's declared ones (its
+  """The config checks that need the model's code, after lcx.config.checks's declared ones (its
   `check_fields` runs both): a scheme's hooks against the attention kind and the per-layer
   schedule, its checks against the dimensions and the training length, the remap's, the
   kernels'. `train_len`: lcx.config.train_length (the positions a learned table must cover).

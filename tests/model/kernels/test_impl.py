@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.model import attention, decoder as model
 from lcx.model.kernels import impl
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
