@@ -1,15 +1,19 @@
 """The decoder: packed documents are independent, options build, params carry logical axes."""
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from lcx.model import positions
+from lcx.model import attention, decoder, positions
 from lcx.model.decoder import Decoder, gelu, rms_norm
 from lcx.model.positions import remaps
-from tests.helpers import block_out, compiled, schemes_with, tiny_config
+from lcx.run import train
+from lcx.tools.bench import residuals
+from tests.helpers import batch_of, block_out, compiled, schemes_with, tiny_config
 
 
 def _model(pos="rope", **model):
@@ -249,3 +253,42 @@ def test_remat_block_keeps_only_block_inputs_with_the_same_loss_and_gradients(po
   for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert kept1 < kept0 / 2, (kept0, kept1)  # 30 -> 8 for RoPE with 2 blocks
+
+
+@pytest.mark.parametrize("impl", ["xla", "pallas"])  # the Pallas kernel's custom_vjp residuals too
+def test_remat_matmuls_keeps_no_rotated_q_or_k_and_equals_none(impl):
+  """model.remat=matmuls: every q/k-shaped array the backward keeps is a named projection (the
+  rotated q and k are recomputed from them), fewer bytes than none keeps, same loss and
+  gradients."""
+  config = tiny_config("rope")
+  config.model.vocab_size, config.model.attention.impl = 32, impl
+  b, t, m = config.data.batch_size, config.data.seq_len, config.model
+  q_shapes = {(b, t, m.num_heads, m.head_dim), (b, t, m.num_kv_heads, m.head_dim)}
+  batch = batch_of(jax.random.randint(jax.random.key(1), (b, t + 1), 0, 32))
+  kept, results = {}, {}
+  for remat in ("none", "matmuls"):
+    config.model.remat = remat
+    kept[remat] = residuals.step_residuals(config)
+    model = Decoder(config.model, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(p, graphdef=graphdef):
+      return train.loss_fn(nnx.merge(graphdef, p), batch, batch["positions"])
+
+    results[remat] = jax.jit(jax.value_and_grad(loss))(params)
+
+  def q_shaped(found):
+    return [r.name for r in found if r.aval.shape in q_shapes]
+
+  assert None in q_shaped(kept["none"])  # rotated q and k, unnamed: the check sees them
+  layers = m.num_layers
+  assert collections.Counter(q_shaped(kept["matmuls"])) == {"q_proj": layers, "k_proj": layers}
+  # the Pallas kernel's output and log-sum-exp are kept: its backward never reruns it
+  lse = {attention.LSE} if impl == "pallas" else set()
+  assert {attention.OUT, *lse} <= {r.name for r in kept["matmuls"]} <= {None, *decoder.KEPT}
+  nbytes = {remat: sum(r.nbytes for r in found) for remat, found in kept.items()}
+  assert nbytes["matmuls"] < nbytes["none"], nbytes
+  (v0, g0), (v1, g1) = results["none"], results["matmuls"]
+  np.testing.assert_array_equal(v1, v0)
+  for a, b_ in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+    np.testing.assert_allclose(a, b_, rtol=1e-6, atol=1e-7)
