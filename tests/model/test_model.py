@@ -255,6 +255,32 @@ def test_remat_block_keeps_only_block_inputs_with_the_same_loss_and_gradients(po
   assert kept1 < kept0 / 2, (kept0, kept1)  # 30 -> 8 for RoPE with 2 blocks
 
 
+def _remat_steps(config, remats=("none", "matmuls")):
+  """Per model.remat: (the residuals its train loss's backward keeps, (loss, gradients)) on a
+  fixed batch of `config`'s shape."""
+  b, t = config.data.batch_size, config.data.seq_len
+  batch = batch_of(jax.random.randint(jax.random.key(1), (b, t + 1), 0, config.model.vocab_size))
+  out = {}
+  for remat in remats:
+    config.model.remat = remat
+    graphdef, params = nnx.split(Decoder(config.model, rngs=nnx.Rngs(0)), nnx.Param)
+
+    def loss(p, graphdef=graphdef):
+      return train.loss_fn(nnx.merge(graphdef, p), batch, batch["positions"])
+
+    out[remat] = residuals.step_residuals(config), jax.jit(jax.value_and_grad(loss))(params)
+  return out
+
+
+def _assert_same_step_in_fewer_bytes(steps):
+  """matmuls' backward keeps fewer bytes than none's, and gives the same loss and gradients."""
+  (kept0, (v0, g0)), (kept1, (v1, g1)) = steps["none"], steps["matmuls"]
+  assert sum(r.nbytes for r in kept1) < sum(r.nbytes for r in kept0)
+  np.testing.assert_array_equal(v1, v0)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("impl", ["xla", "pallas"])  # the Pallas kernel's custom_vjp residuals too
 def test_remat_matmuls_keeps_no_rotated_q_or_k_and_equals_none(impl):
   """model.remat=matmuls: every q/k-shaped array the backward keeps is a named projection (the
@@ -264,31 +290,31 @@ def test_remat_matmuls_keeps_no_rotated_q_or_k_and_equals_none(impl):
   config.model.vocab_size, config.model.attention.impl = 32, impl
   b, t, m = config.data.batch_size, config.data.seq_len, config.model
   q_shapes = {(b, t, m.num_heads, m.head_dim), (b, t, m.num_kv_heads, m.head_dim)}
-  batch = batch_of(jax.random.randint(jax.random.key(1), (b, t + 1), 0, 32))
-  kept, results = {}, {}
-  for remat in ("none", "matmuls"):
-    config.model.remat = remat
-    kept[remat] = residuals.step_residuals(config)
-    model = Decoder(config.model, rngs=nnx.Rngs(0))
-    graphdef, params = nnx.split(model, nnx.Param)
+  steps = _remat_steps(config)
 
-    def loss(p, graphdef=graphdef):
-      return train.loss_fn(nnx.merge(graphdef, p), batch, batch["positions"])
+  def q_shaped(remat):
+    return [r.name for r in steps[remat][0] if r.aval.shape in q_shapes]
 
-    results[remat] = jax.jit(jax.value_and_grad(loss))(params)
-
-  def q_shaped(found):
-    return [r.name for r in found if r.aval.shape in q_shapes]
-
-  assert None in q_shaped(kept["none"])  # rotated q and k, unnamed: the check sees them
+  assert None in q_shaped("none")  # rotated q and k, unnamed: the check sees them
   layers = m.num_layers
-  assert collections.Counter(q_shaped(kept["matmuls"])) == {"q_proj": layers, "k_proj": layers}
+  assert collections.Counter(q_shaped("matmuls")) == {"q_proj": layers, "k_proj": layers}
   # the Pallas kernel's output and log-sum-exp are kept: its backward never reruns it
   lse = {attention.LSE} if impl == "pallas" else set()
-  assert {attention.OUT, *lse} <= {r.name for r in kept["matmuls"]} <= {None, *decoder.KEPT}
-  nbytes = {remat: sum(r.nbytes for r in found) for remat, found in kept.items()}
-  assert nbytes["matmuls"] < nbytes["none"], nbytes
-  (v0, g0), (v1, g1) = results["none"], results["matmuls"]
-  np.testing.assert_array_equal(v1, v0)
-  for a, b_ in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
-    np.testing.assert_allclose(a, b_, rtol=1e-6, atol=1e-7)
+  assert {attention.OUT, *lse} <= {r.name for r in steps["matmuls"][0]} <= {None, *decoder.KEPT}
+  _assert_same_step_in_fewer_bytes(steps)
+
+
+@pytest.mark.parametrize(
+  "pos, impl, model",
+  [
+    ("alibi", "pallas", {}),  # the kernel's distance table: its names inside a lax.cond
+    ("cope", "xla", {"mlp": "swiglu", "num_kv_heads": 2, "qk_norm": True}),  # contextual carries
+  ],
+)
+def test_remat_matmuls_equals_none_with_other_kernels_and_options(pos, impl, model):
+  config = tiny_config(pos)
+  config.data.batch_size = 2
+  config.model.vocab_size, config.model.attention.impl = 32, impl
+  for key, value in model.items():
+    config.model[key] = value
+  _assert_same_step_in_fewer_bytes(_remat_steps(config))
