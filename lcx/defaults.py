@@ -60,8 +60,10 @@ def get_config(arg=None):
   config.model.mlp_dim = mlp_dim  # MLP hidden width (size=)
   config.model.tie_embeddings = False  # True: the output layer reuses the input embedding
   config.model.dtype = "float32"  # compute dtype; parameters stay float32
-  # none | block: keep every activation for the backward pass, or only each block's input and
-  # recompute the block (less memory, about a third more compute)
+  # none | block | matmuls: keep every activation for the backward pass; only each block's input
+  # and recompute the block (least memory, about a third more compute); or each block's matmul
+  # outputs and recompute the elementwise steps between them: norms, rotated q and k, activations
+  # (lcx/options.py REMATS)
   config.model.remat = "none"
   config.model.norm_eps = 1e-6  # RMSNorm epsilon
   config.model.qk_norm = False  # True: RMSNorm (learned scale) on q and k per head, before RoPE
