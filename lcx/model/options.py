@@ -9,7 +9,14 @@ from lcx.model.positions import fields as position_fields
 
 MLPS = ("gelu", "swiglu")  # model.mlp (lcx/model/decoder.py)
 DTYPES = ("float32", "bfloat16")  # model.dtype (lcx/model/decoder.py's DTYPES)
-REMATS = ("none", "block")  # model.remat: what the backward pass recomputes (lcx/model/decoder.py)
+# model.remat: what the backward pass recomputes (lcx/model/decoder.py's REMAT_POLICIES):
+#   none     nothing: autodiff keeps every intermediate it needs
+#   block    everything: each block keeps only its input and runs again in the backward
+#   matmuls  the elementwise steps: each block keeps its matmuls' outputs (q, k, v, the
+#            attention's output and log-sum-exp, the output projection, the MLP's
+#            pre-activations: decoder.KEPT) and recomputes the norms, the rotations (no rotated q
+#            or k is kept), the MLP's activation and, on the XLA path, the T x T probabilities
+REMATS = ("none", "block", "matmuls")
 # model.qk_norm_over: one RMSNorm per head (Qwen 3, Gemma 3) | one over all heads' features at once
 # (OLMo 2; the DroPE reference's recalibration), each with a learned scale from 1
 QK_NORM_OVER = ("head", "heads")
@@ -130,7 +137,8 @@ MODEL = Section(
     Field(
       "remat",
       "none",
-      "block: recompute each block in the backward pass (less memory, about a third more compute)",
+      "block: recompute each block in the backward pass (least memory, about a third more "
+      "compute); matmuls: keep each block's matmul outputs, recompute the elementwise steps",
       allowed=REMATS,
     ),
     Field("norm_eps", 1e-6, "RMSNorm epsilon", positive, "> 0"),

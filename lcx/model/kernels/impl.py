@@ -24,6 +24,7 @@ from typing import Callable, NamedTuple
 
 import jax
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from lcx import errors
 from lcx.model import attention, cpu_tuned, options, stick_breaking
@@ -60,15 +61,26 @@ ATTENDS = {
 }
 
 
+def _named(attend: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+  """`attend` with its output named `attention.OUT`, which model.remat=matmuls keeps (the
+  Pallas kernel names its own, inside its custom_vjp, where its backward reads it)."""
+
+  @functools.wraps(attend)
+  def call(*args, **kwargs):
+    return checkpoint_name(attend(*args, **kwargs), attention.OUT)
+
+  return call
+
+
 def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
   """The XLA kernel `name` (dense | chunked) running attention `kind`."""
   if kind not in ATTENDS:
     raise errors.not_allowed("model.attention.kind", kind, options.KINDS)
   attends = ATTENDS[kind]
   kernels = {
-    "dense": attention.Kernel(attention.prepare_dense, attends.dense),
+    "dense": attention.Kernel(attention.prepare_dense, _named(attends.dense)),
     "chunked": attention.Kernel(
-      attention.prepare_chunked, functools.partial(attends.chunked, chunk_size=chunk_size)
+      attention.prepare_chunked, _named(functools.partial(attends.chunked, chunk_size=chunk_size))
     ),
   }
   if name not in kernels:
