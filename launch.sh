@@ -39,7 +39,7 @@ usage: ./launch.sh COMMAND [FLAGS...]
   data         dataset statistics: --config=configs/base.py [--config.data.name=...]
   export       python -m lcx.tools.export --workdir=DIR [--step=N] [--out=DIR/export]: the
                checkpoint's parameters as model.safetensors plus config.json (lcx.tools.export.load)
-  config       python -m lcx.fields [--config=...]: every config field, its default, what is
+  config       python -m lcx.config.listing [--config=...]: every config field, its default, what is
                allowed and a one-line description
   test         the test suite (pytest flags pass through; adds the test extra)
   notebook     JupyterLab on experiments/notebooks/ (adds the notebooks extra; flags pass through)
@@ -131,7 +131,7 @@ case "$cmd" in
   longrope) exec "$PY" -m lcx.tools.longrope "$@" ;;
   bench) exec "$PY" -m lcx.tools.bench "$@" ;;
   data) exec "$PY" -m lcx.data.stats "$@" ;;
-  config) exec "$PY" -m lcx.fields "$@" ;;
+  config) exec "$PY" -m lcx.config.listing "$@" ;;
   export) exec "$PY" -m lcx.tools.export "$@" ;;
   test)
     # Bytecode caches (gitignored __pycache__/) even where PYTHONDONTWRITEBYTECODE is set: else

@@ -2,10 +2,10 @@
 
 Usage: --config=configs/base.py[:pos=alibi,size=tiny] then --config.section.field=value.
 `pos` picks the position scheme (its config sub-dict comes with every field and default),
-`size` the model: tiny | small | default | large. Every field is in lcx/defaults.py.
+`size` the model: tiny | small | default | large. Every field is in lcx/config/defaults.py.
 """
 
-from lcx import defaults
+from lcx.config import defaults
 
 
 def get_config(arg=None):

@@ -35,7 +35,8 @@ held out: 9 documents, of which evaluation resamples 7 and the LongRoPE search's
 import dataclasses
 from typing import Callable
 
-from lcx import defaults, errors, regime
+from lcx import errors, regime
+from lcx.config import defaults
 
 
 @dataclasses.dataclass(frozen=True)

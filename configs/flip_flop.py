@@ -6,7 +6,7 @@ tests longer sequences (up to factor x 256 instructions). Usage:
 --config=configs/flip_flop.py:pos=rope
 """
 
-from lcx import defaults
+from lcx.config import defaults
 from lcx.data import tasks
 
 

@@ -11,7 +11,7 @@ unless eval.variants names them). Usage:
 --config=configs/niah.py:pos=rope,size=small
 """
 
-from lcx import defaults
+from lcx.config import defaults
 from lcx.data import tasks
 
 NIAH = ("multikey", "multiquery", "multivalue")

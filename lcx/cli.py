@@ -19,9 +19,9 @@ from absl import flags
 
 from lcx import errors
 
-# `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/run/run_config.py's get_config), named by
-# path so that this module need not import it (and jax).
-RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run", "run_config.py")
+# `--config=RUN_CONFIG:WORKDIR` is a run's own config (lcx/config/run_config.py's get_config),
+# named by path so that this module need not import it (and jax).
+RUN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config", "run_config.py")
 # --distributed (lcx.run.sharding): call jax.distributed.initialize() without arguments when a
 # cluster is detected (auto), always (on) or never (off). Here, so the flag is defined before jax
 # loads.
@@ -101,7 +101,7 @@ def with_shipped_config(argv):
 
 
 def with_run_config(argv):
-  """Adds --config=lcx/run/run_config.py:WORKDIR when --config is absent and WORKDIR is a run."""
+  """Adds --config=lcx/config/run_config.py:WORKDIR when --config is absent and WORKDIR is a run."""
   if config_argument(argv) is not None:
     return argv
   workdir = None
@@ -215,7 +215,7 @@ def select_sections(config, argv):
   already of that name keeps its values; an unknown name is left for the checks to name."""
   import ml_collections
 
-  from lcx import defaults  # the sections a name picks whole (jax: lazily)
+  from lcx.config import defaults  # the sections a name picks whole (jax: lazily)
 
   if not isinstance(config, ml_collections.ConfigDict):
     return config  # a config file that failed to load: its error surfaces on first read

@@ -18,7 +18,7 @@ COMMANDS = {
   "report": ("lcx.tools.report", ()),
   "sweep": ("lcx.tools.sweep", ()),
   "longrope": ("lcx.tools.longrope", ()),
-  "config": ("lcx.fields", ()),
+  "config": ("lcx.config.listing", ()),
   "bench": ("lcx.tools.bench", ()),
   "data": ("lcx.data.stats", ()),
   "export": ("lcx.tools.export", ()),

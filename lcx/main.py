@@ -1,7 +1,7 @@
 """Entry point: python -m lcx.main --config=configs/base.py[:args] --workdir=DIR --mode=MODE.
 
 `--mode=eval --workdir=DIR` needs no --config: the run's own DIR/config.json is the config
-(`lcx/run/run_config.py:DIR`), and `--config.eval.*=...` overrides apply to it.
+(`lcx/config/run_config.py:DIR`), and `--config.eval.*=...` overrides apply to it.
 
 The same command runs on every host of a TPU pod slice or SLURM allocation: `--distributed=auto`
 joins the processes when the environment shows a cluster (see lcx.run.sharding). Restarting the same
@@ -15,8 +15,9 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, errors
+from lcx import cli, errors
 from lcx.cli import fail
+from lcx.config import checks as config_lib
 from lcx.run import metrics  # none of them imports jax
 from lcx.run.metrics import say
 
@@ -86,7 +87,7 @@ def run(
   model traced once) and one plan of the evaluations, both before anything is written; a bad
   value exits via `fail`."""
   trains, evaluates = MODES[mode]
-  try:  # a bad value is refused before jax is imported (lcx.config imports none)
+  try:  # a bad value is refused before jax is imported (lcx.config.checks imports none)
     config_lib.check_declared(config)
   except ValueError as error:
     fail(str(error))

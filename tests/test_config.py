@@ -7,10 +7,11 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib, defaults
+from lcx import cli
+from lcx.config import checks as config_lib, defaults
+from lcx.field import Unset
 from lcx.model import patterns
 from lcx.model.positions import remaps
-from lcx.model.positions.registry import Unset
 from lcx.run import sharding
 from lcx.tools.evaluate import checks as eval_checks
 from tests.helpers import ROOT, TINY_FLAGS, run_lcx, set_fields, tiny_config
@@ -48,7 +49,7 @@ def test_out_of_range_values(field, value, message):
   section, key = field.split(".")
   config[section][key] = value
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_eval_length_below_one():
@@ -57,14 +58,14 @@ def test_eval_length_below_one():
   with pytest.raises(
     ValueError, match=r"^eval.lengths=\(64, 0\) is not allowed; allowed: >= 1 each$"
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_kv_heads_must_divide_heads():
   config = tiny_config()
   config.model.num_kv_heads = 3
   with pytest.raises(ValueError, match=r"model.num_kv_heads=3 must divide model.num_heads=4"):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_odd_head_dim_with_rotary_scheme():
@@ -76,12 +77,12 @@ def test_odd_head_dim_with_rotary_scheme():
     r"'rope' \(it rotates pairs of features\); set an even model\.head_dim, or "
     r"model\.position\.rotary_dim to an even number below 15$",
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
   config.model.position.rotary_dim = 14  # rotating part of an odd head is fine
-  config_lib.validate(config)
+  sharding.validate(config)
   config = tiny_config("nope")
   config.model.head_dim = 15
-  config_lib.validate(config)  # NoPE has no rotation: odd head dims are fine
+  sharding.validate(config)  # NoPE has no rotation: odd head dims are fine
 
 
 def test_scheme_name_changed_without_its_fields():
@@ -93,7 +94,7 @@ def test_scheme_name_changed_without_its_fields():
     r"another scheme's fields \['base', 'pairing', 'rotary_dim', 'scaling'\]: .* "
     r"--config=configs/base\.py:pos=alibi instead$",
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_mesh_must_fit_the_devices():
     match=r"^mesh=\{'data': -1, 'fsdp': 1, 'tensor': 2\}: the 1 "
     r"devices do not divide by the other axes' product 2, so mesh\.data=-1",
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_unknown_scheme_name():
@@ -363,12 +364,12 @@ def test_learned_table_must_cover_training_and_randomized_positions():
     match=rf"the learned table has {config.data.seq_len - 1} "
     rf"positions .* but {config.data.seq_len} are needed",
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
   config.model.position.num_positions = config.data.seq_len
-  config_lib.validate(config)
+  sharding.validate(config)
   config.train.random_positions = 4 * config.data.seq_len
   with pytest.raises(ValueError, match=rf"but {4 * config.data.seq_len} are needed"):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_relative_remap_with_absolute_scheme_fails_in_validation():
@@ -379,7 +380,7 @@ def test_relative_remap_with_absolute_scheme_fails_in_validation():
     match=r"model.remap.name='self_extend' remaps relative "
     r"distances, but model.position.name='sinusoidal' embeds absolute positions",
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_eval_lengths_past_a_learned_table_are_not_a_config_error():
@@ -415,18 +416,18 @@ def test_sampled_positions_are_checked_naming_the_fields(fields, message):
     section, key = field.split(".")
     config[section][key] = value
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_pose_target_must_fit_a_learned_table_and_eval_sampling_the_eval_lengths():
   config = tiny_config("learned", pose_target=128)
   with pytest.raises(ValueError, match=r"the learned table has 32 positions .* but 128 are"):
-    config_lib.validate(config)
+    sharding.validate(config)
   config.model.position.num_positions = 128
-  config_lib.validate(config)
+  sharding.validate(config)
   config = tiny_config()
   config.eval.random_positions = 128  # eval lengths 32..256 by default multipliers (1, 2, 4, 8)
-  config_lib.validate(config)
+  sharding.validate(config)
   with pytest.raises(
     ValueError,
     match=r"eval.random_positions=128 is not allowed; allowed: 0 "
@@ -498,4 +499,4 @@ def test_attention_options_name_the_field(pos, field, value, message):
   config = tiny_config(pos)
   set_fields(config, {field: value})
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(config)
+    sharding.validate(config)

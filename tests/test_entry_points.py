@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from tests.helpers import DATA_DIR, TINY_FLAGS, refused_before_jax, run_lcx, tiny_config
 
 BAD_BASE = "model.position.base=-10.0 is not allowed; allowed: > 1"

@@ -12,7 +12,7 @@ import shlex
 import numpy as np
 import pytest
 
-from lcx import variants
+from lcx.config import variants
 from lcx.tools import report, sweep
 from tests.helpers import ROOT
 from tests.tools.report.results import lengths_result, with_documents
@@ -231,7 +231,7 @@ def test_every_schemes_run_config_validates(arg):
   """Each run's config file with its overrides passes every check lcx.main makes before it
   compiles (the mesh's aside), so no row of a long sweep fails at its start."""
   from configs import extrapolation
-  from lcx import config as config_lib
+  from lcx.config import checks as config_lib
   from tests.helpers import set_fields
 
   for name, run in _schemes_sweep(arg).runs.items():
@@ -329,7 +329,7 @@ def test_each_full_variant_splits_into_shards_that_fit_a_lent_window(experiment:
 def _run_config(run: sweep.Run, file: str = "configs/extrapolation.py:"):
   """A run's config as lcx.main builds it before compiling: its config file's get_config with
   the run's overrides, checked."""
-  from lcx import config as config_lib
+  from lcx.config import checks as config_lib
   from tests.helpers import set_fields
 
   assert run.config.startswith(file)

@@ -118,23 +118,19 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 # lcx's layers, bottom to top (issue 61): a module imports its own layer's modules and those of
 # the layers below, never one above. A module is in the layer of the longest name here that is
-# the module or a package above it. The config modules are the top-level ones until issue 61's
-# item 1 moves them into lcx.config.* (and lcx.options to lcx.model.options).
+# the module or a package above it.
 LAYERS = (
-  ("base", ("lcx", "lcx.errors", "lcx.files")),  # "lcx": the package's own __init__ only
-  ("model", ("lcx.model", "lcx.options")),
+  # "lcx": the package's own __init__ only; lcx.field: the Field/Section records every layer's
+  # declarations use (lcx.model.options, lcx.data.config, lcx.config.fields).
+  ("base", ("lcx", "lcx.errors", "lcx.files", "lcx.field")),
+  ("model", ("lcx.model",)),
   ("data", ("lcx.data",)),
   (
     "config",
     (
       "lcx.config",
-      "lcx.defaults",
-      "lcx.fields",
-      "lcx.variants",
-      "lcx.protocols",
       "lcx.regime",
-      "lcx.run.run_config",
-      "lcx.cli",  # parses --config: picks a section by name from lcx.defaults
+      "lcx.cli",  # parses --config: picks a section by name from lcx.config.defaults
     ),
   ),
   ("run", ("lcx.run",)),
@@ -144,15 +140,7 @@ LAYERS = (
 )
 
 # Upward imports still there, each named with why, for the lead: (importer, imported).
-UPWARD = {
-  # lcx.config's checks read run/'s declarations (resume.SCHEDULE_FIELDS, metrics.TRACKERS,
-  # metrics.check_trackers) and `validate` calls sharding.check_mesh: issue 61 item 1 (the
-  # config package) moves them; lcx.run is the package those imports run first.
-  ("lcx.config", "lcx.run"),
-  ("lcx.config", "lcx.run.metrics"),
-  ("lcx.config", "lcx.run.resume"),
-  ("lcx.config", "lcx.run.sharding"),
-}
+UPWARD: set[tuple[str, str]] = set()
 
 
 def layer_of(name: str, layers=LAYERS) -> int | None:

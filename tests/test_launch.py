@@ -75,7 +75,9 @@ def test_help_prints_usage_without_a_venv(checkout):
   assert "--distributed=auto" in proc.stdout
   assert "  generate     python -m lcx.tools.generate --workdir=DIR --prompt=TEXT" in proc.stdout
   assert "(sinusoidal, rope, alibi, t5, nope)" in proc.stdout  # what quickstart trains
-  assert "  config       python -m lcx.fields [--config=...]: every config field" in proc.stdout
+  assert (
+    "  config       python -m lcx.config.listing [--config=...]: every config field" in proc.stdout
+  )
   assert calls == [] and not (checkout / ".venv").exists()
 
 
@@ -105,7 +107,7 @@ def test_each_command_installs_its_extras_once(checkout):
   assert pip("bench") == [".[test,bench]"]  # the union: test's packages stay
   assert pip("test") == [] and pip("bench") == [] and pip("eval") == [] and pip("data") == []
   assert _launch(checkout, "report", "r", "--out=o")[1] == ["-m lcx.tools.report r --out=o"]
-  assert _launch(checkout, "config", "--config=c.py")[1] == ["-m lcx.fields --config=c.py"]
+  assert _launch(checkout, "config", "--config=c.py")[1] == ["-m lcx.config.listing --config=c.py"]
   assert _launch(checkout, "sweep", "experiments/x")[1] == ["-m lcx.tools.sweep experiments/x"]
   assert _launch(checkout, "longrope", "--workdir=w")[1] == ["-m lcx.tools.longrope --workdir=w"]
   assert _launch(checkout, "generate", "--workdir=w", "--prompt=a b")[1] == [

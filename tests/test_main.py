@@ -58,10 +58,11 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
   refused before checkpointing and the data pipeline load), and prepare repeats neither.
   prepare loads the tokenizer and traces the abstract model; the mesh check, training, the
   evaluation plan and the `none` variant reuse what it built."""
-  from lcx import config as config_lib, main
+  from lcx import main
+  from lcx.config import checks as config_lib
   from lcx.data import pipeline
   from lcx.model import decoder as model
-  from lcx.run import checkpoint
+  from lcx.run import checkpoint, sharding
   from lcx.tools.evaluate import checks as eval_checks
 
   calls = collections.Counter()
@@ -74,8 +75,9 @@ def test_train_and_eval_checks_the_config_loads_the_tokenizer_and_traces_the_mod
 
     return wrapper
 
-  for name in ("check_declared", "check_code", "check_fields", "validate"):
+  for name in ("check_declared", "check_code", "check_fields"):
     monkeypatch.setattr(config_lib, name, counted(name, getattr(config_lib, name)))
+  monkeypatch.setattr(sharding, "validate", counted("validate", sharding.validate))
   monkeypatch.setattr(eval_checks, "validate", counted("validate_eval", eval_checks.validate))
   monkeypatch.setattr(model, "abstract", counted("abstract", model.abstract))
   for kind, load in list(pipeline.TOKENIZERS.items()):  # every load, whoever asks for it

@@ -1,12 +1,12 @@
-"""The protocol records (lcx/protocols.py): properties every protocol keeps, iterated over the
-registry, and adding a protocol by adding one record (docs/extending.md "Add a protocol")."""
+"""The protocol records (lcx/config/protocols.py): properties every protocol keeps, iterated over
+the registry, and adding a protocol by adding one record (docs/extending.md "Add a protocol")."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from lcx import config as config_lib, protocols
+from lcx.config import checks as config_lib, protocols
 from lcx.tools import report
 from lcx.tools.evaluate import checks as eval_checks, lengths, samples
 from tests.helpers import tiny_config

@@ -46,7 +46,7 @@ def test_bad_arguments_name_the_field():
 
 def test_the_extrapolation_config_selects_the_matched_regime():
   from configs import extrapolation
-  from lcx import config as config_lib
+  from lcx.config import checks as config_lib
 
   old = extrapolation.get_config("pos=rope")
   assert (old.data.seq_len, old.data.tokenizer, old.model.position.base) == (64, "byte", 1e4)
@@ -73,7 +73,7 @@ def test_the_context_regime_is_the_one_the_probe_measured(pos):
   """experiments/context_probe's 1024-piece 2000-step row, where RoPE rose +0.364 at 16x: books,
   L = 128, 16 rows, base 10^4 wherever the scheme has one, 100 windows at 16x."""
   from configs import extrapolation
-  from lcx import config as config_lib
+  from lcx.config import checks as config_lib
 
   config = extrapolation.get_config(f"pos={pos},regime=context")
   assert (config.data.name, config.data.seq_len, config.data.batch_size) == ("books", 128, 16)

@@ -5,7 +5,7 @@ import json
 import ml_collections
 import pytest
 
-from lcx import defaults, variants
+from lcx.config import defaults, variants
 from lcx.model import patterns
 
 

@@ -1,8 +1,10 @@
-"""The data section of the experiment config: every field, its default, and its checks.
+"""The data section of the experiment config: every field's record (`DATA`: default, description,
+what it accepts), and the checks that read several fields.
 
-lcx/defaults.py does `config.data = data.default_config()`; command-line
-overrides arrive as `--config.data.<field>=<value>`. `validate` turns a bad value into a
-`ValueError` that names the field and the allowed values, before any data is touched.
+lcx/config/fields.py puts `DATA` under `data` in the config's records, which the defaults, the
+checks before jax and `./launch.sh config` read; command-line overrides arrive as
+`--config.data.<field>=<value>`. `validate` turns a bad value into a `ValueError` that names the
+field and the allowed values, before any data is touched.
 """
 
 import os
@@ -12,58 +14,10 @@ import ml_collections
 
 from lcx import errors
 from lcx.data import tasks
+from lcx.field import Field, Section, at_least
 
 TOKENIZERS = ("byte", "sentencepiece")
 PACKINGS = ("auto", "concat", "first_fit")
-
-
-def default_config() -> ml_collections.ConfigDict:
-  """Every data field with its default; see the comments for what each one means."""
-  cfg = ml_collections.ConfigDict()
-  # Which registered source feeds training: stdlib | books | text_files | tfds | task.
-  cfg.name = "stdlib"
-  # Where built datasets and tokenizers live. Empty: $LCX_DATA_DIR, else
-  # ~/.cache/lcx/datasets.
-  cfg.data_dir = ""
-  # byte (259 ids: 256 bytes + BOS/EOS/PAD) | sentencepiece (trained on the train split).
-  cfg.tokenizer = "byte"
-  cfg.vocab_size = 8192  # sentencepiece only.
-  cfg.seq_len = 256  # tokens per training row.
-  cfg.batch_size = 16  # global rows per step, split evenly across processes.
-  cfg.seed = 0  # shuffle order (and task examples).
-  # How documents become rows. concat: concatenate then split at seq_len, so long
-  # documents continue on the next row. first_fit: whole documents into the first row
-  # with room, padding the rest (documents longer than seq_len are an error).
-  # auto: first_fit for tasks (an example must not be cut), concat otherwise.
-  cfg.packing = "auto"
-  # Share of documents (stdlib, text_files with split=hash) or works (books) held out.
-  cfg.validation_fraction = 0.05
-
-  # text_files: a directory (searched recursively) or a glob of .txt / .jsonl files.
-  cfg.text_files = ""
-  cfg.jsonl_field = "text"  # the field of each .jsonl line that holds the document.
-  # hash: split by a hash of each document's path (and line). folders: documents under
-  # <text_files>/train and <text_files>/validation.
-  cfg.text_files_split = "hash"
-
-  # tfds: any TFDS text dataset already prepared in data_dir (pg19, lm1b, wiki40b/en).
-  cfg.tfds_name = ""
-  cfg.text_feature = "text"  # tfds: the feature holding the text
-  cfg.train_split = "train"  # tfds: the split trained on
-  cfg.validation_split = "validation"  # tfds: the split evaluated on
-
-  # task: a synthetic task from lcx.data.tasks. Training sizes are uniform in
-  # [task_min_len, task_max_len]; evaluation sizes are uniform in [task_min_len,
-  # task_eval_factor * task_max_len], exact match reported per size bucket.
-  cfg.task = "copy"
-  cfg.task_min_len = 1  # task: smallest training size
-  cfg.task_max_len = 32  # task: largest training size
-  cfg.task_eval_factor = 4  # task: evaluation sizes up to this x task_max_len
-  cfg.task_eval_examples = 512  # evaluation examples (per depth, if depths are set).
-  # passkey: needle depths in [0, 1] to evaluate at, each reported apart; empty: a
-  # random depth per example, as in training.
-  cfg.task_eval_depths = ()
-  return cfg
 
 
 def data_dir(data_cfg) -> pathlib.Path:
@@ -150,17 +104,96 @@ SOURCE_CHECKS = {
 }
 
 
+def _in_open_unit(v) -> bool:
+  return 0.0 < v < 1.0
+
+
+# Every data field, one record each (lcx/field.py); `validate` runs the checks that read other
+# fields or the process count, and each source's own.
+DATA = Section(
+  "the corpus, tokenizer and rows (lcx/data/config.py)",
+  (
+    Field(
+      "name",
+      "stdlib",
+      "which registered source feeds training: stdlib | books | text_files | tfds | task",
+      allowed=tuple(SOURCE_CHECKS),
+    ),
+    Field(
+      "data_dir",
+      "",
+      "where built datasets and tokenizers live (empty: $LCX_DATA_DIR, else ~/.cache/lcx/datasets)",
+    ),
+    Field(
+      "tokenizer",
+      "byte",
+      "byte (259 ids: 256 bytes + BOS/EOS/PAD) | sentencepiece (trained on the train split)",
+      allowed=TOKENIZERS,
+    ),
+    Field("vocab_size", 8192, "sentencepiece only"),
+    Field("seq_len", 256, "tokens per training row", at_least(1), ">= 1"),
+    Field(
+      "batch_size", 16, "global rows per step, split evenly across processes", at_least(1), ">= 1"
+    ),
+    Field("seed", 0, "shuffle order (and task examples)"),
+    Field(
+      "packing",
+      "auto",
+      "how documents become rows: concat | first_fit (whole documents) | auto (first_fit: tasks)",
+      allowed=PACKINGS,
+    ),
+    Field(
+      "validation_fraction",
+      0.05,
+      "share of documents (stdlib, text_files with split=hash) or works (books) held out",
+      _in_open_unit,
+      "in (0, 1)",
+    ),
+    Field(
+      "text_files",
+      "",
+      "text_files: a directory (searched recursively) or a glob of .txt / .jsonl files",
+    ),
+    Field("jsonl_field", "text", "the field of each .jsonl line that holds the document"),
+    Field(
+      "text_files_split",
+      "hash",
+      "hash: by a hash of each document's path (and line) | folders: under train/ and validation/",
+    ),
+    Field(
+      "tfds_name",
+      "",
+      "tfds: any TFDS text dataset already prepared in data_dir (pg19, lm1b, wiki40b/en)",
+    ),
+    Field("text_feature", "text", "tfds: the feature holding the text"),
+    Field("train_split", "train", "tfds: the split trained on"),
+    Field("validation_split", "validation", "tfds: the split evaluated on"),
+    Field("task", "copy", "task: a synthetic task from lcx.data.tasks"),
+    Field("task_min_len", 1, "task: smallest training size"),
+    Field("task_max_len", 32, "task: largest training size"),
+    Field("task_eval_factor", 4, "task: evaluation sizes up to this x task_max_len"),
+    Field("task_eval_examples", 512, "evaluation examples (per depth, if depths are set)"),
+    Field(
+      "task_eval_depths",
+      (),
+      "passkey: needle depths in [0, 1] evaluated apart; empty: a random depth per example",
+    ),
+  ),
+)
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every data field with its default (DATA's records)."""
+  return DATA.to_config()
+
+
 def validate(data_cfg, *, process_count: int | None = None) -> None:
   """Raises ValueError naming the bad field and its allowed values.
 
   `process_count` defaults to `jax.process_count()`; the global batch must split
   evenly across processes.
   """
-  _one_of(data_cfg, "name", tuple(SOURCE_CHECKS))
-  _one_of(data_cfg, "tokenizer", TOKENIZERS)
-  _one_of(data_cfg, "packing", PACKINGS)
-  _check(data_cfg, "seq_len", lambda v: v >= 1, ">= 1")
-  _check(data_cfg, "batch_size", lambda v: v >= 1, ">= 1")
+  DATA.check(data_cfg, "data")  # each field's record: name, tokenizer, packing, seq_len, ...
   if process_count is None:
     import jax  # Deferred: only needed when the caller did not say.
 
@@ -170,7 +203,6 @@ def validate(data_cfg, *, process_count: int | None = None) -> None:
     f"data.batch_size={data_cfg.batch_size} must be divisible by the process count"
     f" ({process_count}).",
   )
-  _check(data_cfg, "validation_fraction", lambda v: 0.0 < v < 1.0, "in (0, 1)")
   if data_cfg.tokenizer == "sentencepiece":
     _check(
       data_cfg,

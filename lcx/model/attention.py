@@ -55,6 +55,9 @@ from lcx.model import cpu_tuned
 from lcx.model.positions.documents import document_index, document_length
 
 NEG_INF = -1e30  # finite, so fully masked padding rows never produce NaN
+# Names (jax.ad_checkpoint.checkpoint_name) of what every kernel's attend returns, and of the
+# Pallas kernel's log-sum-exp: model.remat=matmuls keeps them for the backward (decoder.KEPT).
+OUT, LSE = "attention_out", "attention_lse"
 
 
 def document_cumsum(a_BxTxH: jax.Array, seg_BxT: jax.Array) -> jax.Array:

@@ -24,12 +24,35 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from lcx.model import attention, cpu_tuned, gating, kernels, patterns, positions, temperature
 from lcx.model.model_config import ModelConfig
 from lcx.model.positions import path, randomized, remaps
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.config.DTYPES
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # keys: lcx.model.options.DTYPES
+# What model.remat=matmuls keeps of a block for the backward: its matmuls' outputs, named where
+# they are computed (checkpoint_name), cheap to keep and costly to recompute; the elementwise
+# steps between them (norms, rotations, temperature, gates, activations) run again. The
+# attention's T x T logits are no kept matmul: the backward recomputes them, as the Pallas
+# kernel's own backward does.
+KEPT = (
+  "q_proj",
+  "k_proj",
+  "v_proj",
+  attention.OUT,
+  attention.LSE,
+  "out_proj",
+  "mlp_in",
+  "mlp_gate",
+)
+# model.remat -> the jax.checkpoint policy of each block, or None: no checkpoint
+# (lcx/model/options.py REMATS)
+REMAT_POLICIES = {
+  "none": None,
+  "block": jax.checkpoint_policies.nothing_saveable,
+  "matmuls": jax.checkpoint_policies.save_only_these_names(*KEPT),
+}
 
 
 def is_variable(x) -> bool:
@@ -168,6 +191,11 @@ class KVCache(nnx.Module):
     return self.inputs[...]
 
 
+def _projected(name, spec, x, w):
+  """The einsum `spec` of x and w, named `name` (one of KEPT: model.remat=matmuls keeps it)."""
+  return checkpoint_name(jnp.einsum(spec, x, w), name)
+
+
 class Attention(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs):
     d, h, g, k = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -230,8 +258,8 @@ class Attention(nnx.Module):
     """`q_pos_BxL`: the queries' true positions (the temperature reads them); `nope`: the
     block carries no position signal (the llama4 temperature reads it)."""
     dt = x_BxLxD.dtype
-    q_BxLxHxE = jnp.einsum("bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
-    k_BxLxGxE = jnp.einsum("bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
+    q_BxLxHxE = _projected("q_proj", "bld,dhk->blhk", x_BxLxD, self.wq[...].astype(dt))
+    k_BxLxGxE = _projected("k_proj", "bld,dgk->blgk", x_BxLxD, self.wk[...].astype(dt))
     if self.q_norm is not None:
       q_BxLxHxE, k_BxLxGxE = self.q_norm(q_BxLxHxE), self.k_norm(k_BxLxGxE)
     q_BxLxHxE = temperature.scale_queries(
@@ -249,7 +277,7 @@ class Attention(nnx.Module):
         nope=nope,
       ),
     )
-    v_BxGxLxE = jnp.einsum("bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
+    v_BxGxLxE = _projected("v_proj", "bld,dgk->bglk", x_BxLxD, self.wv[...].astype(dt))
     path_kwargs = {}  # PaTH's Householders from this block's input, for the kernel
     if scheme.householder is not None and self.cache is not None:
       k_BxLxGxE, v_BxGxLxE, path_kwargs = path.cached_attention_inputs(
@@ -274,7 +302,7 @@ class Attention(nnx.Module):
     )
     if self.wg is not None:
       out_BxHxLxE = gating.apply(self.gate, out_BxHxLxE, x_BxLxD, self.wg[...])
-    return jnp.einsum("bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
+    return _projected("out_proj", "bhlk,hkd->bld", out_BxHxLxE, self.wo[...].astype(dt))
 
   def _prefix_sums(self, scheme, x_BxLxD, q_pos_BxL, plan):
     """c_BxSxH over the plan's keys: per document, the prefix sums of the scheme's `from_input`
@@ -334,9 +362,10 @@ class MLP(nnx.Module):
 
   def __call__(self, x_BxLxD):
     dt = x_BxLxD.dtype
-    h_BxLxF = x_BxLxD @ self.w_in[...].astype(dt)
+    h_BxLxF = checkpoint_name(x_BxLxD @ self.w_in[...].astype(dt), "mlp_in")  # KEPT
     if self.swiglu:
-      h_BxLxF = h_BxLxF * jax.nn.silu(x_BxLxD @ self.w_gate[...].astype(dt))
+      gate_BxLxF = checkpoint_name(x_BxLxD @ self.w_gate[...].astype(dt), "mlp_gate")
+      h_BxLxF = h_BxLxF * jax.nn.silu(gate_BxLxF)
     else:
       h_BxLxF = gelu(h_BxLxF)
     return h_BxLxF @ self.w_out[...].astype(dt)
@@ -393,7 +422,7 @@ class Decoder(nnx.Module):
     )
     self.positioned_pattern = patterns.intersect(self.pattern, window)
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
-    self.remat = cfg.remat == "block"  # recompute each block in the backward
+    self.remat_policy = REMAT_POLICIES[cfg.remat]  # what each block recomputes in the backward
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
     self.head = (
       None
@@ -529,8 +558,10 @@ class Decoder(nnx.Module):
         return block(x_BxLxD, kernel=kernel, q_pos_BxL=pos_BxL, **inputs)  # noqa: B023 (called now)
 
       # model.remat=block: the backward pass keeps only each block's input and runs the block
-      # again (values unchanged: tests/model/test_model.py)
-      x_BxLxD = (nnx.remat(apply) if self.remat else apply)(block, x_BxLxD)
+      # again; =matmuls: its input and KEPT, and runs the rest again (values unchanged:
+      # tests/model/test_model.py)
+      policy = self.remat_policy
+      x_BxLxD = (apply if policy is None else nnx.remat(apply, policy=policy))(block, x_BxLxD)
     x_BxLxD = self.final_norm(x_BxLxD)
     if self.head is None:
       head_DxV = self.embed[...].T * x_BxLxD.shape[-1] ** -0.5
@@ -548,7 +579,7 @@ def abstract(model_cfg):
 
 
 def check_config(config, train_len: int) -> None:
-  """The config checks that need the model's code, after lcx.config's declared ones (its
+  """The config checks that need the model's code, after lcx.config.checks's declared ones (its
   `check_fields` runs both): a scheme's hooks against the attention kind and the per-layer
   schedule, its checks against the dimensions and the training length, the remap's, the
   kernels'. `train_len`: lcx.config.train_length (the positions a learned table must cover).

@@ -16,7 +16,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from lcx import options
+from lcx.model import options
 
 
 @dataclasses.dataclass(frozen=True)

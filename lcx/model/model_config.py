@@ -1,9 +1,10 @@
 """The decoder's config as typed records: what `Decoder` and its blocks read, field by field.
 
-The values are declared in lcx/defaults.py (`config.model.*`, where `./launch.sh config` reads
-their descriptions) and checked by lcx/config.py before anything compiles; these records fix
-the fields and their types, so a model class reads `cfg.attention.sink`, never a ConfigDict key
-that may be absent. `ModelConfig.of(config.model)` reads a ConfigDict once, at the boundary.
+The values are declared one record each in lcx/model/options.py (default, description, what is
+allowed), from which lcx/config builds the defaults and checks them before anything compiles; these
+records fix the fields and their types, so a model class reads `cfg.attention.sink`, never a
+ConfigDict key that may be absent. `ModelConfig.of(config.model)` reads a ConfigDict once, at the
+boundary.
 
 The three named sections (`position`, `remap`, `attention.pattern`) stay ConfigDicts: each one's
 fields depend on its name and are declared once in their own records

@@ -22,7 +22,7 @@ applies a GroupNorm per head, which lcx does not.
 Log space, for stability at any length (1 - sigmoid(z) = sigmoid(-z), log of it = -softplus(z)):
   log A_ij = log_sigmoid(z_ij) - sum_{allowed k, j < k < i} softplus(z_ik),
 a reverse cumulative sum over the keys. A masked key (causal, another document, outside a sparse
-pattern) contributes neither a weight nor a factor. There is no sink: `lcx.config` refuses
+pattern) contributes neither a weight nor a factor. There is no sink: `lcx.config.checks` refuses
 `model.attention.sink=learned` with this kind.
 """
 

@@ -46,11 +46,11 @@ import math
 import jax
 import jax.numpy as jnp
 
-from lcx import options
+from lcx.model import options
 from lcx.model.positions import base as positions_base
 from lcx.model.positions.remaps import log_n_scale
 
-# The fields' values, declared where lcx.config checks them before jax loads.
+# The fields' values, declared where lcx.config.checks checks them before jax loads.
 TEMPERATURES, SSMAX_N = options.TEMPERATURES, options.SSMAX_N
 
 LLAMA4_FLOOR_SCALE, LLAMA4_ATTN_SCALE = 8192, 0.1  # Llama 4's shipped config values

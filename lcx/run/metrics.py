@@ -6,7 +6,6 @@ A tqdm bar in a terminal; plain log lines when stdout is not a TTY (CI, SLURM, n
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import importlib
 import importlib.util
@@ -18,12 +17,12 @@ import secrets
 import sys
 import threading
 import time
-from typing import Any, Callable
 
 from absl import flags, logging
 from tqdm import tqdm
 
 from lcx import errors, files
+from lcx.config import fields
 from lcx.run.progress import progress_text
 
 
@@ -104,44 +103,14 @@ def _run_id(path: str) -> str:
   return run_id
 
 
-@dataclasses.dataclass(frozen=True)
-class Tracker:
-  """A writer `open(workdir, config as a dict)` with scalars(step, values) and close(), and
-  the package it needs beyond lcx's own, with the pip extra that installs it."""
-
-  open: Callable[[str, dict], Any]
-  package: str = ""
-  extra: str = ""
-
-
-# train.trackers names these (comma-separated; metrics.jsonl is always written).
-TRACKERS = {
-  "tensorboard": Tracker(TensorBoard),
-  "wandb": Tracker(WandB, package="wandb", extra="wandb"),
-}
-
-
-def tracker_names(text: str) -> list[str]:
-  """'tensorboard, wandb' -> ['tensorboard', 'wandb']."""
-  return [name.strip() for name in str(text).split(",") if name.strip()]
-
-
-def check_trackers(text: str) -> None:
-  """Raises ValueError naming train.trackers for a tracker whose package is not installed (and
-  how to install it), before anything is built; lcx.config's OPTIONS refuse unknown names."""
-  for name in tracker_names(text):
-    tracker = TRACKERS[name]
-    if tracker.package and importlib.util.find_spec(tracker.package) is None:
-      raise ValueError(
-        f"train.trackers={text!r}: {name} needs the {tracker.package} package, which is not "
-        f"installed: pip install 'lcx[{tracker.extra}]' (launch.sh: LCX_EXTRAS={tracker.extra})"
-        f", or leave {name} out of train.trackers"
-      )
+# train.trackers' writers, each `open(workdir, config as a dict)` with scalars(step, values) and
+# close(); the names and the packages they need are the config's (lcx.config.fields.TRACKERS).
+WRITERS = {"tensorboard": TensorBoard, "wandb": WandB}
 
 
 def open_trackers(workdir: str, text: str, config: dict) -> list:
   """The writers train.trackers names, opened on `workdir` (`config`: the run's, as a dict)."""
-  return [TRACKERS[name].open(workdir, config) for name in tracker_names(text)]
+  return [WRITERS[name](workdir, config) for name in fields.items(text)]
 
 
 NO_SPACE = "No space left on device"  # how the OS, and TensorStore inside Orbax, say ENOSPC

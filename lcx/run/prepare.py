@@ -22,14 +22,14 @@ import jax
 import ml_collections
 from flax import nnx
 
-from lcx import config as config_lib, data, errors, variants
+from lcx import data, errors
+from lcx.config import checks as config_lib, fields, variants
 from lcx.data import tokenizers
 from lcx.model import decoder as model_lib
 from lcx.model.decoder import is_variable
 from lcx.model.positions import scaling as scaling_lib
 from lcx.run import checkpoint, resume, sharding
 from lcx.run.metrics import say
-from lcx.run.run_config import run_config as run_config  # was defined here: callers keep the name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,7 @@ def prepare(
   config).
   """
   scaled = with_scaling_file(config)
-  # config_lib.validate's checks, before any data is read, sharing the one model trace; a
+  # sharding.validate's checks, before any data is read, sharing the one model trace; a
   # scaling file's factors are values no entry has checked yet
   if not checked or scaled is not config:
     config_lib.check_fields(scaled)
@@ -363,7 +363,7 @@ def _resumed(config, workdir: str) -> tuple[int, dict | None] | None:
     _adopt_init_from(given, trained)
   entry = resume.check(
     variants.differences(given.to_dict(), trained),
-    config_lib.items(config.train.allow_changes),
+    fields.items(config.train.allow_changes),
     _holds(workdir, step),
     step,
   )

@@ -12,7 +12,8 @@ what the weights were trained with. Each field has one of three kinds (`KINDS`):
 - FREE: what never touches the weights (evaluation, logging, checkpoint cadence, trackers, the
   attention kernel's implementation, the mesh): it changes silently.
 
-No jax: lcx.config checks `train.allow_changes` against `SCHEDULE_FIELDS` before jax loads.
+The table itself (`KINDS`) lives in lcx/config/changes.py, below lcx.run: the config checks read
+its SCHEDULE fields for `train.allow_changes` before jax loads.
 """
 
 from __future__ import annotations
@@ -22,58 +23,13 @@ import json
 import os
 from typing import Any
 
-from lcx import defaults, errors, files
+from lcx import errors, files
+from lcx.config import defaults
+from lcx.config.changes import FIXED, SCHEDULE, kind
 
-FIXED, SCHEDULE, FREE = "fixed", "schedule", "free"
-
-# Field or section -> kind. A field takes the kind of the longest entry that covers it; one no
-# entry covers (a section added to lcx later) is FIXED until it is listed here.
-KINDS = {
-  "seed": FIXED,  # parameter init and sampled positions
-  "data": FIXED,  # the corpus, tokenizer, vocabulary, rows, batch, order and splits
-  "data.data_dir": FREE,  # where the datasets are cached, not what they hold
-  "data.task_eval_factor": FREE,
-  "data.task_eval_examples": FREE,
-  "data.task_eval_depths": FREE,
-  "model": FIXED,  # shape, position scheme (its scaling and remap too: training uses them)
-  "model.attention.chunk_size": FREE,  # how the kernel computes, not what
-  "model.attention.impl": FREE,
-  "model.attention.block_size": FREE,
-  "model.remat": FREE,
-  "train": FIXED,  # AdamW's b1, b2, weight decay, clipping; sampled positions; init_from
-  "train.steps": SCHEDULE,
-  "train.lr": SCHEDULE,
-  "train.min_lr": SCHEDULE,
-  "train.warmup_steps": SCHEDULE,
-  "train.decay": SCHEDULE,
-  "train.stop_after": FREE,
-  "train.resume_step": FREE,
-  "train.allow_changes": FREE,
-  "train.log_every": FREE,
-  "train.trackers": FREE,
-  "train.wandb_project": FREE,
-  "train.checkpoint_every": FREE,
-  "train.keep_checkpoints": FREE,
-  "train.eval_every": FREE,
-  "train.scaling_file": FREE,  # read into model.position.scaling, which is compared
-  "eval": FREE,
-  "mesh": FREE,
-  "sharding": FREE,
-}
-SCHEDULE_FIELDS = tuple(field for field, kind in KINDS.items() if kind == SCHEDULE)
 # Sections picked by their `name`: a new name explains every other field of the section.
 NAMED = ("model.position", *defaults.SECTIONS)
 HISTORY = "config_history.jsonl"  # in the workdir: every accepted change, oldest first
-
-
-def kind(field: str) -> str:
-  """The kind of a dotted field: its longest covering entry in KINDS, else FIXED."""
-  parts = field.split(".")
-  for n in range(len(parts), 0, -1):
-    found = KINDS.get(".".join(parts[:n]))
-    if found:
-      return found
-  return FIXED
 
 
 def _by_section_name(differences: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
@@ -93,7 +49,7 @@ def _listed(changes: list[tuple[str, Any, Any]]) -> str:
 def check(differences, allowed: list[str], where: str, step: int) -> dict | None:
   """The history entry of a resume from checkpoint `step` whose config differs from the one it
   was trained with by `differences` ((field, new value, trained value), as
-  `lcx.variants.differences` gives them), or None when no SCHEDULE field changed.
+  `lcx.config.variants.differences` gives them), or None when no SCHEDULE field changed.
 
   ValueError (one line; `where` says which checkpoint) naming every FIXED field changed and
   every SCHEDULE field changed that `allowed` (train.allow_changes' names) lacks; or naming

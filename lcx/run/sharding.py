@@ -14,7 +14,8 @@ from typing import NamedTuple
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from lcx import cli, errors
+from lcx import cli, data, errors
+from lcx.config import checks
 from lcx.run.metrics import say
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -258,3 +259,11 @@ def check_mesh(config, num_devices: int, params=None) -> None:
   share of the batch is data.validate's check."""
   sizes = dict(zip(MESH_AXES, mesh_shape(config.mesh, num_devices)))
   check_divisible(sharded_dims(config, params), sizes, rules_from_config(config.sharding))
+
+
+def validate(config) -> None:
+  """Raises ValueError on the first bad field, the mesh's last; call before building anything,
+  and after jax.distributed.initialize (the mesh is checked against the global device count).
+  `lcx.run.prepare.prepare` runs the same two steps, sharing the model trace it needs anyway."""
+  checks.check_fields(config)
+  check_mesh(checks.resolve(config, data.vocab_size(config.data)), jax.device_count())

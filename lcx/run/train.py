@@ -21,7 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import config as config_lib, data, errors
+from lcx import data, errors
+from lcx.config import checks as config_lib
 from lcx.model import positions
 from lcx.model.decoder import Decoder
 from lcx.run import checkpoint, prepare as prepare_lib, resume, sharding

@@ -193,8 +193,9 @@ def main(
 ) -> None:
   """Prints `prompt` and the run's continuation of it, and tokens/s on stderr; a bad value
   exits via `fail` (its flags and declared fields already passed lcx.tools.generate_cli)."""
-  from lcx import config as config_lib, errors
+  from lcx import errors
   from lcx.cli import fail
+  from lcx.config import checks as config_lib
   from lcx.model import positions
   from lcx.run.metrics import say
 

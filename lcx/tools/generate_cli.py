@@ -12,7 +12,8 @@ from typing import Callable
 from absl import app, flags
 from ml_collections import config_flags
 
-from lcx import cli, config as config_lib
+from lcx import cli
+from lcx.config import checks as config_lib
 from lcx.run import metrics  # none of them imports jax
 
 FLAGS = flags.FLAGS

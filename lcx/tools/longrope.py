@@ -55,7 +55,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lcx import cli, config as config_lib, data, errors, files, variants
+from lcx import cli, data, errors, files
+from lcx.config import checks as config_lib, variants
 from lcx.model.positions import scaling
 from lcx.run import prepare as prepare_lib, progress, provenance
 from lcx.run.metrics import say

@@ -66,7 +66,7 @@ def steps() -> int:
 
 def size() -> str:
   """LCX_NOTEBOOK_SIZE, else the quickstart's small model."""
-  from lcx import defaults
+  from lcx.config import defaults
 
   value = os.environ.get("LCX_NOTEBOOK_SIZE", "small")
   if value not in defaults.SIZES:
@@ -90,7 +90,7 @@ def quiet() -> None:
 def quickstart_config(scheme: str):
   """The quickstart's config for `scheme` with LCX_NOTEBOOK_STEPS, _SIZE, _SEQ_LEN (and the
   evaluation's)."""
-  from lcx import defaults
+  from lcx.config import defaults
 
   config = defaults.quickstart_config(f"pos={scheme},steps={steps()},size={size()}")
   config.data.seq_len = _positive("LCX_NOTEBOOK_SEQ_LEN", str(config.data.seq_len))
@@ -138,8 +138,8 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
   """RUNS/<scheme>: trained here (quickstart config, progress printed) when it has no
   checkpoint; an existing run is used as it is. With `variants` (an eval.variants list), also
   evaluated under them when a result file is missing (`lcx.tools.evaluate` reuses finished ones)."""
-  from lcx import variants as variants_lib
-  from lcx.run import prepare, train
+  from lcx.config import run_config, variants as variants_lib
+  from lcx.run import train
   from lcx.tools import evaluate
   from lcx.tools.evaluate import during_train
 
@@ -161,7 +161,7 @@ def ensure_run(scheme: str, *, variants: str | None = None) -> str:
     if not (workdir / "eval" / variants_lib.file_name(v)).exists()
   ]
   if missing:
-    config = prepare.run_config(str(workdir))
+    config = run_config.run_config(str(workdir))
     config.eval.variants = variants
     _eval_settings(config)
     print(

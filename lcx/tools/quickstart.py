@@ -11,7 +11,8 @@ import time
 
 from absl import app, flags
 
-from lcx import cli, config as config_lib, defaults
+from lcx import cli
+from lcx.config import checks as config_lib, defaults
 from lcx.run import metrics
 from lcx.tools import report  # none imports jax
 

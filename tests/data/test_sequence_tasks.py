@@ -145,10 +145,10 @@ def test_a_perfect_predictor_scores_no_error_and_a_constant_one_the_share_of_oth
 
 def test_the_flip_flop_config_is_paths_table_1_setting_with_the_three_mixes():
   from configs import flip_flop
-  from lcx import config as config_lib
+  from lcx.run import sharding
 
   config = flip_flop.get_config("pos=rope")
-  config_lib.validate(config)
+  sharding.validate(config)
   eval_checks.validate(config)
   m = config.model
   assert (m.num_layers, m.num_heads, m.d_model) == (1, 2, 64)

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from lcx import cli, config as config_lib, errors, variants
+from lcx import cli, errors
+from lcx.config import checks as config_lib, variants
 from lcx.run import train
 from lcx.tools import evaluate, report, sweep
 from tests.helpers import TINY_FLAGS, refused_before_jax, run_lcx, tiny_config
@@ -363,7 +364,7 @@ def test_a_flag_given_twice_takes_its_last_value_a_tuple_too():
       "--config.train.steps=5",
       "--config.train.steps=7",
     ],
-    module="lcx.fields",
+    module="lcx.config.listing",
   )
   values = dict(line.split("  ")[0].split(" = ", 1) for line in proc.stdout.splitlines())
   assert values["eval.multipliers"] == "(4,)"
@@ -551,7 +552,7 @@ def test_config_command_lists_every_field_with_default_allowed_and_description()
       "--config.model.attention.pattern.name=sliding_window",
       "--config.model.attention.pattern.window=16",
     ],
-    module="lcx.fields",
+    module="lcx.config.listing",
   )
   lines = proc.stdout.splitlines()
   config = tiny_config("alibi")  # the same shape; only data_dir and the train fields differ

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as lcx_config
+from lcx.config import checks as lcx_config
 from lcx.model import gating, kernels
 from lcx.model.decoder import Decoder
 from tests.helpers import compiled, tiny_config

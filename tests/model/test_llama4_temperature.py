@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as lcx_config
+from lcx.config import checks as lcx_config
 from lcx.model import temperature
 from lcx.model.decoder import Decoder
 from tests.helpers import block_out, compiled, set_fields, tiny_config

@@ -1,15 +1,19 @@
 """The decoder: packed documents are independent, options build, params carry logical axes."""
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from lcx.model import positions
+from lcx.model import attention, decoder, positions
 from lcx.model.decoder import Decoder, gelu, rms_norm
 from lcx.model.positions import remaps
-from tests.helpers import block_out, compiled, schemes_with, tiny_config
+from lcx.run import train
+from lcx.tools.bench import residuals
+from tests.helpers import batch_of, block_out, compiled, schemes_with, tiny_config
 
 
 def _model(pos="rope", **model):
@@ -249,3 +253,68 @@ def test_remat_block_keeps_only_block_inputs_with_the_same_loss_and_gradients(po
   for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert kept1 < kept0 / 2, (kept0, kept1)  # 30 -> 8 for RoPE with 2 blocks
+
+
+def _remat_steps(config, remats=("none", "matmuls")):
+  """Per model.remat: (the residuals its train loss's backward keeps, (loss, gradients)) on a
+  fixed batch of `config`'s shape."""
+  b, t = config.data.batch_size, config.data.seq_len
+  batch = batch_of(jax.random.randint(jax.random.key(1), (b, t + 1), 0, config.model.vocab_size))
+  out = {}
+  for remat in remats:
+    config.model.remat = remat
+    graphdef, params = nnx.split(Decoder(config.model, rngs=nnx.Rngs(0)), nnx.Param)
+
+    def loss(p, graphdef=graphdef):
+      return train.loss_fn(nnx.merge(graphdef, p), batch, batch["positions"])
+
+    out[remat] = residuals.step_residuals(config), jax.jit(jax.value_and_grad(loss))(params)
+  return out
+
+
+def _assert_same_step_in_fewer_bytes(steps):
+  """matmuls' backward keeps fewer bytes than none's, and gives the same loss and gradients."""
+  (kept0, (v0, g0)), (kept1, (v1, g1)) = steps["none"], steps["matmuls"]
+  assert sum(r.nbytes for r in kept1) < sum(r.nbytes for r in kept0)
+  np.testing.assert_array_equal(v1, v0)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("impl", ["xla", "pallas"])  # the Pallas kernel's custom_vjp residuals too
+def test_remat_matmuls_keeps_no_rotated_q_or_k_and_equals_none(impl):
+  """model.remat=matmuls: every q/k-shaped array the backward keeps is a named projection (the
+  rotated q and k are recomputed from them), fewer bytes than none keeps, same loss and
+  gradients."""
+  config = tiny_config("rope")
+  config.model.vocab_size, config.model.attention.impl = 32, impl
+  b, t, m = config.data.batch_size, config.data.seq_len, config.model
+  q_shapes = {(b, t, m.num_heads, m.head_dim), (b, t, m.num_kv_heads, m.head_dim)}
+  steps = _remat_steps(config)
+
+  def q_shaped(remat):
+    return [r.name for r in steps[remat][0] if r.aval.shape in q_shapes]
+
+  assert None in q_shaped("none")  # rotated q and k, unnamed: the check sees them
+  layers = m.num_layers
+  assert collections.Counter(q_shaped("matmuls")) == {"q_proj": layers, "k_proj": layers}
+  # the Pallas kernel's output and log-sum-exp are kept: its backward never reruns it
+  lse = {attention.LSE} if impl == "pallas" else set()
+  assert {attention.OUT, *lse} <= {r.name for r in steps["matmuls"][0]} <= {None, *decoder.KEPT}
+  _assert_same_step_in_fewer_bytes(steps)
+
+
+@pytest.mark.parametrize(
+  "pos, impl, model",
+  [
+    ("alibi", "pallas", {}),  # the kernel's distance table: its names inside a lax.cond
+    ("cope", "xla", {"mlp": "swiglu", "num_kv_heads": 2, "qk_norm": True}),  # contextual carries
+  ],
+)
+def test_remat_matmuls_equals_none_with_other_kernels_and_options(pos, impl, model):
+  config = tiny_config(pos)
+  config.data.batch_size = 2
+  config.model.vocab_size, config.model.attention.impl = 32, impl
+  for key, value in model.items():
+    config.model[key] = value
+  _assert_same_step_in_fewer_bytes(_remat_steps(config))

@@ -1,5 +1,5 @@
 """lcx.model.model_config: the typed records the model classes read hold exactly the fields
-lcx/defaults.py declares under `model`, with their types; a ConfigDict is read once, and a
+lcx/config/defaults.py declares under `model`, with their types; a ConfigDict is read once, and a
 field missing, unknown or mistyped is one error naming it."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import defaults
+from lcx.config import defaults
 from lcx.model import positions
 from lcx.model.decoder import Decoder
 from lcx.model.model_config import AttentionConfig, ModelConfig

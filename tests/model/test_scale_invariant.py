@@ -151,12 +151,12 @@ def test_a_bias_is_added_after_the_scaling():
 
 
 def test_the_config_refuses_a_bad_tau():
-  from lcx import config as config_lib
+  from lcx.run import sharding
 
   config = tiny_config("p_rope")
   config.model.attention.update(temperature="scale_invariant", si_tau=0.0)
   with pytest.raises(ValueError, match=r"^model\.attention\.si_tau=0\.0 is not allowed"):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 @pytest.mark.slow

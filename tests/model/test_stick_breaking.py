@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib, defaults
+from lcx.config import defaults
 from lcx.model import attention, kernels, patterns, positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps
-from lcx.run import train
+from lcx.run import sharding, train
 from lcx.tools import analysis
 from tests.helpers import compiled, read_metrics, set_fields, tiny_config
 
@@ -220,9 +220,9 @@ def test_a_learned_sink_with_stick_breaking_is_one_error_naming_both_fields():
     match=r"^model.attention.sink='learned' is not allowed with "
     r"model.attention.kind='stick_breaking'.*; allowed: 'none'$",
   ):
-    config_lib.validate(config)
+    sharding.validate(config)
   set_fields(config, {"model.attention.sink": "none"})
-  config_lib.validate(config)
+  sharding.validate(config)
 
 
 def test_a_contextual_scheme_with_stick_breaking_is_refused():
@@ -230,7 +230,7 @@ def test_a_contextual_scheme_with_stick_breaking_is_refused():
   config = tiny_config("cope")
   set_fields(config, {"model.attention.kind": "stick_breaking"})
   with pytest.raises(ValueError, match=r"^model.position.name='cope' is not allowed with "):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_analysis_maps_are_the_kernels_weights():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import defaults, variants
+from lcx.config import defaults, variants
 from lcx.model import positions, temperature
 from lcx.model.decoder import Decoder
 from tests.helpers import set_fields, tiny_config

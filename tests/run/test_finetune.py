@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from lcx import data
+from lcx.config import run_config
 from lcx.run import checkpoint, prepare, sharding, train
 from lcx.tools import evaluate
 from tests.helpers import TINY_FLAGS, read_metrics, run_lcx, tiny_config
@@ -67,7 +68,7 @@ def _first_batch_loss(config, params_dir, step):
 def test_finetune_starts_from_the_source_loss_at_the_new_length_and_lowers_it(source, finetuned):
   metrics = read_metrics(finetuned)
   # The fine-tune's own resolved config (config.json): seq_len 64, linear scaling by 2.
-  config = prepare.run_config(str(finetuned))
+  config = run_config.run_config(str(finetuned))
   source_loss = _first_batch_loss(config, source, SOURCE_STEPS)
   losses = [metrics[s]["loss"] for s in range(1, FINETUNE_STEPS + 1)]
   print(
@@ -91,7 +92,7 @@ def test_the_source_is_recorded_in_config_checkpoint_and_evaluation(source, fine
   _, meta = prepare.checkpoint_meta(str(finetuned))
   assert meta["init_from"] == {"workdir": os.path.abspath(source), "step": SOURCE_STEPS}
   assert meta["config"]["train"]["init_from"] == resolved
-  config = prepare.run_config(str(finetuned))
+  config = run_config.run_config(str(finetuned))
   config.eval.multipliers = (1,)
   config.eval.bootstrap = 0
   result = evaluate.evaluate(config, str(finetuned))["none"]

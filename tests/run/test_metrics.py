@@ -11,7 +11,8 @@ import types
 
 import pytest
 
-from lcx import config as config_lib, errors, main
+from lcx import errors, main
+from lcx.config import checks as config_lib
 from lcx.run import metrics, progress, train
 from lcx.tools import evaluate
 from lcx.tools.evaluate import during_train

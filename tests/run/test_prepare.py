@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from lcx import defaults, variants
-from lcx.run import prepare, resume
+from lcx.config import changes, defaults, run_config, variants
+from lcx.run import prepare
 from tests.helpers import set_fields, tiny_config
 
 
@@ -96,14 +96,14 @@ def test_a_run_without_checkpoints_is_said_and_left_as_it_is(tmp_path):
 
 
 def test_the_restored_parameters_have_the_abstract_shapes(tiny_run):
-  prepared = prepare.prepare(prepare.run_config(tiny_run))
+  prepared = prepare.prepare(run_config.run_config(tiny_run))
   params = prepare.restore_params(prepared, tiny_run, 2)
   shapes = jax.tree.map(np.shape, jax.tree.leaves(params))
   assert shapes == [x.shape for x in jax.tree.leaves(prepared.abstract_params)]
 
 
 def test_a_runs_config_reads_back_over_todays_defaults(tiny_run, tmp_path):
-  config = prepare.run_config(tiny_run)
+  config = run_config.run_config(tiny_run)
   with open(os.path.join(tiny_run, "config.json")) as f:
     saved = json.load(f)
   assert config.model.max_len == saved["model"]["max_len"] == 32
@@ -114,14 +114,14 @@ def test_a_runs_config_reads_back_over_todays_defaults(tiny_run, tmp_path):
   run = tmp_path / "run"
   shutil.copytree(tiny_run, run)
   (run / "config.json").write_text(json.dumps(saved))
-  config = prepare.run_config(str(run))
+  config = run_config.run_config(str(run))
   assert config.train.field_of_an_older_lcx == 1
   assert config.eval.num_tokens == defaults.get_config("pos=rope").eval.num_tokens
 
 
 def test_a_directory_without_config_json_is_not_a_run(tmp_path):
   with pytest.raises(ValueError, match=r"^--workdir=.*: no config\.json there"):
-    prepare.run_config(str(tmp_path))
+    run_config.run_config(str(tmp_path))
 
 
 def _resumed(pos="rope", **fields):
@@ -198,11 +198,11 @@ def test_a_resume_changes_the_schedule_only_when_asked_and_the_rest_silently(tin
 
 
 def test_every_config_section_has_a_resume_kind():
-  """A section added to the config is classified in lcx.run.resume.KINDS (else it counts as
+  """A section added to the config is classified in lcx.config.changes.KINDS (else it counts as
   fixed): a resume then knows whether it may change."""
   sections = {field.split(".")[0] for field in variants.flatten(defaults.get_config().to_dict())}
-  assert sections <= set(resume.KINDS)
-  assert resume.kind("model.position.scaling.factor") == resume.FIXED
-  assert resume.kind("model.attention.impl") == resume.FREE
-  assert resume.kind("train.lr") == resume.SCHEDULE
-  assert resume.kind("eval.passkey.seed") == resume.FREE
+  assert sections <= set(changes.KINDS)
+  assert changes.kind("model.position.scaling.factor") == changes.FIXED
+  assert changes.kind("model.attention.impl") == changes.FREE
+  assert changes.kind("train.lr") == changes.SCHEDULE
+  assert changes.kind("eval.passkey.seed") == changes.FREE

@@ -11,7 +11,7 @@ import optax
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.model.decoder import Decoder
 from lcx.run import checkpoint, prepare, sharding, train
 from tests.helpers import fixed_batch, read_metrics, set_fields, tiny_config, train_fixed_batch

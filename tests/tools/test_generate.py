@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.data import tasks
 from lcx.model import patterns, positions
 from lcx.model.decoder import Decoder

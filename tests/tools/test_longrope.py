@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib, run_config
 from lcx.model.positions import scaling
 from lcx.run import prepare, train
 from lcx.tools import evaluate, longrope
@@ -178,7 +178,7 @@ def rope_run(tmp_path_factory):
 
 
 def _search_config(workdir, **changes):
-  config = prepare.run_config(workdir)
+  config = run_config.run_config(workdir)
   for key, value in {**SMALL, **changes}.items():
     config.eval.longrope[key] = value
   return config
@@ -239,7 +239,7 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
     windows.inputs_NxT, windows.targets_NxT, windows.positions_NxT, windows.segments_NxT
   )
   assert math.exp(nll.mean()) == pytest.approx(best, rel=1e-5)
-  config = prepare.run_config(workdir)
+  config = run_config.run_config(workdir)
   config.eval.variants = f"none,{spec}"
   config.eval.documents, config.eval.lengths = "long", (128,)
   config.eval.num_tokens, config.eval.sample_seed = 4 * 128, SMALL["seed"]

@@ -748,7 +748,7 @@ def _config_file(path, lr: float, layers: int) -> None:
   path.parent.mkdir(exist_ok=True)
   path.write_text(
     textwrap.dedent(f"""\
-      from lcx import defaults
+      from lcx.config import defaults
 
       def get_config(arg=None):
         config = defaults.get_config(arg)

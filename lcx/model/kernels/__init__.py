@@ -15,21 +15,15 @@ with VMEM scratch), sharing the plan, the tables and each block's scores; its ke
 from __future__ import annotations
 
 from lcx.model.kernels.impl import (
-  IMPLS,
-  KINDS,
   check_impl,
   flash_kernel,
   get_kernel,
-  is_block_size,
   resolve_impl,
 )
 
 __all__ = [
-  "IMPLS",
-  "KINDS",
   "check_impl",
   "flash_kernel",
   "get_kernel",
-  "is_block_size",
   "resolve_impl",
 ]

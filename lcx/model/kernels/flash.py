@@ -58,6 +58,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 from jax.experimental import pallas as pl
 
 from lcx.model import attention
@@ -144,7 +145,11 @@ def _flash(st: _Static, diff, nondiff):
 
 
 def _flash_fwd(st, diff, nondiff):
+  """The forward kernel; its output and log-sum-exp are named (attention.OUT, LSE) for
+  model.remat=matmuls, which keeps them (the backward never reruns this kernel) and recomputes
+  the rest of the residuals, q and k rotated, scaled and padded, from the kept projections."""
   out, lse = _forward(st, _kernel_inputs(st, diff, nondiff))
+  out, lse = checkpoint_name(out, attention.OUT), checkpoint_name(lse, attention.LSE)
   return out, (diff, nondiff, out, lse)
 
 

@@ -24,9 +24,10 @@ from typing import Callable, NamedTuple
 
 import jax
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
-from lcx import errors, options
-from lcx.model import attention, cpu_tuned, stick_breaking
+from lcx import errors
+from lcx.model import attention, cpu_tuned, options, stick_breaking
 from lcx.model.kernels import flash, mosaic
 from lcx.model.positions import base as positions_base
 
@@ -58,27 +59,33 @@ ATTENDS = {
   "softmax": Attends(attention.attend_dense, attention.attend_chunked),
   "stick_breaking": Attends(stick_breaking.attend_dense, stick_breaking.attend_chunked),
 }
-KINDS = options.KINDS  # model.attention.kind's values (lcx/options.py, checked before jax)
+
+
+def _named(attend: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+  """`attend` with its output named `attention.OUT`, which model.remat=matmuls keeps (the
+  Pallas kernel names its own, inside its custom_vjp, where its backward reads it)."""
+
+  @functools.wraps(attend)
+  def call(*args, **kwargs):
+    return checkpoint_name(attend(*args, **kwargs), attention.OUT)
+
+  return call
 
 
 def get_kernel(name: str, chunk_size: int, kind: str = "softmax") -> attention.Kernel:
   """The XLA kernel `name` (dense | chunked) running attention `kind`."""
   if kind not in ATTENDS:
-    raise errors.not_allowed("model.attention.kind", kind, KINDS)
+    raise errors.not_allowed("model.attention.kind", kind, options.KINDS)
   attends = ATTENDS[kind]
   kernels = {
-    "dense": attention.Kernel(attention.prepare_dense, attends.dense),
+    "dense": attention.Kernel(attention.prepare_dense, _named(attends.dense)),
     "chunked": attention.Kernel(
-      attention.prepare_chunked, functools.partial(attends.chunked, chunk_size=chunk_size)
+      attention.prepare_chunked, _named(functools.partial(attends.chunked, chunk_size=chunk_size))
     ),
   }
   if name not in kernels:
     raise errors.not_allowed("kernel", name, sorted(kernels))
   return kernels[name]
-
-
-# model.attention.impl's values and block_size's test (lcx/options.py, checked before jax).
-IMPLS, is_block_size = options.IMPLS, options.is_block_size
 
 
 def unsupported(model_cfg, backend: str | None = None) -> str | None:
@@ -103,7 +110,7 @@ def unsupported(model_cfg, backend: str | None = None) -> str | None:
 
 def check_impl(model_cfg, backend: str | None = None) -> None:
   """Raises ValueError naming the field for `pallas` with a model the kernel cannot run (the
-  values themselves are checked with the other options, lcx.config.OPTIONS)."""
+  values themselves by its record, lcx.model.options.ATTENTION)."""
   impl = model_cfg.attention.impl
   why = unsupported(model_cfg, backend)
   if impl == "pallas" and why:

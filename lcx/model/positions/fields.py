@@ -1,5 +1,5 @@
-"""Every position scheme's and remap's config fields, declared once and without jax: the
-defaults (lcx/defaults.py), the field checks that run before jax loads (lcx/config.py),
+"""Every position scheme's and remap's config fields, declared once and without jax: the defaults
+(lcx/config/defaults.py), the field checks that run before jax loads (lcx/config/checks.py),
 `./launch.sh config` and docs/schemes.md's scheme table read these records, and the flax modules
 register their classes under these names (lcx/model/positions/base.py, remaps.py) with no defaults
 of their own. A check that needs the model's dimensions (an even d_model, the rotary dim, the
@@ -7,65 +7,19 @@ scaling dict) stays with the module that builds the scheme."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import ml_collections
 
 from lcx import errors
-from lcx.model.positions.registry import Unset, check_fields, to_config
+from lcx.field import Field, Section, Unset, positive
+from lcx.model.positions.registry import check_fields, to_config
 
 SCHEME_PREFIX, REMAP_PREFIX = "model.position", "model.remap"
 
 
-@dataclasses.dataclass(frozen=True)
-class Field:
-  """One config field: its default (`Unset(T)`: None, or a T from the command line; a dict: a
-  sub-section checked by its owner), a one-line description, and `ok(value)` with `allowed`,
-  the wording of what it accepts (None passes where the default is Unset)."""
-
-  name: str
-  default: Any
-  doc: str
-  ok: Callable[[Any], bool] | None = None
-  allowed: str = ""
-
-  @property
-  def type(self) -> type:
-    return self.default.type if isinstance(self.default, Unset) else type(self.default)
-
-  def check(self, value, prefix: str) -> None:
-    """Raises `PREFIX.NAME=V is not allowed; allowed: ...` unless `ok(value)`."""
-    if self.ok is None or (value is None and isinstance(self.default, Unset)):
-      return
-    if not self.ok(value):
-      raise errors.not_allowed(f"{prefix}.{self.name}", value, self.allowed)
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-  """A name picked under `prefix` (a scheme, a remap): what it is, and its fields."""
-
-  doc: str
-  fields: tuple[Field, ...] = ()
-
-  @property
-  def defaults(self) -> dict[str, Any]:
-    return {f.name: f.default for f in self.fields}
-
-  def check(self, cfg, prefix: str) -> None:
-    """Each field's own check, in declaration order (unknown fields: registry.check_fields)."""
-    for f in self.fields:
-      if f.name in cfg:
-        f.check(cfg[f.name], prefix)
-
-
 def _is(kind):
   return lambda v: isinstance(v, kind) and not isinstance(v, bool)
-
-
-def _positive(v) -> bool:
-  return v > 0
 
 
 def _one_of(*values) -> Callable[[Any], bool]:
@@ -127,15 +81,15 @@ KERPLE = (
     f"one of {KERPLE_INITS}",
   ),
   Field(
-    "eps", KERPLE_EPS, "lower bound of r1 and r2", _positive, "> 0 (the lower bound of r1 and r2)"
+    "eps", KERPLE_EPS, "lower bound of r1 and r2", positive, "> 0 (the lower bound of r1 and r2)"
   ),
 )
 
 
 def _kerple(r1: float, r2: float, r2_max: float | None) -> tuple[Field, ...]:
   fields = (
-    Field("r1_init", r1, "r1's initial value (per head)", _positive, "> 0"),
-    Field("r2_init", r2, "r2's initial value (per head)", _positive, "> 0"),
+    Field("r1_init", r1, "r1's initial value (per head)", positive, "> 0"),
+    Field("r2_init", r2, "r2's initial value (per head)", positive, "> 0"),
     *KERPLE,
   )
   if r2_max is None:
@@ -197,13 +151,13 @@ SCHEMES: dict[str, Section] = {
   "fire": Section(
     "a learned MLP of the normalized log distance",
     (
-      Field("hidden", 32, "the MLP's hidden width", _positive, "> 0"),
-      Field("c_init", 0.1, "initial c of the log transform", _positive, "> 0"),
+      Field("hidden", 32, "the MLP's hidden width", positive, "> 0"),
+      Field("c_init", 0.1, "initial c of the log transform", positive, "> 0"),
       Field(
         "threshold_init",
         Unset(float),
         "the learned threshold's initial value (None: L)",
-        _positive,
+        positive,
         "> 0 (None: the training length model.max_len)",
       ),
       Field(
@@ -230,7 +184,7 @@ SCHEMES: dict[str, Section] = {
         "an even integer >= 2",
       ),
       Field("base", 10000.0, "wavelengths up to 2 pi base", lambda v: v > 1, "> 1"),
-      Field("compression", 8.0, "divides the bias, times h/H per head", _positive, "> 0"),
+      Field("compression", 8.0, "divides the bias, times h/H per head", positive, "> 0"),
     ),
   ),
   "rope": Section("rotary positions", ROTARY),
@@ -249,7 +203,7 @@ SCHEMES: dict[str, Section] = {
   ),
   "xpos": Section(
     "RoPE with per-position scales",
-    (*ROTARY, Field("scale_base", 512.0, "the scales' length unit", _positive, "> 0")),
+    (*ROTARY, Field("scale_base", 512.0, "the scales' length unit", positive, "> 0")),
   ),
   "cope": Section(
     "contextual positions: counted sigmoid gates",
@@ -272,7 +226,7 @@ SCHEMES: dict[str, Section] = {
         "weight_std",
         Unset(float),
         "the gate weights' init std (None: 1/sqrt(d_model))",
-        _positive,
+        positive,
         "> 0 (None: 1/sqrt(model.d_model))",
       ),
     ),
@@ -372,7 +326,7 @@ def markdown() -> str:
       if f is None:
         rows.append(f"{head} | | | |")
       else:
-        cells = (f"`{f.name}`", f"`{_shown(f.default)}`", _cell(f.allowed), _cell(f.doc))
+        cells = (f"`{f.name}`", f"`{_shown(f.default)}`", _cell(f.wording), _cell(f.doc))
         rows.append(f"{head} {' | '.join(cells)} |")
   return "\n".join(rows)
 

@@ -11,13 +11,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from lcx import errors
-
-
-@dataclasses.dataclass(frozen=True)
-class Unset:
-  """A config field that defaults to None yet accepts a value of `type` from the command line."""
-
-  type: type
+from lcx.field import Unset
 
 
 def to_config(defaults: dict[str, Any]) -> ml_collections.ConfigDict:

@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lcx import errors
+from lcx.field import Unset
 from lcx.model.positions import fields
-from lcx.model.positions.registry import Unset
 
 # Every field a rotary scheme's `scaling` sub-dict holds, declared with the schemes' fields.
 SCALING_DEFAULTS = fields.SCALING_DEFAULTS

@@ -78,7 +78,7 @@ def load(workdir: str, step: int | None = None, variant: str | dict | None = Non
   `variant`: eval-time changes as `eval.variants` names them ("yarn@4", "self_extend@64/4") or
   a dict of dotted overrides ({"model.position.scaling": {...}}); trained fields are refused.
   """
-  from lcx import variants  # the evaluation's own variant parsing
+  from lcx.config import variants  # the evaluation's own variant parsing
 
   config = prepare_lib.run_config(workdir)
   if variant:

@@ -12,9 +12,10 @@ saying so):
            bf16 and f32, beside the device's datasheet bf16 peak (mfu.py)
   train    lcx's train step (bf16): core, the large model with impl=pallas and impl=xla;
            extra, the default model, the large pallas step with lcx's CPU-tuned backward passes
-           (lcx/model/cpu_tuned.py; not the default off CPU), and with model.remat=block (the
-           large RoPE step; CoPE's default-model step). Tokens/s, peak memory and MFU: PaLM and
-           causal counts over the datasheet peak and over the probe's bf16 (mfu.py)
+           (lcx/model/cpu_tuned.py; not the default off CPU), with model.remat=matmuls (pallas
+           and xla) and =block (the large RoPE step; CoPE's default-model step). Tokens/s, peak
+           memory and MFU: PaLM and causal counts over the datasheet peak and over the probe's
+           bf16 (mfu.py)
   eval     the long evaluation's forward (batch 1, RoPE): core, pallas at 256k and 1M; extra,
            64k, then the XLA chunked kernel at 64k and 256k last
   schemes  every registered scheme's train step / NoPE's (core; CoPE, out of memory without
@@ -92,9 +93,16 @@ PLANS = {
     # the large pallas step again with lcx's CPU-tuned backward passes (lcx/model/cpu_tuned.py):
     # does what saves time and memory on XLA:CPU pay on this device too?
     "train_tuned": [("large", 64, 1024)],
-    # model.remat=block (scheme, size, batch, seq_len, impl): the large step's memory target, and
-    # CoPE's XLA step, out of memory without it (63 GB)
-    "train_remat": [("rope", "large", 64, 1024, "pallas"), ("cope", "default", 64, 1024, "auto")],
+    # (scheme, size, batch, seq_len, impl, model.remat): the large step's memory target (8 GB;
+    # remat=none is the core plan's row, 9.13 GB in gpu_2026-11-26b) with the matmuls kept
+    # (python -m lcx.tools.bench.residuals: 0.27x none's residual bytes on the kernel, 0.13x on
+    # XLA) and with every block recomputed, and CoPE's XLA step, out of memory without (63 GB)
+    "train_remat": [
+      ("rope", "large", 64, 1024, "pallas", "matmuls"),
+      ("rope", "large", 64, 1024, "xla", "matmuls"),
+      ("rope", "large", 64, 1024, "pallas", "block"),
+      ("cope", "default", 64, 1024, "auto", "block"),
+    ],
     "eval_model": ("default", 1024),
     "eval": [("pallas", 65536)],
     # the 256k forward again with other blocks and Triton settings (the kernel's default: 128,
@@ -400,7 +408,7 @@ def plan_points(plan: dict) -> list[dict]:
 
   points += [train("rope", *shape, impl) for shape in plan["train"] for impl in plan["train_impls"]]
   points += [train("rope", *shape, "pallas", tuned=True) for shape in plan["train_tuned"]]
-  points += [train(*point, remat="block") for point in plan["train_remat"]]
+  points += [train(*point[:5], remat=point[5]) for point in plan["train_remat"]]
   eval_size, train_len = plan["eval_model"]
 
   def evals(pairs):

@@ -11,7 +11,8 @@ import os
 
 from absl import flags
 
-from lcx import defaults, errors
+from lcx import errors
+from lcx.config import defaults
 from lcx.model import positions
 from lcx.tools.bench.workload import MODEL_OPTIONS
 

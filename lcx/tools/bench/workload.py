@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lcx import config as config_lib, data, defaults
+from lcx import data
+from lcx.config import checks as config_lib, defaults
 from lcx.model import positions
 from lcx.run import prepare, sharding, train
 from lcx.tools.bench.measure import Program

@@ -1,7 +1,7 @@
 """Evaluation of a checkpoint past its training length, under every variant in one process.
 
 `evaluate(config, workdir)` restores the parameters once (no optimizer state) and, for each
-variant in `eval.variants` (`lcx/variants.py`: none, yarn@4, self_extend@64/4, ...), runs the
+variant in `eval.variants` (`lcx/config/variants.py`: none, yarn@4, self_extend@64/4, ...), runs the
 run's evaluator and writes `WORKDIR/eval/<variant>.json`:
   text runs   the length sweep (`lengths.py`) over the protocol's windows (`samples.py`):
               loss, perplexity and bits per byte with bootstrap intervals, loss by position
@@ -32,7 +32,8 @@ from importlib import metadata
 import jax
 import ml_collections
 
-from lcx import config as config_lib, data, errors, files, variants
+from lcx import data, errors, files
+from lcx.config import checks as config_lib, variants
 from lcx.data import pipeline
 from lcx.run import checkpoint, metrics, prepare as prepare_lib, provenance
 from lcx.run.metrics import say

@@ -1,16 +1,17 @@
-"""The evaluation's own config checks (after the fields', lcx/config.py): known variants,
+"""The evaluation's own config checks (after the fields', lcx/config/checks.py): known variants,
 passkey settings for the kind of run, each protocol against the eval lengths."""
 
 from __future__ import annotations
 
 import ml_collections
 
-from lcx import config as config_lib, protocols, variants
+from lcx.config import checks as config_lib, fields, protocols, variants
+from lcx.run import sharding
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """lcx.config's `validate` (the fields and the mesh), then `check`."""
-  config_lib.validate(config)
+  """lcx.run.sharding.validate (the fields and the mesh), then `check`."""
+  sharding.validate(config)
   check(config)
 
 
@@ -43,5 +44,5 @@ def check(config: ml_collections.ConfigDict) -> None:
         else ""
       )
     )
-  for name in config_lib.items(ev.protocol):
+  for name in fields.items(ev.protocol):
     protocols.PROTOCOLS[name].check(ev, lengths)

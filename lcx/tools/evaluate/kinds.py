@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import ml_collections
 
-from lcx import config as config_lib, variants
+from lcx.config import checks as config_lib, variants
 from lcx.tools.evaluate import lengths as lengths_lib, passkey, tasks as tasks_lib
 
 # (result name, variant as written, overrides, the variant's config): `evaluate.plan`'s entries

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from lcx import protocols
+from lcx.config import protocols
 from lcx.run import timing
 from lcx.run.metrics import say
 from lcx.tools.evaluate import samples, stats

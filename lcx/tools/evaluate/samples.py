@@ -17,7 +17,7 @@ validation split and shared by every eval length, so every length scores the sam
           to that many pairs and cut into windows on its own (PI / YaRN / LongRoPE): at every
           length the windows lie inside one document.
 Protocols (`eval.protocol`: windows, sliding, last_k) decide where windows start and which of
-their tokens are scored: one record each in lcx/protocols.py.
+their tokens are scored: one record each in lcx/config/protocols.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import hashlib
 import numpy as np
 
 from lcx import errors
-from lcx.protocols import PROTOCOLS
+from lcx.config.protocols import PROTOCOLS
 
 DOCUMENTS = ("stream", "long")
 # The validation split in two named parts, fixed for every run, seed and tokenizer: "search"

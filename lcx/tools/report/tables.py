@@ -9,7 +9,7 @@ import pathlib
 import re
 from collections.abc import Iterable, Sequence
 
-from lcx import protocols
+from lcx.config import protocols
 
 CSV_COLUMNS = (
   "run",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.model import attention, decoder as model
 from lcx.model.kernels import impl
 from tests.helpers import TINY_FLAGS, run_lcx, tiny_config
@@ -76,13 +76,13 @@ def test_auto_is_pallas_on_accelerators_unless_the_kernel_cannot_run_it(pos, kin
 def test_decoder_picks_the_kernel_and_a_kv_cache_stays_on_xla():
   cfg = tiny_config("alibi").model
   auto = model.Decoder(cfg, rngs=nnx.Rngs(0))  # CPU: auto is xla
-  assert auto.kernel("dense").attend is attention.attend_dense
+  assert auto.kernel("dense").attend.__wrapped__ is attention.attend_dense  # output named
   cfg.attention.impl = "pallas"
   pallas = model.Decoder(cfg, rngs=nnx.Rngs(0))
   for name in ("dense", "chunked"):
     assert pallas.kernel(name).attend.func is impl.attend_flash
   pallas.init_cache(1, 8)
-  assert pallas.kernel("dense").attend is attention.attend_dense
+  assert pallas.kernel("dense").attend.__wrapped__ is attention.attend_dense
 
 
 def test_a_scheme_measured_slower_in_the_kernel_keeps_xla_under_auto_but_pallas_runs_it():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.model import decoder as model, patterns, positions
 from lcx.model.kernels import flash, impl
 from lcx.run import train

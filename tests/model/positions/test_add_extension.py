@@ -4,7 +4,7 @@ scaling registry and its `name@ARG` variant are all it takes for evaluation to r
 import numpy as np
 import pytest
 
-from lcx import defaults, variants
+from lcx.config import defaults, variants
 from lcx.model import positions
 from lcx.model.positions import scaling
 

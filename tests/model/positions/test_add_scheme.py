@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import defaults
+from lcx.config import defaults
 from lcx.model import positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import fields

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from lcx import config as config_lib, defaults, fields as fields_cli
-from lcx.model import decoder as model, gating
+from lcx.config import checks as config_lib, defaults, listing as fields_cli
+from lcx.field import Unset
+from lcx.model import decoder as model, gating, options
 from lcx.model.kernels import impl as kernel_impl
 from lcx.model.positions import absolute, fields, remaps, rotary
-from lcx.model.positions.registry import Unset
 from tests.helpers import ROOT, tiny_config
 
 # Values tried, in order, until the field's own check refuses one (of the field's type).
@@ -61,9 +61,9 @@ def test_every_scheme_validates_its_defaults_and_refuses_a_bad_value_naming_the_
 def test_the_code_agrees_with_the_declared_values():
   assert tuple(sorted(rotary.PAIRINGS)) == fields.PAIRINGS
   assert tuple(sorted(absolute.MAX_LEN_POLICIES)) == fields.MAX_LEN_POLICIES
-  assert ("none", *gating.GATES) == config_lib.GATES
-  assert tuple(model.DTYPES) == config_lib.DTYPES
-  assert tuple(kernel_impl.ATTENDS) == config_lib.KINDS  # every declared kind has its kernels
+  assert ("none", *gating.GATES) == options.GATES
+  assert tuple(model.DTYPES) == options.DTYPES
+  assert tuple(kernel_impl.ATTENDS) == options.KINDS  # every declared kind has its kernels
 
 
 def test_launch_config_lists_each_scheme_field_with_its_record():
@@ -77,8 +77,8 @@ def test_launch_config_lists_each_scheme_field_with_its_record():
 
 def test_the_declarations_defaults_and_field_checks_import_no_jax():
   code = (
-    "import sys; from lcx import config, defaults; "
-    "config.check_declared(defaults.get_config('pos=cope')); "
+    "import sys; from lcx.config import checks, defaults; "
+    "checks.check_declared(defaults.get_config('pos=cope')); "
     "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax')))"
   )
   out = subprocess.run(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.model import attention, positions
 from lcx.model.decoder import Decoder
 from lcx.model.positions import remaps

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lcx import config as config_lib
+from lcx.config import checks as config_lib
 from lcx.model import attention, positions
 from lcx.model.kernels import impl
 from lcx.model.positions import path, remaps
@@ -322,7 +322,7 @@ def test_model_packed_documents_sparse_pattern_and_both_kernels():
 def test_analysis_maps_are_the_path_logits_the_model_attends_with():
   """lcx.tools.analysis records each layer's (w, beta) beside q and k: its logits are the explicit
   products' (not plain q.k), in the dense and the chosen-rows paths."""
-  from lcx import defaults
+  from lcx.config import defaults
   from lcx.model.decoder import Decoder
   from lcx.tools import analysis
 

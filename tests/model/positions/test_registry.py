@@ -2,9 +2,10 @@
 
 import pytest
 
+from lcx.field import Unset
 from lcx.model import patterns, positions
 from lcx.model.positions import remaps
-from lcx.model.positions.registry import Registry, Unset
+from lcx.model.positions.registry import Registry
 
 
 def registry():

@@ -40,7 +40,9 @@ def test_device_check_core_and_extra_plans_have_every_row_of_issue_26():
     ("rope", "large", "xla", False, "none"),
     ("rope", "default", "pallas", False, "none"),
     ("rope", "large", "pallas", True, "none"),  # the CPU-tuned backward passes, A/B
-    ("rope", "large", "pallas", False, "block"),  # the memory target with remat
+    ("rope", "large", "pallas", False, "matmuls"),  # the memory target: matmuls kept
+    ("rope", "large", "xla", False, "matmuls"),
+    ("rope", "large", "pallas", False, "block"),  # ... and every block recomputed
     ("cope", "default", "auto", False, "block"),  # CoPE's XLA step, out of memory without
   ]
   evals = [(p["length"], p["impl"], p.get("block_size")) for p in points if p["what"] == "eval"]

@@ -4,7 +4,7 @@ step (slow), and unregistered schemes are skipped with a note."""
 import numpy as np
 import pytest
 
-from lcx import config as config_lib
+from lcx.run import sharding
 from lcx.tools.bench import workload
 from tests.helpers import bench_options
 
@@ -15,7 +15,7 @@ def test_every_option_row_sets_a_valid_config_that_differs_from_its_scheme():
     scheme = row.partition("+")[0]
     config = workload.options_config(opts, row, "tiny")
     assert config.model.to_dict() != workload.options_config(opts, scheme, "tiny").model.to_dict()
-    config_lib.validate(config)  # ValueError naming the field if an option sets a wrong one
+    sharding.validate(config)  # ValueError naming the field if an option sets a wrong one
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from lcx import variants
+from lcx.config import variants
 from lcx.data import tasks
 from lcx.tools import evaluate
 from lcx.tools.evaluate import beta_fit, samples

@@ -7,8 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from lcx import config as config_lib
-from lcx.run import checkpoint, prepare, train
+from lcx.run import checkpoint, prepare, sharding, train
 from lcx.tools.evaluate import during_train
 from tests.helpers import read_metrics, tiny_config
 
@@ -83,7 +82,7 @@ def test_task_runs_refuse_eval_every():
   config = tiny_config("rope", eval_every=5)
   config.data.name = "task"
   with pytest.raises(ValueError, match=r"^train\.eval_every=5 scores validation text"):
-    config_lib.validate(config)
+    sharding.validate(config)
 
 
 def test_train_without_the_evaluator_eval_every_asks_for_refuses_before_writing(tmp_path):

@@ -9,9 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from lcx import config as config_lib
 from lcx.data.tokenizers import ByteTokenizer
-from lcx.run import train
+from lcx.run import sharding, train
 from lcx.tools import evaluate
 from lcx.tools.evaluate import checks as eval_checks, passkey
 from tests.helpers import run_lcx, tiny_config
@@ -52,11 +51,11 @@ def test_config_checks_name_the_field():
   config = tiny_config()
   config.eval.passkey.depths = (0.0, 1.5)
   with pytest.raises(ValueError, match=r"eval.passkey.depths=\(0.0, 1.5\) is not allowed"):
-    config_lib.validate(config)
+    sharding.validate(config)
   config = tiny_config()
   config.eval.passkey.lengths = (64, 0)
   with pytest.raises(ValueError, match="eval.passkey.lengths"):
-    config_lib.validate(config)
+    sharding.validate(config)
   config = tiny_config()
   config.data.update(name="task", task="copy", task_max_len=4)
   config.eval.passkey.lengths = (128,)

@@ -1,5 +1,5 @@
 """A run's own config, WORKDIR/config.json over today's defaults: evaluation, generation and the
-LongRoPE search start from it (`--config=lcx/run/run_config.py:WORKDIR`, which lcx.cli adds for
+LongRoPE search start from it (`--config=lcx/config/run_config.py:WORKDIR`, which lcx.cli adds for
 `--workdir` alone). Apart from lcx.run.prepare so that loading it imports no checkpointing or data
 pipeline: the entry points check its fields first."""
 
@@ -10,7 +10,7 @@ import os
 
 import ml_collections
 
-from lcx import defaults
+from lcx.config import defaults
 from lcx.model import patterns
 from lcx.model.positions import fields
 
@@ -61,5 +61,5 @@ def run_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def get_config(workdir: str) -> ml_collections.ConfigDict:
-  """ml_collections config-file entry point: `--config=lcx/run/run_config.py:WORKDIR`."""
+  """ml_collections config-file entry point: `--config=lcx/config/run_config.py:WORKDIR`."""
   return run_config(workdir)

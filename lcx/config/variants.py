@@ -23,8 +23,10 @@ from typing import Any, Callable
 
 import ml_collections
 
-from lcx import defaults, errors
-from lcx.model.positions.registry import Unset, plain
+from lcx import errors
+from lcx.config import defaults
+from lcx.field import Unset
+from lcx.model.positions.registry import plain
 from lcx.model.positions.scaling import SCALING_DEFAULTS
 
 # Prefixes of the fields that may differ from training (the rest of TRAINED must match).
