@@ -15,7 +15,7 @@ from flax import nnx
 
 from lcx.model import attention, positions
 from lcx.model.decoder import Decoder
-from lcx.run import checkpoint, prepare as prepare_lib
+from lcx.run import checkpoint
 
 # --- A restored model. ---
 
@@ -78,9 +78,9 @@ def load(workdir: str, step: int | None = None, variant: str | dict | None = Non
   `variant`: eval-time changes as `eval.variants` names them ("yarn@4", "self_extend@64/4") or
   a dict of dotted overrides ({"model.position.scaling": {...}}); trained fields are refused.
   """
-  from lcx.config import variants  # the evaluation's own variant parsing
+  from lcx.config import run_config, variants  # the evaluation's own variant parsing
 
-  config = prepare_lib.run_config(workdir)
+  config = run_config.run_config(workdir)
   if variant:
     changes = (
       variants.overrides(variant, config.eval.named_variants)
