@@ -27,6 +27,9 @@ usage: ./launch.sh COMMAND [FLAGS...]
                [--effective_tolerance=NATS]: tables
                (stdout), DIR/report.md, results.csv and plots from result JSON files,
                directories or globs (no jax); paired intervals where results allow
+  provenance   python -m lcx.tools.report.provenance [PATH...] [--list]: per results folder,
+               how many results name a clean commit and carry per-document (per-example)
+               outcomes (default: experiments/); --list names each that falls short and why
   sweep        python -m lcx.tools.sweep experiments/NAME[:full] [--dry_run] [--only=RUN,...]
                [--shard=i/n] [--runs_dir=runs] [--force_eval] [--merge_shards]: the experiment's
                runs in order (resumable), then experiments/NAME/results/ and its report (a
@@ -103,7 +106,7 @@ cmd=${1:-help}
 # Extras each command needs beyond the base install.
 case "$cmd" in
   help|-h|--help) usage; exit 0 ;;
-  quickstart|train|eval|generate|data|config|report|sweep|longrope|export) ensure_venv ;;
+  quickstart|train|eval|generate|data|config|report|provenance|sweep|longrope|export) ensure_venv ;;
   test) ensure_venv test ;;
   bench) ensure_venv bench ;;
   notebook) ensure_venv notebooks ;;
@@ -127,6 +130,7 @@ case "$cmd" in
   eval) exec "$PY" -m lcx.main --mode=eval "$@" ;;
   generate) exec "$PY" -m lcx.tools.generate "$@" ;;
   report) exec "$PY" -m lcx.tools.report "$@" ;;
+  provenance) exec "$PY" -m lcx.tools.report.provenance "$@" ;;
   sweep) exec "$PY" -m lcx.tools.sweep "$@" ;;
   longrope) exec "$PY" -m lcx.tools.longrope "$@" ;;
   bench) exec "$PY" -m lcx.tools.bench "$@" ;;
