@@ -281,8 +281,16 @@ class MetricWriter:
   def write(self, step: int, values: dict) -> None:
     if not self.main:
       return
-    self.jsonl.write(json.dumps({"step": step, **values}) + "\n")
-    self.jsonl.flush()
+    try:
+      self.jsonl.write(json.dumps({"step": step, **values}) + "\n")
+      self.jsonl.flush()
+    except OSError as error:  # a torn last line is dropped when the run resumes (_keep_through)
+      if getattr(error, "errno", None) != errno.ENOSPC:
+        raise
+      raise errors.RunFault(
+        f"no space left on the device while appending step {step} to {self.jsonl.name}; free "
+        "space, then run the same command to resume from the last checkpoint"
+      ) from None
     for tracker in self.trackers:
       tracker.scalars(step, values)
     parts = []

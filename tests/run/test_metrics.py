@@ -202,3 +202,18 @@ def test_the_real_wandb_writes_an_offline_run_under_the_workdir(tmp_path, monkey
   run_id = (tmp_path / "wandb" / "lcx_run_id").read_text().strip()
   (log,) = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
   assert b"eval/ppl@32" in log.read_bytes()
+
+
+def test_a_full_disk_while_appending_a_record_is_one_run_fault(tmp_path):
+  """An append that meets ENOSPC was an OSError traceback out of the training loop; it is the
+  RunFault naming the file, and the torn line it may leave is dropped on resume."""
+  writer = metrics.MetricWriter(str(tmp_path), total=4, trackers="")
+  writer.write(1, {"eval/ppl@64": 7.5})
+  writer.jsonl.close()
+  writer.jsonl = open("/dev/full", "a")  # every write meets ENOSPC, as on a full disk
+  with pytest.raises(errors.RunFault, match=r"^no space left .* appending step 2 to /dev/full; "):
+    writer.write(2, {"eval/ppl@64": 7.0})
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"step": 2, "eval/p')  # what a full disk may leave: a torn last line
+  metrics.MetricWriter(str(tmp_path), total=4, initial=1, trackers="").close()
+  assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "eval/ppl@64": 7.5}\n'
