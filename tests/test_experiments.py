@@ -817,6 +817,37 @@ def test_context_table_is_both_papers_rows_in_the_context_regime_seed_0_first(ar
     )
 
 
+def test_context_table_matched_base_is_the_si_rows_at_the_llama_matched_base_with_own_claims():
+  """The SI rows again with the rotary base matched to Llama-2 at 4k (72.55 at L = 128), where
+  p-RoPE's dropped pairs turn inside L; its claims (`CLAIMS_MATCHED_BASE`) name only its rows,
+  and the default claims stay the table's."""
+  from lcx import regime
+  from lcx.tools.report import claims
+
+  target = str(ROOT / "experiments" / "context_table") + ":matched_base"
+  runs = sweep.load(target).runs
+  rows = ("rope", "trained_logn_p_rope", "si_p_rope")
+  assert list(runs) == [f"{row}-s{seed}" for seed in (0, 1, 2) for row in rows]
+  for run in runs.values():
+    config = _run_config(run)
+    assert config.model.position.base == pytest.approx(72.547, abs=1e-3)
+    assert config.model.position.base == regime.matched_base(config.data.seq_len)
+    assert (config.data.seq_len, config.train.steps, config.eval.num_tokens) == (128, 2000, 204800)
+  declared = claims.read_claims("experiments/context_table:matched_base")
+  assert {c.name for c in declared} == {
+    "si_below_trained_logn_16x",
+    "si_below_rope_16x",
+    "si_rises_less_than_trained_logn_16x",
+    "si_rises_less_than_rope_16x",
+    "rope_rises_16x",
+  }
+  for claim in declared:
+    assert {f"{stem}-s0" for stem in claim.stems()} <= set(runs), claim.name
+    assert claim.declared() == CONTEXT_CLAIMS[claim.name]  # worded as the table's
+  with pytest.raises(ValueError, match="experiments/context_table:ARG"):
+    sweep.load(str(ROOT / "experiments" / "context_table") + ":matched")
+
+
 def test_context_table_trains_its_logn_row_with_the_scaling_and_declares_its_claims():
   """The SI paper's LogN + p-RoPE is trained with its log-n factor; lcx's log_n is 1 inside L
   (the network RoPE trains), ssmax is not. Each declared claim compares two of the sweep's rows

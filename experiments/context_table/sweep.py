@@ -9,10 +9,12 @@ regime=context: the first subword regime in which the models use their context
 minutes each on 2 cores; seed 0 of every row first, then seed 1, then seed 2, the rows the
 claims compare first, so a sweep stopped and resumed across sessions has whole seeds) or
 `experiments/context_table:full` (GPU: the default-size model, 4000 steps, `--shard=i/SHARDS`:
-shard i holds row i's three seeds, which reuse seed 0's compiled programs).
+shard i holds row i's three seeds, which reuse seed 0's compiled programs) or
+`experiments/context_table:matched_base` (CPU: the SI paper's three rows at the rotary base
+matched to Llama-2, 9 runs, claims `CLAIMS_MATCHED_BASE`).
 """
 
-from lcx import errors
+from lcx import errors, regime
 from lcx.tools.report.claims import Claim
 from lcx.tools.sweep import Run
 
@@ -35,6 +37,11 @@ ROWS = {
   "kerple_log": ("kerple_log", {}),
   "fire": ("fire", {}),
 }
+# :matched_base: the SI paper's rows again with the rotary base matched to Llama-2 at 4k
+# (lcx.regime.matched_base(128) = 72.55), where p-RoPE's 4 dropped pairs turn 2.3-5.1 rad over L
+# (at 10^4: 0.128 rad, so p-RoPE is nearly RoPE; the README's caveat). Added 2026-12-02 07:45 UTC,
+# before any run of it; CPU, the regime's 2000 steps; results in matched_base/results/.
+MATCHED_BASE_ROWS = ("rope", "trained_logn_p_rope", "si_p_rope")
 # :full on one lent GPU: the default model (the probe's :full size) for twice the steps.
 FULL_SIZE, FULL_STEPS = "default", 4000
 SHARDS = 9  # :full: one row's three seeds a shard, 60 + 3 x 125 s by tests/test_experiments.py
@@ -74,20 +81,40 @@ CLAIMS = [
   ),
   Claim("si_rises_less_than_rope_16x", "si_p_rope", "rope", (16,), "below", 0.01, minus_length=1),
 ]
+# :matched_base's (its rows only; declared with them, before any run): the four SI claims as
+# above, and RoPE's rise, which says whether this base keeps the regime's premise (the models
+# use their context past L) that the SI claims are read against.
+CLAIMS_MATCHED_BASE = [
+  Claim("si_below_trained_logn_16x", "si_p_rope", "trained_logn_p_rope", (16,), "below", 0.01),
+  Claim("si_below_rope_16x", "si_p_rope", "rope", (16,), "below", 0.01),
+  Claim(
+    "si_rises_less_than_trained_logn_16x",
+    "si_p_rope",
+    "trained_logn_p_rope",
+    (16,),
+    "below",
+    0.01,
+    minus_length=1,
+  ),
+  Claim("si_rises_less_than_rope_16x", "si_p_rope", "rope", (16,), "below", 0.01, minus_length=1),
+  Claim("rope_rises_16x", "rope", None, (16,), "above", 0.3, minus_length=1),
+]
 
 
 def get_runs(arg=""):
-  if arg not in ("", "full"):
-    raise errors.not_allowed("experiments/context_table:ARG", arg, ['""', "full"])
+  if arg not in ("", "full", "matched_base"):
+    raise errors.not_allowed("experiments/context_table:ARG", arg, ['""', "full", "matched_base"])
   full = arg == "full"
   # CPU: the regime's own steps and size (its defaults, so the regime stays their one source).
   schedule = f",steps={FULL_STEPS},size={FULL_SIZE}" if full else ""
+  rows = {r: ROWS[r] for r in MATCHED_BASE_ROWS} if arg == "matched_base" else ROWS
+  base = {"model.position.base": regime.matched_base(128)} if arg == "matched_base" else {}
   runs = {}
   for seed in SEEDS:  # seed 0 of every row first, so a stopped sweep has whole seeds
-    for row, (pos, extra) in ROWS.items():
+    for row, (pos, extra) in rows.items():
       runs[f"{row}-s{seed}"] = Run(
         f"configs/extrapolation.py:pos={pos},data=books,regime=context{schedule}",
-        {"seed": seed, **extra, "eval.variants": "none"},
+        {"seed": seed, **extra, **base, "eval.variants": "none"},
         # :full: seeds 1-2 wait for seed 0, which keeps a row's seeds on one shard (lcx.tools.sweep
         # shards by `needs`), where they reuse its compiled programs.
         needs=(f"{row}-s0",) if full and seed else (),

@@ -49,7 +49,9 @@ the claim's side).
 this engine.
 
 The claims are read from sweep.py without running it (`read_claims`): its imports load the
-model and jax, and the report reads JSON only.
+model and jax, and the report reads JSON only. `CLAIMS` holds every size's claims; a variant
+whose runs are other rows declares its own list, `CLAIMS_<ARG>` (`experiments/NAME:matched_base`
+reads `CLAIMS_MATCHED_BASE`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import ast
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Sequence
 
 from lcx import cli, errors
@@ -507,19 +510,26 @@ def claims_table(results: Sequence[dict], claims: Sequence[Claim]) -> str:
 
 
 def read_claims(target: str) -> list[Claim]:
-  """experiments/NAME[:ARG] -> the CLAIMS its sweep.py declares (one list for every ARG: the
-  results given pick the size), evaluated from the file's text with `Claim` as the only name:
-  sweep.py's imports are not run. A ValueError names what is missing or wrong."""
-  directory = target.rpartition(":")[0] if ":" in target.rpartition("/")[2] else target
+  """experiments/NAME[:ARG] -> the claims its sweep.py declares: `CLAIMS_<ARG>` where it assigns
+  one (ARG upper-cased, other characters as _), else `CLAIMS` (one list for the sizes of the
+  same rows: the results given pick the size), evaluated from the file's text with `Claim` as
+  the only name: sweep.py's imports are not run. A ValueError names what is missing or wrong."""
+  arg = target.rpartition("/")[2].partition(":")[2]
+  directory = target[: len(target) - len(arg) - 1] if arg else target.rstrip(":")
   path = os.path.join(os.path.normpath(cli.shipped(directory)), "sweep.py")
   if not os.path.isfile(path):
     raise ValueError(f"--claims={target}: no {path}")
   tree = ast.parse(open(path, encoding="utf-8").read(), path)
-  found = [
-    node.value
-    for node in tree.body
-    if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CLAIMS" for t in node.targets)
-  ]
+
+  def assigned(name: str) -> list[ast.expr]:
+    return [
+      node.value
+      for node in tree.body
+      if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets)
+    ]
+
+  own = "CLAIMS_" + re.sub(r"\W", "_", arg).upper() if arg else None
+  found = (own and assigned(own)) or assigned("CLAIMS")
   if not found:
     raise ValueError(f"--claims={target}: {path} declares no CLAIMS = [Claim(...), ...]")
   try:

@@ -253,6 +253,20 @@ def test_cli_bad_claims_are_one_line_and_write_nothing(tmp_path, claims, error):
   assert "## " not in proc.stdout and not (tmp_path / "out").exists()
 
 
+def test_a_variant_with_its_own_rows_reads_its_own_claims(tmp_path):
+  """`CLAIMS_<ARG>` for experiments/NAME:ARG where sweep.py assigns one, else `CLAIMS`."""
+  exp = _experiment(tmp_path, '[Claim("alibi_wins", "alibi", "rope", (4,), "below", 0.01)]')
+  sweep = exp / "sweep.py"
+  sweep.write_text(
+    sweep.read_text()
+    + 'CLAIMS_MATCHED_BASE = [Claim("si_wins", "si", "rope", (16,), "below", 0.02)]\n'
+  )
+  names = {arg: [c.name for c in report.read_claims(f"{exp}{arg}")] for arg in ("", ":full")}
+  assert names == {"": ["alibi_wins"], ":full": ["alibi_wins"]}
+  (claim,) = report.read_claims(f"{exp}:matched_base")
+  assert (claim.name, claim.row, claim.lengths, claim.min_effect) == ("si_wins", "si", (16,), 0.02)
+
+
 def test_reading_the_schemes_claims_imports_no_jax():
   code = (
     "import sys; from lcx.tools import report; "
