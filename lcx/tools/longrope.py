@@ -342,13 +342,18 @@ def validate(config) -> None:
   longrope_cli.check_search(config)
 
 
-def search(config, workdir: str) -> dict:
+def search(config, workdir: str, *, declared_checked: bool = False) -> dict:
   """Runs (or continues) the search; returns the state, as written to DIR/longrope/state.json.
+  `declared_checked`: the caller ran check_declared already (the command line, before jax).
 
   ValueError (a bad field, a trained field changed, a state with other settings) and
   FileNotFoundError (no checkpoint) come before anything is written.
   """
-  validate(config)
+  if declared_checked:
+    config_lib.check_code(config)
+    longrope_cli.check_search(config)
+  else:
+    validate(config)
   prepared = prepare_lib.prepare(config, checked=True)  # validate ran check_fields
   cfg = prepared.config
   lr, train_len = cfg.eval.longrope, cfg.model.max_len
@@ -541,6 +546,6 @@ def summary(state: dict, workdir: str) -> str:
 def main(config, workdir: str) -> None:
   """Runs the search; a bad value, a missing or unreadable checkpoint exits via `cli.fail`."""
   try:
-    search(config, workdir)
+    search(config, workdir, declared_checked=True)  # longrope_cli checked the fields
   except (ValueError, FileNotFoundError, errors.RunFault) as error:  # RunFault: unreadable ckpt
     cli.fail(str(error))

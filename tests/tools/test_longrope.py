@@ -2,6 +2,7 @@
 run it never loses to its seeds, its factors.json scores the recorded fitness as an evaluation
 variant, and an interrupted search resumes to the same state as an uninterrupted one."""
 
+import collections
 import json
 import math
 import os
@@ -194,7 +195,9 @@ def _comparable(state):
 
 
 @pytest.mark.slow
-def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_run, capsys):
+def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(
+  rope_run, capsys, monkeypatch
+):
   workdir = rope_run
   state = longrope.search(_search_config(workdir), workdir)
   out_dir = os.path.join(workdir, "longrope")
@@ -249,9 +252,19 @@ def test_search_keeps_its_best_scores_it_as_a_variant_and_resumes_exactly(rope_r
   assert not set(scored["per_document"]["ids"]) & set(fitted["ids"])
   assert scored["perplexity"] != pytest.approx(best, rel=1e-5)
 
-  # A finished search prints its result and scores nothing more.
+  # A finished search prints its result and scores nothing more. It checks its config and the
+  # searched factors' variant config; the command line, having run check_declared on its config
+  # before jax, has it check only the code's part of it.
+  calls = collections.Counter()
+  for name in ("check_declared", "check_code"):
+    original = getattr(config_lib, name)
+    monkeypatch.setattr(config_lib, name, lambda c, n=name, f=original: (calls.update([n]), f(c)))
   again = longrope.search(_search_config(workdir), workdir)
   assert _comparable(again) == _comparable(state)
+  assert calls == {"check_declared": 2, "check_code": 2}
+  calls.clear()
+  longrope.main(_search_config(workdir), workdir)
+  assert calls == {"check_declared": 1, "check_code": 2}  # the variant's
 
   # Interrupted after one generation, then continued: the same final state.
   shutil.move(out_dir, out_dir + "_full")
