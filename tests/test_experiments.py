@@ -429,6 +429,21 @@ def test_alibi_table_training_length_sweep_keeps_the_tokens_and_the_lengths(arg)
   assert len(lengths) == 1
 
 
+def test_alibi_table_claims_name_its_seeded_books_rows_at_lengths_they_score():
+  """Each declared claim compares books rows trained in seeds 0-2, at multiples of L their
+  windows evaluation scores."""
+  from lcx.tools.report import claims
+
+  runs = sweep.load(str(ROOT / "experiments" / "alibi_table")).runs
+  declared = claims.read_claims("experiments/alibi_table")
+  assert len(declared) == 8
+  for claim in declared:
+    for stem in claim.stems():
+      assert all(f"{stem}-s{seed}" in runs for seed in (0, 1, 2)), claim.name
+      scored = _run_config(runs[f"{stem}-s0"]).eval.multipliers
+      assert set(claim.lengths) | {claim.minus_length or 1} <= set(scored), claim.name
+
+
 def test_alibi_table_matched_trains_the_rows_scale_invariant_full_does_not_with_its_command():
   """:matched: sinusoidal and T5, seeds 0-2, with the command scale_invariant:full trains its
   RoPE, ALiBi and NoPE rows with (but for pos), so the report pairs them on the same documents."""
