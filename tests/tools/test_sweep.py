@@ -823,3 +823,30 @@ def test_a_fine_tune_of_a_retrained_base_is_refused_while_it_holds_checkpoints(t
   shutil.rmtree(ft / "checkpoints")
   assert sweep.select(loaded, [], (0, 1)) == ["base", "ft"]
   assert sweep.changed_since_done(loaded, "ft") == [why]
+
+
+def test_collect_sets_aside_results_of_other_weights_the_run_no_longer_writes(tmp_path, capsys):
+  """A retrained run's copy overwrites its same-named results; one of the old weights that the
+  new evaluation does not write (another variant name) would be read beside the new ones by
+  every report: it moves to results/RUN/history/ (never over a file there), while a leftover of
+  the same checkpoint stays."""
+  from lcx.tools.sweep import archive
+
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  plan = sweep.load(str(experiment), str(tmp_path / "runs"))
+  evaluated = tmp_path / "runs" / "toy" / "a" / "eval"
+  evaluated.mkdir(parents=True)
+  (evaluated / "none.json").write_text(json.dumps({"checkpoint": "new", "v": 2}))
+  results = experiment / "results" / "a"
+  (results / "history").mkdir(parents=True)
+  (results / "none.json").write_text(json.dumps({"checkpoint": "old", "v": 1}))
+  (results / "yarn@4.json").write_text(json.dumps({"checkpoint": "old"}))
+  (results / "ntk@4.json").write_text(json.dumps({"checkpoint": "new"}))
+  (results / "history" / "yarn@4.json").write_text("an earlier set-aside")
+  assert archive.collect(plan) == [str(results / "none.json")]
+  assert json.loads((results / "none.json").read_text()) == {"checkpoint": "new", "v": 2}
+  assert sorted(os.listdir(results)) == ["history", "none.json", "ntk@4.json"]
+  assert (results / "history" / "yarn@4.json").read_text() == "an earlier set-aside"
+  assert json.loads((results / "history" / "yarn@4.2.json").read_text()) == {"checkpoint": "old"}
+  err = capsys.readouterr().err
+  assert f"{results / 'yarn@4.json'}: scored checkpoint old, not the run's new: moved to " in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import gzip
+import json
 import os
 import re
 import shutil
@@ -28,16 +29,57 @@ def _pack_finished(sweep: Sweep, shard: tuple[int, int], chosen: list[str]) -> N
 
 
 def collect(sweep: Sweep) -> list[str]:
-  """Copies every run's eval/*.json to OUT/results/RUN/ (overwriting); returns the copies."""
+  """Copies every run's eval/*.json to OUT/results/RUN/ (overwriting); returns the copies. A
+  result already in OUT/results/RUN/ that the run's evaluation no longer holds and that scored
+  another checkpoint (a retrained run: another seed's weights, or another runs_dir's variant
+  name) would sit beside the new weights' results in every report: it moves to
+  OUT/results/RUN/history/ (which the report skips), said on stderr."""
   copied = []
   for run in (r for r, spec in sweep.runs.items() if not spec.on):  # `on` runs: with theirs
-    for source in sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json"))):
+    sources = sorted(glob.glob(os.path.join(sweep.workdir(run), "eval", "*.json")))
+    for source in sources:
       target = os.path.join(sweep.out_dir, "results", run, os.path.basename(source))
       os.makedirs(os.path.dirname(target), exist_ok=True)
       with open(source, "rb") as f, files.atomic_open(target, "wb") as out:  # whole or absent
         shutil.copyfileobj(f, out)
       copied.append(target)
+    if sources:
+      _set_aside_stale(os.path.join(sweep.out_dir, "results", run), sources)
   return copied
+
+
+def _checkpoint(path: str) -> str | None:
+  try:
+    with open(path, encoding="utf-8") as f:
+      found = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return found.get("checkpoint") if isinstance(found, dict) else None
+
+
+def _set_aside_stale(results: str, sources: list[str]) -> None:
+  """Moves the results in `results` that no source has the name of and whose checkpoint is none
+  of the sources' (or unrecorded) to results/history/, never over a file there."""
+  current = {_checkpoint(s) for s in sources} - {None}
+  names = {os.path.basename(s) for s in sources}
+  for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+    name = os.path.basename(path)
+    if name in names or (_checkpoint(path) in current):
+      continue
+    history = os.path.join(results, report.HISTORY)
+    os.makedirs(history, exist_ok=True)
+    stem, n = name[: -len(".json")], 1
+    target = os.path.join(history, name)
+    while os.path.exists(target):
+      n += 1
+      target = os.path.join(history, f"{stem}.{n}.json")
+    os.replace(path, target)
+    print(
+      f"[sweep] {path}: scored checkpoint {_checkpoint(target) or '(unrecorded)'}, not the run's "
+      f"{', '.join(sorted(current)) or '(unrecorded)'}: moved to {target}",
+      file=sys.stderr,
+      flush=True,
+    )
 
 
 MAX_ARCHIVE_BYTES = 16 * 2**20  # what one shard may bring back from a lent machine and commit
