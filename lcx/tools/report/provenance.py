@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from absl import app, flags
 
 from lcx import cli
+from lcx.tools.report.load import HISTORY, SCHEMA
 
 # kind -> whether a result carries its outcomes per unit (None: the kind records none).
 OUTCOMES = {
@@ -62,7 +63,7 @@ def _folder(path: str) -> str:
 def entry(path: str, result: dict) -> Entry | None:
   """The provenance of one result file; None for JSON that is not an lcx result of a known kind
   (a run's config.json, a sweep marker)."""
-  if not isinstance(result, dict) or result.get("schema") != "lcx.eval/1":
+  if not isinstance(result, dict) or result.get("schema") != SCHEMA:
     return None
   kind = result.get("kind")
   if kind not in OUTCOMES:
@@ -96,7 +97,7 @@ def scan(paths: Iterable[str]) -> list[Entry]:
 
 def _json_below(top: str) -> Iterable[str]:
   for root, dirs, files in os.walk(top):
-    dirs[:] = sorted(d for d in dirs if d not in ("history", ".git", ".venv"))
+    dirs[:] = sorted(d for d in dirs if d not in (HISTORY, ".git", ".venv"))
     yield from (os.path.join(root, f) for f in files if f.endswith(".json"))
 
 
