@@ -16,6 +16,7 @@ COMMANDS = {
   "eval": ("lcx.main", ("--mode=eval",)),
   "generate": ("lcx.tools.generate", ()),
   "report": ("lcx.tools.report", ()),
+  "provenance": ("lcx.tools.report.provenance", ()),
   "sweep": ("lcx.tools.sweep", ()),
   "longrope": ("lcx.tools.longrope", ()),
   "config": ("lcx.config.listing", ()),

@@ -17,8 +17,8 @@ records each launch): those weights belong to the old settings.
 Afterwards every RUNS_DIR/.../RUN/eval/*.json is copied to experiments/NAME/results/RUN/
 (experiments/NAME/ARG/results/RUN/ with an ARG; never checkpoints; a result there that scored
 other weights and that the run no longer writes moves to results/RUN/history/) and
-lcx.tools.report writes report.md, results.csv and the plots next to results/. A shard of n > 1 (`--shard=i/n`, e.g.
-one lent GPU's share) instead packs its runs' results into one archive,
+lcx.tools.report writes report.md, results.csv and the plots next to results/. A shard of
+n > 1 (`--shard=i/n`, e.g. one lent GPU's share) instead packs its runs' results into one archive,
 OUT/shards/shard-i-of-n.tar.gz (at most 16 MiB, to bring back and commit), and leaves results/
 and report.md alone; `--merge_shards` unpacks every archive there and writes the report once.
 A shard stopped early (a signal, say a lent machine's deadline, or a failed run) still packs the
