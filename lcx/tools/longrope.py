@@ -335,10 +335,11 @@ def _long_documents(cfg, target_len: int, tokenizer) -> list[samples.Sequence]:
   return samples.select(docs, "long", target_len, lr.documents * target_len, lr.seed, SPLIT)
 
 
-def validate(config) -> None:
-  """The fields' checks, then the LongRoPE search's own (`longrope_cli.check_search`, jax-free
-  so that the command line runs them before jax loads; the mesh is prepare's check)."""
-  config_lib.check_fields(config)
+def validate(config, *, declared_checked: bool = False) -> None:
+  """The fields' checks (only the code's part where the caller ran check_declared), then the
+  LongRoPE search's own (`longrope_cli.check_search`, jax-free so that the command line runs
+  them before jax loads; the mesh is prepare's check)."""
+  (config_lib.check_code if declared_checked else config_lib.check_fields)(config)
   longrope_cli.check_search(config)
 
 
@@ -349,12 +350,8 @@ def search(config, workdir: str, *, declared_checked: bool = False) -> dict:
   ValueError (a bad field, a trained field changed, a state with other settings) and
   FileNotFoundError (no checkpoint) come before anything is written.
   """
-  if declared_checked:
-    config_lib.check_code(config)
-    longrope_cli.check_search(config)
-  else:
-    validate(config)
-  prepared = prepare_lib.prepare(config, checked=True)  # validate ran check_fields
+  validate(config, declared_checked=declared_checked)
+  prepared = prepare_lib.prepare(config, checked=True)  # validate completed the field checks
   cfg = prepared.config
   lr, train_len = cfg.eval.longrope, cfg.model.max_len
   scale = lr.target_len / train_len

@@ -64,7 +64,10 @@ def _set_aside_stale(results: str, sources: list[str]) -> None:
   names = {os.path.basename(s) for s in sources}
   for path in sorted(glob.glob(os.path.join(results, "*.json"))):
     name = os.path.basename(path)
-    if name in names or (_checkpoint(path) in current):
+    if name in names:
+      continue
+    scored = _checkpoint(path)
+    if scored in current:
       continue
     history = os.path.join(results, report.HISTORY)
     os.makedirs(history, exist_ok=True)
@@ -75,7 +78,7 @@ def _set_aside_stale(results: str, sources: list[str]) -> None:
       target = os.path.join(history, f"{stem}.{n}.json")
     os.replace(path, target)
     print(
-      f"[sweep] {path}: scored checkpoint {_checkpoint(target) or '(unrecorded)'}, not the run's "
+      f"[sweep] {path}: scored checkpoint {scored or '(unrecorded)'}, not the run's "
       f"{', '.join(sorted(current)) or '(unrecorded)'}: moved to {target}",
       file=sys.stderr,
       flush=True,
