@@ -850,3 +850,26 @@ def test_collect_sets_aside_results_of_other_weights_the_run_no_longer_writes(tm
   assert json.loads((results / "history" / "yarn@4.2.json").read_text()) == {"checkpoint": "old"}
   err = capsys.readouterr().err
   assert f"{results / 'yarn@4.json'}: scored checkpoint old, not the run's new: moved to " in err
+
+
+def test_a_merge_sets_aside_results_of_other_weights_no_archive_holds(tmp_path, capsys):
+  """A merge of shards trained again (new weights) over results an earlier merge wrote: a result
+  no archive holds that scored other weights moves to history/, as collect does; one that scored
+  the archive's weights stays."""
+  experiment = _experiment(tmp_path, "{'a': Run(CONFIG, TINY)}")
+  plan = sweep.load(str(experiment), str(tmp_path / "runs"))
+  (experiment / "shards").mkdir()
+  member = tmp_path / "none.json"
+  member.write_text(json.dumps({"checkpoint": "new"}))
+  with tarfile.open(experiment / "shards" / "shard-0-of-1.tar.gz", "w:gz") as tar:
+    tar.add(member, arcname="results/a/none.json")
+  results = experiment / "results" / "a"
+  results.mkdir(parents=True)
+  (results / "none.json").write_text(json.dumps({"checkpoint": "old"}))
+  (results / "yarn@4.json").write_text(json.dumps({"checkpoint": "old"}))
+  (results / "ntk@4.json").write_text(json.dumps({"checkpoint": "new"}))
+  assert sweep.unpack(plan) == [str(results / "none.json")]
+  assert sorted(os.listdir(results)) == ["history", "none.json", "ntk@4.json"]
+  assert json.loads((results / "none.json").read_text()) == {"checkpoint": "new"}
+  assert json.loads((results / "history" / "yarn@4.json").read_text()) == {"checkpoint": "old"}
+  assert "scored checkpoint old, not the run's new: moved to" in capsys.readouterr().err

@@ -142,7 +142,10 @@ def pack(sweep: Sweep, runs: list[str], path: str) -> list[str]:
 
 def unpack(sweep: Sweep) -> list[str]:
   """Every shard archive under OUT/shards/ into OUT/results/ (members results/RUN/NAME.json
-  of this sweep's runs only; anything else is refused naming it). Returns the files written."""
+  of this sweep's runs only; anything else is refused naming it). A result already in
+  OUT/results/RUN/ that no archive holds and that scored other weights moves to history/, as in
+  `collect`, so a merge never leaves an earlier training's results beside the shards'. Returns
+  the files written."""
   archives = sorted(glob.glob(os.path.join(sweep.out_dir, "shards", "*.tar.gz")))
   if not archives:
     raise ValueError(
@@ -174,6 +177,8 @@ def unpack(sweep: Sweep) -> list[str]:
         with tar.extractfile(info) as f, files.atomic_open(target, "wb") as out:
           shutil.copyfileobj(f, out)
         written.append(target)
+  for run_dir in sorted({os.path.dirname(w) for w in written}):
+    _set_aside_stale(run_dir, [w for w in written if os.path.dirname(w) == run_dir])
   return written
 
 
