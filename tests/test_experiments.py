@@ -196,26 +196,52 @@ def _schemes_module():
   return importlib.import_module("experiments.schemes.sweep")
 
 
-@pytest.mark.parametrize("arg", ["", "full"])
+@pytest.mark.parametrize("arg", ["", "full", "context"])
 def test_schemes_has_a_row_per_registered_scheme_and_option_with_three_seeds(arg):
   from lcx.model import positions
 
   runs = _schemes_sweep(arg).runs
   module = _schemes_module()
   rows = {name.rsplit("-s", 1)[0] for name in runs}
-  assert rows == set(positions.SCHEMES) | set(module._options(64))
+  shared = set(module.FROM_CONTEXT_TABLE) if arg == "context" else set()
+  assert rows | shared == set(positions.SCHEMES) | set(module._options(64))
+  assert not rows & shared  # read from context_table, not trained twice
   assert set(runs) == {f"{row}-s{seed}" for row in rows for seed in (0, 1, 2)}
-  regime = "matched" if arg else "bytes"
-  for scheme in positions.SCHEMES:  # each scheme row trains its own scheme, in the regime
+  regime, seq_len = {"": ("bytes", 64), "full": ("matched", 256), "context": ("context", 128)}[arg]
+  for scheme in set(positions.SCHEMES) - shared:  # each trains its own scheme, in the regime
     assert runs[f"{scheme}-s1"].config.startswith(f"configs/extrapolation.py:pos={scheme},")
-    assert f"regime={regime}," in runs[f"{scheme}-s1"].config
-  assert runs["scale_invariant-s0"].config.startswith("configs/extrapolation.py:pos=p_rope,")
+    assert f"regime={regime}" in runs[f"{scheme}-s1"].config
+  if not shared:
+    assert runs["scale_invariant-s0"].config.startswith("configs/extrapolation.py:pos=p_rope,")
   assert runs["stick_breaking-s0"].overrides["model.attention.kind"] == "stick_breaking"
-  seq_len = 256 if arg else 64
   assert runs["pose-s2"].overrides["train.pose_target"] == 16 * seq_len
-  assert {r.overrides["eval.multipliers"] for r in runs.values()} == {(1, 4, 16)}
+  lengths = {r.overrides.get("eval.multipliers") for r in runs.values()}
+  assert lengths == ({None} if arg == "context" else {(1, 4, 16)})  # context: the regime's own
   seeds = [r.overrides["seed"] for r in runs.values()]  # seed 0 of every row, then 1, then 2
-  assert seeds == sorted(seeds) and next(iter(runs)) == "rope-s0"
+  assert seeds == sorted(seeds)
+  assert next(iter(runs)) == ("stick_breaking-s0" if arg == "context" else "rope-s0")
+
+
+def test_schemes_context_reads_context_tables_runs_of_the_same_command():
+  """:context's rows that experiments/context_table trains are that experiment's runs: the same
+  config, seed and overrides (the regime's lengths, T5's buckets), so its results stand in for
+  them; RoPE among them, the baseline every claim pairs with."""
+  module = _schemes_module()
+  context_table = sweep.load(str(ROOT / "experiments" / "context_table")).runs
+  assert "rope" in module.FROM_CONTEXT_TABLE
+  for row, theirs in module.FROM_CONTEXT_TABLE.items():
+    pos, extra = module.rows(128)[row] if row != "t5" else ("t5", {})
+    for seed in (0, 1, 2):
+      run = context_table[f"{theirs}-s{seed}"]
+      assert run.config == f"configs/extrapolation.py:pos={pos},data=books,regime=context", row
+      t5 = {"model.position.max_distance": 64} if row == "t5" else {}
+      assert run.overrides == {"seed": seed, **extra, **t5, "eval.variants": "none"}, row
+  trained = next(iter(_schemes_sweep("context").runs.values()))
+  assert trained.config.endswith(",data=books,regime=context")  # the same command's shape
+  claims = {c.name: c for c in module.CLAIMS_CONTEXT}
+  assert set(claims) == {c.name for c in module.CLAIMS}
+  assert {c.baseline for c in claims.values()} == {"rope"}
+  assert {c.min_effect for c in claims.values()} == {0.05}
 
 
 def test_a_newly_registered_scheme_is_a_schemes_row(monkeypatch):
@@ -226,7 +252,7 @@ def test_a_newly_registered_scheme_is_a_schemes_row(monkeypatch):
   assert runs["brand_new-s2"].config.startswith("configs/extrapolation.py:pos=brand_new,")
 
 
-@pytest.mark.parametrize("arg", ["", "full"])
+@pytest.mark.parametrize("arg", ["", "full", "context"])
 def test_every_schemes_run_config_validates(arg):
   """Each run's config file with its overrides passes every check lcx.main makes before it
   compiles (the mesh's aside), so no row of a long sweep fails at its start."""
@@ -269,6 +295,25 @@ def _gpu_estimate_s(loaded: sweep.Sweep, name: str) -> float:
     return GPU_SEARCH_S
   steps = re.findall(r"[,.:]steps=([0-9]+)", " ".join(loaded.command(name)))  # the last holds
   return GPU_RUN_S + (GPU_STEP_S * int(steps[-1]) if steps and run.mode != "eval" else 0)
+
+
+def test_schemes_context_shards_fit_a_lent_window_as_the_readme_says():
+  """:context on lent GPUs: a row's three seeds a shard, each within the window by the estimate
+  above at the regime's own steps (its commands name none)."""
+  from configs import extrapolation
+
+  loaded = _schemes_sweep("context")
+  module = _schemes_module()
+  steps = extrapolation.REGIMES["context"].steps
+  shards = sweep.shards(loaded.runs, module.CONTEXT_SHARDS)
+  assert sum(map(len, shards)) == len(loaded.runs)
+  for shard in shards:
+    rows = {name.rsplit("-s", 1)[0] for name in shard}
+    assert set(shard) == {f"{row}-s{seed}" for row in rows for seed in (0, 1, 2)}
+    estimate = GPU_SETUP_S + len(shard) * (GPU_RUN_S + GPU_STEP_S * steps)
+    assert estimate <= GPU_LIMIT_S, (sorted(rows), estimate)
+  readme = (ROOT / "experiments" / "schemes" / "README.md").read_text()
+  assert f"experiments/schemes:context --shard=i/{module.CONTEXT_SHARDS}" in readme
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda p: p.name)

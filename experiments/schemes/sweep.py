@@ -9,7 +9,12 @@ scheme rows.
 
 `./launch.sh sweep experiments/schemes` (CPU: the bytes regime, L = 64, STEPS steps) or
 `experiments/schemes:full` (GPU: the matched regime, L = 256, its 600 steps, `--shard=i/SHARDS`:
-shard i holds rows i, i + SHARDS, ... with their three seeds; README: the time estimate).
+shard i holds rows i, i + SHARDS, ... with their three seeds; README: the time estimate) or
+`experiments/schemes:context` (issue 59 item 2: the regime in which the models use their context,
+L = 128, its 2000 steps, scored at 1-16x L on 100 windows a length; CPU, 6-7 minutes a run on 2
+cores, or on a lent GPU `--shard=i/CONTEXT_SHARDS`, a row's three seeds a shard). Its rows that
+experiments/context_table trains with the same command are read from that experiment's results
+(FROM_CONTEXT_TABLE), not trained twice.
 """
 
 from configs import extrapolation
@@ -29,6 +34,20 @@ MULTIPLIERS = (1, 4, 16)
 # seeds 1-2 CACHED_RUN_S each (the compilation cache holds seed 0's programs).
 SHARDS = 13
 SHARD_LIMIT_S, SETUP_S, RUN_S, CACHED_RUN_S = 480, 90, 90, 45
+# :context: this row -> the experiments/context_table row trained with the same command (config,
+# seed and overrides, the regime's own lengths; tests/test_experiments.py checks it). T5 there has
+# its buckets end at L/2 (its README: the paper's end below L), so the table's T5 row is that one.
+FROM_CONTEXT_TABLE = {
+  "rope": "rope",
+  "alibi": "alibi",
+  "sinusoidal": "sinusoidal",
+  "nope": "nope",
+  "t5": "t5",
+  "kerple_log": "kerple_log",
+  "fire": "fire",
+  "scale_invariant": "si_p_rope",
+}
+CONTEXT_SHARDS = 17  # a row's three seeds a shard: 60 + 3 x 85 s by tests/test_experiments.py
 
 # Claims, judged by `./launch.sh report experiments/schemes[/full]/results
 # --claims=experiments/schemes` (the rules: lcx/tools/report/claims.py). They restate claims the
@@ -42,6 +61,17 @@ CLAIMS = [
   Claim("kerple_power_16x", "kerple_power", "rope", (16,), "below", 0.01),
   Claim("path_16x", "path", "rope", (16,), "below", 0.01),
   Claim("pose_4x", "pose", "rope", (4,), "below", 0.01),
+]
+# :context's, declared on 2026-12-02 at 15:00 UTC before any run of it: the same four, with the
+# minimum effect the context regime's own: 0.05 nats, the tolerance within which it counts a
+# curve as flat (experiments/context_table's ALiBi claims; RoPE rose +0.429 there from 1x to
+# 16x, about nine times it). Judge with `--claims=experiments/schemes:context` on this
+# variant's results together with context_table's RoPE (README: the command).
+CLAIMS_CONTEXT = [
+  Claim("alibi_16x", "alibi", "rope", (16,), "below", 0.05),
+  Claim("kerple_power_16x", "kerple_power", "rope", (16,), "below", 0.05),
+  Claim("path_16x", "path", "rope", (16,), "below", 0.05),
+  Claim("pose_4x", "pose", "rope", (4,), "below", 0.05),
 ]
 
 
@@ -79,18 +109,27 @@ def rows(seq_len: int) -> dict[str, tuple[str, dict]]:
 
 
 def get_runs(arg=""):
-  if arg not in ("", "full"):
-    raise errors.not_allowed("experiments/schemes:ARG", arg, ['""', "full"])
-  full = arg == "full"
-  regime, steps = ("matched", FULL_STEPS) if full else ("bytes", STEPS)
+  if arg not in ("", "full", "context"):
+    raise errors.not_allowed("experiments/schemes:ARG", arg, ['""', "full", "context"])
+  regime, steps = {
+    "": ("bytes", STEPS),
+    "full": ("matched", FULL_STEPS),
+    "context": ("context", 0),
+  }[arg]
+  # :context: the regime's own steps and lengths (its defaults, so the regime stays their one
+  # source) and the command context_table's runs have.
+  schedule = f",steps={steps}" if steps else ""
+  lengths = {} if arg == "context" else {"eval.multipliers": MULTIPLIERS}
   runs = {}
   for seed in SEEDS:  # seed 0 of every row first, so a stopped sweep has whole seeds
     for row, (pos, extra) in rows(extrapolation.REGIMES[regime].seq_len).items():
+      if arg == "context" and row in FROM_CONTEXT_TABLE:
+        continue
       runs[f"{row}-s{seed}"] = Run(
-        f"configs/extrapolation.py:pos={pos},data=books,regime={regime},steps={steps}",
-        {"seed": seed, **extra, "eval.multipliers": MULTIPLIERS, "eval.variants": "none"},
-        # :full: seeds 1-2 wait for seed 0, which keeps a row's seeds on one shard (lcx.tools.sweep
-        # shards by `needs`), where they reuse its compiled programs.
-        needs=(f"{row}-s0",) if full and seed else (),
+        f"configs/extrapolation.py:pos={pos},data=books,regime={regime}{schedule}",
+        {"seed": seed, **extra, **lengths, "eval.variants": "none"},
+        # On lent GPUs: seeds 1-2 wait for seed 0, which keeps a row's seeds on one shard
+        # (lcx.tools.sweep shards by `needs`), where they reuse its compiled programs.
+        needs=(f"{row}-s0",) if arg and seed else (),
       )
   return runs
