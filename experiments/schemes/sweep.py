@@ -108,22 +108,25 @@ def rows(seq_len: int) -> dict[str, tuple[str, dict]]:
   return {"rope": schemes.pop("rope"), **_options(seq_len), **schemes}
 
 
+# arg -> (regime, steps: None for the regime's own, overrides, rows read from elsewhere):
+# :context takes the regime's steps and lengths (its defaults, so the regime stays their one
+# source), the command context_table's runs have, and reads FROM_CONTEXT_TABLE's rows from it.
+VARIANTS = {
+  "": ("bytes", STEPS, {"eval.multipliers": MULTIPLIERS}, ()),
+  "full": ("matched", FULL_STEPS, {"eval.multipliers": MULTIPLIERS}, ()),
+  "context": ("context", None, {}, tuple(FROM_CONTEXT_TABLE)),
+}
+
+
 def get_runs(arg=""):
-  if arg not in ("", "full", "context"):
-    raise errors.not_allowed("experiments/schemes:ARG", arg, ['""', "full", "context"])
-  regime, steps = {
-    "": ("bytes", STEPS),
-    "full": ("matched", FULL_STEPS),
-    "context": ("context", 0),
-  }[arg]
-  # :context: the regime's own steps and lengths (its defaults, so the regime stays their one
-  # source) and the command context_table's runs have.
+  if arg not in VARIANTS:
+    raise errors.not_allowed("experiments/schemes:ARG", arg, [a or '""' for a in VARIANTS])
+  regime, steps, lengths, elsewhere = VARIANTS[arg]
   schedule = f",steps={steps}" if steps else ""
-  lengths = {} if arg == "context" else {"eval.multipliers": MULTIPLIERS}
   runs = {}
   for seed in SEEDS:  # seed 0 of every row first, so a stopped sweep has whole seeds
     for row, (pos, extra) in rows(extrapolation.REGIMES[regime].seq_len).items():
-      if arg == "context" and row in FROM_CONTEXT_TABLE:
+      if row in elsewhere:
         continue
       runs[f"{row}-s{seed}"] = Run(
         f"configs/extrapolation.py:pos={pos},data=books,regime={regime}{schedule}",
