@@ -992,3 +992,28 @@ def test_every_verdict_is_one_of_the_five_labels_beside_the_published_numbers(ex
   assert "**Published**" in readme
   bold = re.findall(r"\*\*(.+?)\*\*", readme, re.S)
   assert [b for b in bold if VERDICT_WORDS.search(b) and b not in VERDICT_LABELS] == []
+
+
+def test_compare_devices_compares_only_cells_scored_on_the_same_windows():
+  """A CPU result scored on more windows than the GPU's differs by the windows, not the device:
+  it is counted, not compared."""
+  compare = importlib.import_module("experiments.scale_invariant.compare_devices").compare
+
+  def result(device, losses_and_windows):
+    lengths = {n: {"loss": loss, "windows": w} for n, (loss, w) in losses_and_windows.items()}
+    return {"device": device, "lengths": lengths}
+
+  cpu = {
+    ("rope-s0", "none.json"): result("cpu x1", {"256": (5.50, 128), "4096": (5.60, 8)}),
+    ("alibi-s0", "none.json"): result("cpu x1", {"256": (5.52, 128), "4096": (5.40, 8)}),
+  }
+  gpu = {
+    ("rope-s0", "none.json"): result("gpu x1", {"256": (5.5001, 128), "4096": (5.70, 7)}),
+    ("alibi-s0", "none.json"): result("gpu x1", {"256": (5.5203, 128), "4096": (5.30, 7)}),
+  }
+  lines = compare(cpu, gpu)
+  assert lines[1] == "scored on the same windows: 2 cells; on other windows (not compared): 2"
+  assert lines[2].startswith("|CPU - GPU| mean loss: median 2.0e-04, max 3.0e-04 nats (alibi-s0")
+  assert lines[3] == "|CPU - GPU| of each row minus RoPE of its seed: max 2.0e-04 nats over 1 cells"
+  cpu_only_new = {k: result("cpu x1", {"4096": (5.0, 8)}) for k in cpu}
+  assert len(compare(cpu_only_new, gpu)) == 2
