@@ -599,7 +599,9 @@ def _swap_heads_time(x):
   return jnp.swapaxes(x, 1, 2)
 
 
-def dense(
+def _one_call(
+  prepare,
+  attend,
   q_BxTxHxE,
   k_BxTxGxE,
   v_BxTxGxE,
@@ -609,55 +611,16 @@ def dense(
   scheme,
   remap,
   pattern=None,
-  sink_H=None,
-  prefix_BxSxH=None,
-  householder=None,
+  **attend_kwargs,
 ):
-  """One-call dense attention, all token-major (tests, single layers): prepare then attend."""
-  plan = prepare_dense(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
+  """Prepare a plan, then attend, all token-major (tests, single layers)."""
+  plan = prepare(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
   v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
-  return _swap_heads_time(
-    attend_dense(
-      q_BxTxHxE,
-      k_BxTxGxE,
-      v_BxGxTxE,
-      plan,
-      scheme=scheme,
-      sink_H=sink_H,
-      prefix_BxSxH=prefix_BxSxH,
-      householder=householder,
-    )
-  )
+  out_BxHxTxE = attend(q_BxTxHxE, k_BxTxGxE, v_BxGxTxE, plan, scheme=scheme, **attend_kwargs)
+  return _swap_heads_time(out_BxHxTxE)
 
 
-def chunked(
-  q_BxTxHxE,
-  k_BxTxGxE,
-  v_BxTxGxE,
-  pos_BxT,
-  seg_BxT,
-  *,
-  scheme,
-  remap,
-  pattern=None,
-  sink_H=None,
-  prefix_BxSxH=None,
-  chunk_size=512,
-  householder=None,
-):
-  """One-call chunked attention, all token-major (tests, single layers): prepare then attend."""
-  plan = prepare_chunked(pos_BxT, seg_BxT, scheme=scheme, remap=remap, pattern=pattern)
-  v_BxGxTxE = _swap_heads_time(v_BxTxGxE)
-  return _swap_heads_time(
-    attend_chunked(
-      q_BxTxHxE,
-      k_BxTxGxE,
-      v_BxGxTxE,
-      plan,
-      scheme=scheme,
-      sink_H=sink_H,
-      prefix_BxSxH=prefix_BxSxH,
-      chunk_size=chunk_size,
-      householder=householder,
-    )
-  )
+# dense(q, k, v, pos, seg, *, scheme, remap, pattern=None, sink_H=None, prefix_BxSxH=None,
+#       householder=None); chunked also takes chunk_size (default 512).
+dense = functools.partial(_one_call, prepare_dense, attend_dense)
+chunked = functools.partial(_one_call, prepare_chunked, attend_chunked)
