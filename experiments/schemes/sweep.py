@@ -54,8 +54,8 @@ CONTEXT_SHARDS = 17  # a row's three seeds a shard: 60 + 3 x 85 s by tests/test_
 # README fixed before any result (each row beats RoPE past L: ALiBi, KERPLE-power and PaTH at
 # 16x, the longest length, PoSE at 4x, inside its 16x target); the minimum effect was added on
 # 2026-12-02, after both regimes ran: 0.01 nats/token (1% perplexity), a seventh of RoPE's own
-# rise from 1x to 16x in the matched regime (+0.068). A win past L smaller than that would not
-# change which scheme to use.
+# rise from 1x to 16x in the matched regime (+0.068 when declared). A win past L smaller than
+# that would not change which scheme to use.
 CLAIMS = [
   Claim("alibi_16x", "alibi", "rope", (16,), "below", 0.01),
   Claim("kerple_power_16x", "kerple_power", "rope", (16,), "below", 0.01),
