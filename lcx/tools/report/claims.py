@@ -512,8 +512,9 @@ def claims_table(results: Sequence[dict], claims: Sequence[Claim]) -> str:
 def read_claims(target: str) -> list[Claim]:
   """experiments/NAME[:ARG] -> the claims its sweep.py declares: `CLAIMS_<ARG>` where it assigns
   one (ARG upper-cased, other characters as _), else `CLAIMS` (one list for the sizes of the
-  same rows: the results given pick the size), evaluated from the file's text with `Claim` as
-  the only name: sweep.py's imports are not run. A ValueError names what is missing or wrong."""
+  same rows: the results given pick the size), evaluated from the file's text with `Claim` and
+  the names assigned above it to a Claim or a list of them as the only names (two variants can
+  share claims): sweep.py's imports are not run. A ValueError names what is missing or wrong."""
   arg = target.rpartition("/")[2].partition(":")[2]
   directory = target[: len(target) - len(arg) - 1] if arg else target.rstrip(":")
   path = os.path.join(os.path.normpath(cli.shipped(directory)), "sweep.py")
@@ -533,8 +534,9 @@ def read_claims(target: str) -> list[Claim]:
   if not found:
     raise ValueError(f"--claims={target}: {path} declares no CLAIMS = [Claim(...), ...]")
   try:
-    claims = eval(  # noqa: S307 (the project's own file, with no names but Claim)
-      compile(ast.Expression(found[-1]), path, "eval"), {"__builtins__": {}, "Claim": Claim}
+    scope = _claim_names(tree, found[-1], path)
+    claims = eval(  # noqa: S307 (the project's own file, with no names but Claim's)
+      compile(ast.Expression(found[-1]), path, "eval"), scope
     )
   except (NameError, TypeError) as error:
     raise ValueError(f"--claims={target}: {path}: CLAIMS must be a list of Claim(...): {error}")
@@ -546,3 +548,26 @@ def read_claims(target: str) -> list[Claim]:
   if len(set(names)) != len(names):
     raise ValueError(f"--claims={target}: {path}: two claims share a name: {names}")
   return list(claims)
+
+
+def _claim_names(tree: ast.Module, before: ast.expr, path: str) -> dict:
+  """The scope a CLAIMS list is evaluated in: `Claim`, and each name sweep.py assigns above it to
+  a Claim or a list or tuple of them (evaluated in the same scope, in order). Any other
+  assignment is left out: it needs names this reading does not run."""
+  scope = {"__builtins__": {}, "Claim": Claim}
+  for node in tree.body:
+    if not isinstance(node, ast.Assign):
+      continue
+    if node.value is before:
+      break
+    names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+    try:
+      value = eval(compile(ast.Expression(node.value), path, "eval"), scope)  # noqa: S307
+    except ValueError:  # a Claim's own check: the caller names the file
+      raise
+    except Exception:  # noqa: BLE001 (names of imports and functions: not claims)
+      continue
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if names and items and all(isinstance(c, Claim) for c in items):
+      scope.update(dict.fromkeys(names, value))
+  return scope

@@ -267,6 +267,36 @@ def test_a_variant_with_its_own_rows_reads_its_own_claims(tmp_path):
   assert (claim.name, claim.row, claim.lengths, claim.min_effect) == ("si_wins", "si", (16,), 0.02)
 
 
+def test_variants_share_claims_assigned_above_them(tmp_path):
+  """A Claim or a list of them assigned above CLAIMS is a name CLAIMS may use (context_table's
+  two variants share the SI claims); a name assigned below it, or anything else, is not."""
+  exp = _experiment(tmp_path, '[Claim("alibi_wins", "alibi", "rope", (4,), "below", 0.01)]')
+  sweep = exp / "sweep.py"
+  shared = (
+    'SHARED = [Claim("si_wins", "si", "rope", (16,), "below", 0.02)]\n'
+    'ONE = Claim("rope_rises", "rope", None, (16,), "above", 0.3, minus_length=1)\n'
+    "STEPS = 600\n"
+  )
+  text = sweep.read_text().replace("CLAIMS = [", shared + "CLAIMS = [*SHARED, ONE, ")
+  sweep.write_text(text + "CLAIMS_MATCHED_BASE = [ONE, *SHARED]\n")
+  names = {
+    arg: [c.name for c in report.read_claims(f"{exp}{arg}")] for arg in ("", ":matched_base")
+  }
+  assert names == {
+    "": ["si_wins", "rope_rises", "alibi_wins"],
+    ":matched_base": ["rope_rises", "si_wins"],
+  }
+  sweep.write_text(text.replace("*SHARED, ONE, ", "*SHARED, STEPS, ") + "LATER = []\n")
+  with pytest.raises(ValueError, match="CLAIMS must be a list of Claim"):
+    report.read_claims(str(exp))
+  sweep.write_text(text.replace("*SHARED, ONE, ", "*SHARED, *LATER, ") + "LATER = []\n")
+  with pytest.raises(ValueError, match="name 'LATER' is not defined"):
+    report.read_claims(str(exp))
+  sweep.write_text(text.replace('"below", 0.02', '"sideways", 0.02'))
+  with pytest.raises(ValueError, match=r"sweep\.py: Claim\('si_wins'\)\.direction='sideways'"):
+    report.read_claims(str(exp))
+
+
 def test_reading_the_schemes_claims_imports_no_jax():
   code = (
     "import sys; from lcx.tools import report; "
